@@ -1,0 +1,114 @@
+#include "core/safetensors/checkpoint.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace qparity {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, std::string> parse_safetensors_index(const Json& j,
+                                                           const std::string& where) {
+  require_object(j, where);
+  if (auto it = j.find("metadata"); it != j.end() && !it->is_null() && !it->is_object())
+    throw Error(where, "key 'metadata' must be an object");
+  const Json& wm = require_key(j, "weight_map", where);
+  if (!wm.is_object()) throw Error(where, "key 'weight_map' must be an object");
+  std::map<std::string, std::string> out;
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    const std::string shard = as_string(*it, where + ": weight_map['" + it.key() + "']");
+    if (shard.empty() || shard.find('/') != std::string::npos ||
+        shard.find('\\') != std::string::npos || shard == "." || shard == "..")
+      throw Error(where, "weight_map['" + it.key() + "'] names shard '" + shard +
+                             "', which is not a plain file name in the checkpoint directory");
+    out[it.key()] = shard;
+  }
+  return out;
+}
+
+const TensorRef& Checkpoint::at(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(root_.string(), "checkpoint has no tensor '" + name + "'");
+  return it->second;
+}
+
+Checkpoint Checkpoint::open(const fs::path& path) {
+  Checkpoint c;
+  c.root_ = path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(path.string(), "no such file or directory");
+  c.is_dir_ = fs::is_directory(path, ec);
+  std::map<std::string, std::string> weight_map;
+
+  if (!c.is_dir_) {
+    c.files_.push_back(SafetensorsFile::open(path));
+  } else {
+    std::vector<fs::path> indexes, shards;
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() > 23 && n.ends_with(".safetensors.index.json"))
+        indexes.push_back(e.path());
+      else if (n.ends_with(".safetensors") && e.is_regular_file())
+        shards.push_back(e.path());
+    }
+    std::sort(indexes.begin(), indexes.end());
+    std::sort(shards.begin(), shards.end());
+    if (indexes.size() > 1)
+      throw Error(path.string(),
+                  "more than one *.safetensors.index.json: " + indexes[0].filename().string() +
+                      ", " + indexes[1].filename().string());
+    if (!indexes.empty()) {
+      c.index_path_ = indexes[0];
+      weight_map = parse_safetensors_index(read_json_file(indexes[0]), indexes[0].string());
+      std::vector<std::string> listed;
+      for (const auto& [_, shard] : weight_map)
+        listed.push_back(shard);
+      std::sort(listed.begin(), listed.end());
+      listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+      shards.clear();
+      for (const auto& s : listed) {
+        if (!fs::is_regular_file(path / s))
+          throw Error(indexes[0].string(), "shard '" + s + "' is listed but missing");
+        shards.push_back(path / s);
+      }
+    }
+    if (shards.empty()) throw Error(path.string(), "no *.safetensors files in the directory");
+    c.files_.reserve(shards.size());
+    for (const auto& s : shards)
+      c.files_.push_back(SafetensorsFile::open(s));
+  }
+
+  // files_ no longer grows: pointers into it stay valid.
+  for (const SafetensorsFile& f : c.files_) {
+    for (const TensorInfo& t : f.tensors()) {
+      auto [it, inserted] = c.tensors_.emplace(t.name, TensorRef{&f, &t});
+      if (!inserted)
+        throw Error(path.string(), "tensor '" + t.name + "' appears in both " +
+                                       it->second.file->path().filename().string() + " and " +
+                                       f.path().filename().string());
+    }
+  }
+  if (!c.index_path_.empty()) {
+    const std::string where = c.index_path_.string();
+    for (const auto& [name, shard] : weight_map) {
+      auto it = c.tensors_.find(name);
+      if (it == c.tensors_.end())
+        throw Error(where,
+                    "tensor '" + name + "' is listed in shard '" + shard + "' but not found there");
+      if (it->second.file->path().filename().string() != shard)
+        throw Error(where, "tensor '" + name + "' is listed in shard '" + shard +
+                               "' but found in '" + it->second.file->path().filename().string() +
+                               "'");
+    }
+    for (const auto& [name, ref] : c.tensors_) {
+      if (!weight_map.count(name))
+        throw Error(where, "tensor '" + name + "' in shard '" +
+                               ref.file->path().filename().string() +
+                               "' is not listed in the index");
+    }
+  }
+  return c;
+}
+
+}  // namespace qparity

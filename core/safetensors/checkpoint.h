@@ -1,0 +1,58 @@
+#pragma once
+// All tensors of a checkpoint: one safetensors file, a directory holding one or more, or a
+// sharded directory with a `*.safetensors.index.json` (HF `model.safetensors.index.json`,
+// msModelSlim `quant_model_weights.safetensors.index.json`). Rules:
+//   * with an index: every listed tensor is found in the shard the index names, exactly once;
+//     a tensor present in a shard but not listed is an error; a listed shard that is missing is
+//     an error; shard names are plain file names inside the directory;
+//   * without one: every `*.safetensors` in the directory is opened, and a name present in two
+//     files is an error naming both.
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "core/safetensors/safetensors_file.h"
+
+namespace qparity {
+
+struct TensorRef {
+  const SafetensorsFile* file;
+  const TensorInfo* info;
+  std::span<const uint8_t> bytes() const { return file->bytes(*info); }
+};
+
+// Parsed `weight_map` of an index file: tensor name -> shard file name.
+std::map<std::string, std::string> parse_safetensors_index(const Json& j, const std::string& where);
+
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::filesystem::path& path);
+  // TensorRefs point into files_: moving keeps them valid, copying would not.
+  Checkpoint(Checkpoint&&) noexcept = default;
+  Checkpoint& operator=(Checkpoint&&) noexcept = default;
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+  const std::filesystem::path& root() const { return root_; }
+  bool is_directory() const { return is_dir_; }
+  const std::filesystem::path& index_path() const { return index_path_; }  // empty if none
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws naming the checkpoint and the tensor when absent.
+  const TensorRef& at(const std::string& name) const;
+
+ private:
+  Checkpoint() = default;
+  std::filesystem::path root_;
+  std::filesystem::path index_path_;
+  bool is_dir_ = false;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, TensorRef> tensors_;
+};
+
+}  // namespace qparity
