@@ -1,0 +1,459 @@
+#include "core/config/model_config.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace qparity {
+
+namespace {
+
+struct ArchInfo {
+  Arch arch;
+  std::string_view hf_name;
+  std::string_view model_type;
+  std::string_view class_prefix;
+  bool has_qk_norm;
+  bool is_moe;
+  bool head_dim_required;  // Qwen3's HF default (128) is not hidden/heads; insist on the file's
+  int64_t default_max_position_embeddings;  // the HF config class default
+};
+
+constexpr std::array<ArchInfo, 3> kArchs = {{
+    {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048},
+    {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768},
+    {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768},
+}};
+
+const ArchInfo& arch_info(Arch a) {
+  for (const auto& info : kArchs)
+    if (info.arch == a) return info;
+  throw Error("ModelConfig", "unknown Arch value");
+}
+
+std::string join(const std::vector<std::string>& v, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += sep;
+    out += v[i];
+  }
+  return out;
+}
+
+std::string fmt_number(double d) {
+  std::ostringstream s;
+  s.precision(17);
+  s << d;
+  return s.str();
+}
+
+int64_t require_int(const Json& j, std::string_view key, const std::string& where) {
+  return as_int(require_key(j, key, where), key_where(where, key));
+}
+
+// Sizes beyond any real model are rejected so that a corrupt (or fuzzed) config cannot make the
+// module enumeration allocate without bound; the caps are far above every published model.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxExperts = 4096;
+
+int64_t check_size(int64_t v, std::string_view key, const std::string& where, int64_t max) {
+  if (v <= 0) throw Error(key_where(where, key), "must be positive, got " + std::to_string(v));
+  if (v > max)
+    throw Error(key_where(where, key),
+                std::to_string(v) + " exceeds the supported maximum " + std::to_string(max));
+  return v;
+}
+
+int64_t require_positive(const Json& j, std::string_view key, const std::string& where,
+                         int64_t max = kMaxSize) {
+  return check_size(require_int(j, key, where), key, where, max);
+}
+
+std::optional<int64_t> opt_positive(const Json& j, std::string_view key, const std::string& where,
+                                    int64_t max = kMaxSize) {
+  const auto v = opt_int(j, key, where);
+  if (v) check_size(*v, key, where, max);
+  return v;
+}
+
+double require_positive_number(const Json& j, std::string_view key, const std::string& where) {
+  const double v = as_number(require_key(j, key, where), key_where(where, key));
+  if (!(v > 0.0)) throw Error(key_where(where, key), "must be positive, got " + fmt_number(v));
+  return v;
+}
+
+std::optional<double> opt_positive_number(const Json& j, std::string_view key,
+                                          const std::string& where) {
+  const auto v = opt_number(j, key, where);
+  if (v && !(*v > 0.0))
+    throw Error(key_where(where, key), "must be positive, got " + fmt_number(*v));
+  return v;
+}
+
+std::vector<double> number_list(const Json& j, std::string_view key, const std::string& where) {
+  const Json& v = require_key(j, key, where);
+  const std::string kw = key_where(where, key);
+  if (!v.is_array()) throw Error(kw, "expected a list of numbers, got " + json_type_name(v));
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(as_number(v[i], kw + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+constexpr std::array<RopeType, 6> kRopeTypes = {RopeType::kDefault, RopeType::kLinear,
+                                                RopeType::kDynamic, RopeType::kLlama3,
+                                                RopeType::kYarn,    RopeType::kLongrope};
+
+std::string implemented_rope_list() {
+  std::vector<std::string> names;
+  for (RopeType t : kRopeTypes)
+    if (rope_type_implemented(t)) names.emplace_back(rope_type_name(t));
+  return join(names, ", ");
+}
+
+// `dtype` (transformers 5) wins over the legacy `torch_dtype` when both are written.
+std::string parse_dtype(const Json& j, const std::string& where) {
+  for (std::string_view key : {"dtype", "torch_dtype"}) {
+    auto v = opt_string(j, key, where);
+    if (!v) continue;
+    std::string d = *v;
+    if (d.rfind("torch.", 0) == 0) d = d.substr(6);
+    if (d != "bfloat16" && d != "float16" && d != "float32")
+      throw Error(key_where(where, key),
+                  "unsupported model dtype '" + *v + "' (expected bfloat16, float16 or float32)");
+    return d;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string_view arch_name(Arch a) {
+  return arch_info(a).hf_name;
+}
+std::string_view arch_class_prefix(Arch a) {
+  return arch_info(a).class_prefix;
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const auto& info : kArchs)
+    out.emplace_back(info.hf_name);
+  return out;
+}
+
+std::string_view rope_type_name(RopeType t) {
+  switch (t) {
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kDynamic:
+      return "dynamic";
+    case RopeType::kLlama3:
+      return "llama3";
+    case RopeType::kYarn:
+      return "yarn";
+    case RopeType::kLongrope:
+      return "longrope";
+  }
+  return "?";
+}
+
+bool rope_type_implemented(RopeType t) {
+  switch (t) {
+    case RopeType::kDefault:
+    case RopeType::kLinear:
+    case RopeType::kLlama3:
+      return true;
+    case RopeType::kDynamic:
+    case RopeType::kYarn:
+    case RopeType::kLongrope:
+      return false;
+  }
+  return false;
+}
+
+RopeScaling parse_rope_scaling(const Json& j, const std::string& where) {
+  require_object(j, where);
+  RopeScaling r;
+  // HF reads `rope_type` and falls back to the legacy `type`.
+  const auto rope_type = opt_string(j, "rope_type", where);
+  const auto legacy_type = opt_string(j, "type", where);
+  if (rope_type && legacy_type && *rope_type != *legacy_type)
+    throw Error(where, "rope_type '" + *rope_type + "' and type '" + *legacy_type + "' disagree");
+  const std::string name = rope_type ? *rope_type : legacy_type ? *legacy_type : "default";
+  bool found = false;
+  for (RopeType t : kRopeTypes) {
+    if (rope_type_name(t) == name) {
+      r.type = t;
+      found = true;
+    }
+  }
+  if (!found) {
+    std::vector<std::string> known;
+    for (RopeType t : kRopeTypes)
+      known.emplace_back(rope_type_name(t));
+    throw Error(where, "unknown rope type '" + name + "' (known: " + join(known, ", ") + ")");
+  }
+
+  r.original_max_position_embeddings =
+      opt_positive(j, "original_max_position_embeddings", where, int64_t{1} << 40);
+  switch (r.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+    case RopeType::kDynamic:
+      r.factor = require_positive_number(j, "factor", where);
+      break;
+    case RopeType::kLlama3: {
+      r.factor = require_positive_number(j, "factor", where);
+      r.low_freq_factor = require_positive_number(j, "low_freq_factor", where);
+      r.high_freq_factor = require_positive_number(j, "high_freq_factor", where);
+      r.original_max_position_embeddings =
+          require_positive(j, "original_max_position_embeddings", where, int64_t{1} << 40);
+      // The llama3 smoothing divides by (high - low).
+      if (!(*r.high_freq_factor > *r.low_freq_factor))
+        throw Error(where, "llama3 rope needs high_freq_factor (" +
+                               fmt_number(*r.high_freq_factor) + ") > low_freq_factor (" +
+                               fmt_number(*r.low_freq_factor) + ")");
+      break;
+    }
+    case RopeType::kYarn: {
+      r.factor = require_positive_number(j, "factor", where);
+      r.attention_factor = opt_positive_number(j, "attention_factor", where);
+      r.beta_fast = opt_number(j, "beta_fast", where).value_or(32.0);
+      r.beta_slow = opt_number(j, "beta_slow", where).value_or(1.0);
+      r.mscale = opt_number(j, "mscale", where);
+      r.mscale_all_dim = opt_number(j, "mscale_all_dim", where);
+      r.truncate = opt_bool(j, "truncate", where);
+      break;
+    }
+    case RopeType::kLongrope: {
+      r.factor = opt_positive_number(j, "factor", where).value_or(1.0);
+      r.attention_factor = opt_positive_number(j, "attention_factor", where);
+      r.short_factor = number_list(j, "short_factor", where);
+      r.long_factor = number_list(j, "long_factor", where);
+      break;
+    }
+  }
+  return r;
+}
+
+bool ModelConfig::is_moe_layer(int64_t i) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end())
+    return false;
+  return (i + 1) % decoder_sparse_step == 0;
+}
+
+ModelConfig parse_model_config(const Json& j, const std::string& where) {
+  require_object(j, where);
+  ModelConfig c;
+
+  // --- architecture ---
+  const auto archs =
+      as_string_list(require_key(j, "architectures", where), key_where(where, "architectures"));
+  if (archs.empty()) throw Error(key_where(where, "architectures"), "is empty");
+  // HF instantiates architectures[0]; so do we.
+  const ArchInfo* info = nullptr;
+  for (const auto& a : kArchs)
+    if (a.hf_name == archs[0]) info = &a;
+  if (!info)
+    throw Error(key_where(where, "architectures"),
+                "unsupported architecture '" + archs[0] +
+                    "' (supported: " + join(supported_architectures(), ", ") + ")");
+  c.arch = info->arch;
+  c.arch_name = archs[0];
+  c.has_qk_norm = info->has_qk_norm;
+  if (auto mt = opt_string(j, "model_type", where)) {
+    if (*mt != info->model_type)
+      throw Error(key_where(where, "model_type"), "'" + *mt + "' does not match architecture " +
+                                                      archs[0] + " (expected '" +
+                                                      std::string(info->model_type) + "')");
+    c.model_type = *mt;
+  }
+
+  // --- sizes ---
+  c.num_layers = require_positive(j, "num_hidden_layers", where, kMaxLayers);
+  c.hidden = require_positive(j, "hidden_size", where);
+  c.num_heads = require_positive(j, "num_attention_heads", where);
+  c.num_kv_heads = opt_positive(j, "num_key_value_heads", where).value_or(c.num_heads);
+  c.intermediate = require_positive(j, "intermediate_size", where);
+  c.vocab = require_positive(j, "vocab_size", where);
+  c.max_position_embeddings = opt_positive(j, "max_position_embeddings", where, int64_t{1} << 40)
+                                  .value_or(info->default_max_position_embeddings);
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw Error(where, "num_attention_heads (" + std::to_string(c.num_heads) +
+                           ") is not divisible by num_key_value_heads (" +
+                           std::to_string(c.num_kv_heads) + ")");
+  if (auto hd = opt_positive(j, "head_dim", where)) {
+    c.head_dim = *hd;
+  } else if (info->head_dim_required) {
+    throw Error(where, "missing required key 'head_dim' (" + c.arch_name +
+                           " does not derive it from hidden_size / num_attention_heads)");
+  } else {
+    if (c.hidden % c.num_heads != 0)
+      throw Error(where, "hidden_size (" + std::to_string(c.hidden) +
+                             ") is not divisible by num_attention_heads (" +
+                             std::to_string(c.num_heads) + ") and head_dim is not given");
+    c.head_dim = c.hidden / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0)
+    throw Error(where, "head_dim (" + std::to_string(c.head_dim) + ") must be even for RoPE");
+
+  c.rms_norm_eps = require_positive_number(j, "rms_norm_eps", where);
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", where).value_or(false);
+  c.attention_bias = opt_bool(j, "attention_bias", where).value_or(false);
+  c.mlp_bias = opt_bool(j, "mlp_bias", where).value_or(false);
+  c.dtype = parse_dtype(j, where);
+
+  // --- what the reference does not implement, rejected by name ---
+  c.hidden_act = opt_string(j, "hidden_act", where).value_or("silu");
+  if (c.hidden_act != "silu")
+    throw Error(
+        key_where(where, "hidden_act"),
+        "'" + c.hidden_act + "' is not implemented by the qparity reference (implemented: silu)");
+  if (opt_bool(j, "use_sliding_window", where).value_or(false))
+    throw Error(key_where(where, "use_sliding_window"),
+                "sliding-window attention is not implemented by the qparity reference");
+  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+    const auto types = as_string_list(*lt, key_where(where, "layer_types"));
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i] != "full_attention")
+        throw Error(key_where(where, "layer_types[" + std::to_string(i) + "]"),
+                    "'" + types[i] +
+                        "' is not implemented by the qparity reference (implemented: "
+                        "full_attention)");
+  }
+
+  // --- RoPE: legacy rope_scaling + rope_theta, or transformers-5 rope_parameters ---
+  // HF 5 prefers a non-null rope_scaling over rope_parameters, and a rope_theta inside the dict
+  // over the top-level one.
+  const Json* rope_dict = nullptr;
+  std::string rope_key;
+  for (std::string_view key : {"rope_scaling", "rope_parameters"}) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_null()) {
+      rope_dict = &*it;
+      rope_key = std::string(key);
+      break;
+    }
+  }
+  c.rope_theta = opt_positive_number(j, "rope_theta", where).value_or(10000.0);
+  double partial_rotary = opt_number(j, "partial_rotary_factor", where).value_or(1.0);
+  if (rope_dict) {
+    const std::string rw = key_where(where, rope_key);
+    require_object(*rope_dict, rw);
+    for (const auto& [k, v] : rope_dict->items())
+      if (v.is_object())
+        throw Error(rw, "per-layer-type rope parameters ('" + k + "') are not supported");
+    c.rope_scaling = parse_rope_scaling(*rope_dict, rw);
+    if (auto t = opt_positive_number(*rope_dict, "rope_theta", rw)) c.rope_theta = *t;
+    if (auto p = opt_number(*rope_dict, "partial_rotary_factor", rw)) partial_rotary = *p;
+    if (!rope_type_implemented(c.rope_scaling.type))
+      throw Error(where, rope_key + " type '" + std::string(rope_type_name(c.rope_scaling.type)) +
+                             "' is not implemented by the qparity reference (implemented: " +
+                             implemented_rope_list() + ")");
+  }
+  if (partial_rotary != 1.0)
+    throw Error(where, "partial_rotary_factor " + fmt_number(partial_rotary) +
+                           " is not implemented by the qparity reference (only 1.0)");
+
+  // --- MoE ---
+  if (info->is_moe) {
+    const auto ne = opt_int(j, "num_experts", where);
+    const auto nle = opt_int(j, "num_local_experts", where);
+    if (ne && nle && *ne != *nle)
+      throw Error(where, "num_experts (" + std::to_string(*ne) + ") and num_local_experts (" +
+                             std::to_string(*nle) + ") disagree");
+    c.num_experts = ne ? require_positive(j, "num_experts", where, kMaxExperts)
+                       : require_positive(j, "num_local_experts", where, kMaxExperts);
+    c.num_experts_per_tok = require_positive(j, "num_experts_per_tok", where);
+    c.moe_intermediate_size = require_positive(j, "moe_intermediate_size", where);
+    c.norm_topk_prob = opt_bool(j, "norm_topk_prob", where).value_or(false);
+    c.decoder_sparse_step = opt_positive(j, "decoder_sparse_step", where).value_or(1);
+    if (c.num_experts_per_tok > c.num_experts)
+      throw Error(where, "num_experts_per_tok (" + std::to_string(c.num_experts_per_tok) +
+                             ") exceeds num_experts (" + std::to_string(c.num_experts) + ")");
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      const std::string kw = key_where(where, "mlp_only_layers");
+      if (!it->is_array())
+        throw Error(kw, "expected a list of integers, got " + json_type_name(*it));
+      for (size_t i = 0; i < it->size(); ++i) {
+        const std::string ew = key_where(where, "mlp_only_layers[" + std::to_string(i) + "]");
+        const int64_t layer = as_int((*it)[i], ew);
+        if (layer < 0 || layer >= c.num_layers)
+          throw Error(ew, "layer " + std::to_string(layer) + " is out of range [0, " +
+                              std::to_string(c.num_layers) + ")");
+        c.mlp_only_layers.push_back(layer);
+      }
+    }
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& config_json) {
+  return parse_model_config(read_json_file(config_json), config_json.string());
+}
+
+Json to_json(const ModelConfig& c) {
+  Json rope = {{"rope_type", std::string(rope_type_name(c.rope_scaling.type))}};
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != RopeType::kDefault) rope["factor"] = r.factor;
+  if (r.low_freq_factor) rope["low_freq_factor"] = *r.low_freq_factor;
+  if (r.high_freq_factor) rope["high_freq_factor"] = *r.high_freq_factor;
+  if (r.original_max_position_embeddings)
+    rope["original_max_position_embeddings"] = *r.original_max_position_embeddings;
+  if (r.attention_factor) rope["attention_factor"] = *r.attention_factor;
+  if (r.beta_fast) rope["beta_fast"] = *r.beta_fast;
+  if (r.beta_slow) rope["beta_slow"] = *r.beta_slow;
+  if (r.mscale) rope["mscale"] = *r.mscale;
+  if (r.mscale_all_dim) rope["mscale_all_dim"] = *r.mscale_all_dim;
+  if (r.truncate) rope["truncate"] = *r.truncate;
+  if (!r.short_factor.empty()) rope["short_factor"] = r.short_factor;
+  if (!r.long_factor.empty()) rope["long_factor"] = r.long_factor;
+
+  Json out = {
+      {"architecture", c.arch_name},
+      {"model_type", c.model_type},
+      {"num_layers", c.num_layers},
+      {"hidden", c.hidden},
+      {"num_heads", c.num_heads},
+      {"num_kv_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"intermediate", c.intermediate},
+      {"vocab", c.vocab},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", rope},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.attention_bias},
+      {"mlp_bias", c.mlp_bias},
+      {"has_qk_norm", c.has_qk_norm},
+      {"hidden_act", c.hidden_act},
+      {"dtype", c.dtype},
+  };
+  if (c.is_moe()) {
+    std::vector<int64_t> sparse;
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if (c.is_moe_layer(i)) sparse.push_back(i);
+    out["moe"] = {
+        {"num_experts", c.num_experts},
+        {"num_experts_per_tok", c.num_experts_per_tok},
+        {"moe_intermediate_size", c.moe_intermediate_size},
+        {"norm_topk_prob", c.norm_topk_prob},
+        {"decoder_sparse_step", c.decoder_sparse_step},
+        {"mlp_only_layers", c.mlp_only_layers},
+        {"sparse_layers", sparse},
+    };
+  }
+  return out;
+}
+
+}  // namespace qparity

@@ -1,0 +1,103 @@
+#pragma once
+// HF `config.json` -> one normalized ModelConfig (the shape mini-sglang's ModelConfig.from_hf
+// gives): parse once, validate once, and let every model, loader and quantization plan read plain
+// fields instead of probing the JSON. The architecture is chosen by the `architectures` field
+// through a registry whose error lists the supported names; anything the reference does not
+// implement (rope variants, sliding windows, activations) is rejected by name here, not later.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json_util.h"
+
+namespace qparity {
+
+enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe };
+
+// The HF class name in `architectures` ("LlamaForCausalLM", ...).
+std::string_view arch_name(Arch a);
+// Prefix of the arch's HF module classes ("Llama" -> LlamaAttention, LlamaRMSNorm, ...).
+std::string_view arch_class_prefix(Arch a);
+// Every architecture the registry knows, in registry order.
+std::vector<std::string> supported_architectures();
+
+enum class RopeType : uint8_t { kDefault, kLinear, kDynamic, kLlama3, kYarn, kLongrope };
+
+// HF spelling ("default", "linear", "dynamic", "llama3", "yarn", "longrope").
+std::string_view rope_type_name(RopeType t);
+// Whether the qparity reference computes this rope variant (default, linear, llama3).
+bool rope_type_implemented(RopeType t);
+
+// HF `rope_scaling` / `rope_parameters`. Fields a variant does not use stay unset; defaults that
+// HF fills in (yarn beta_fast 32, beta_slow 1) are filled here too so consumers need no HF lore.
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  double factor = 1.0;
+  std::optional<double> low_freq_factor;                    // llama3
+  std::optional<double> high_freq_factor;                   // llama3
+  std::optional<int64_t> original_max_position_embeddings;  // llama3, yarn, longrope, dynamic
+  std::optional<double> attention_factor;                   // yarn, longrope
+  std::optional<double> beta_fast;                          // yarn
+  std::optional<double> beta_slow;                          // yarn
+  std::optional<double> mscale;                             // yarn (DeepSeek style)
+  std::optional<double> mscale_all_dim;                     // yarn (DeepSeek style)
+  std::optional<bool> truncate;                             // yarn
+  std::vector<double> short_factor;                         // longrope
+  std::vector<double> long_factor;                          // longrope
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string arch_name;   // as written in `architectures`
+  std::string model_type;  // "llama", "qwen3", "qwen3_moe" (empty if the file omits it)
+
+  int64_t num_layers = 0;
+  int64_t hidden = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // defaults to num_heads
+  int64_t head_dim = 0;      // defaults to hidden / num_heads (Llama); required for Qwen3
+  int64_t intermediate = 0;  // dense MLP size (Qwen3-MoE: the mlp_only_layers' MLP)
+  int64_t vocab = 0;
+  int64_t max_position_embeddings = 0;
+
+  double rms_norm_eps = 0.0;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  bool has_qk_norm = false;  // Qwen3 / Qwen3-MoE: RMSNorm on q and k per head before RoPE
+  std::string hidden_act = "silu";
+  std::string dtype;  // `dtype` (transformers 5) or `torch_dtype`; empty when absent
+
+  // MoE (Qwen3-MoE); zero / empty for dense models.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool is_moe() const { return num_experts > 0; }
+  // HF Qwen3-MoE rule: layer i is sparse iff i is not in mlp_only_layers, num_experts > 0 and
+  // (i + 1) % decoder_sparse_step == 0.
+  bool is_moe_layer(int64_t i) const;
+  int64_t q_size() const { return num_heads * head_dim; }
+  int64_t kv_size() const { return num_kv_heads * head_dim; }
+};
+
+// Parses one `rope_scaling` / `rope_parameters` dict (all known variants, including those the
+// reference rejects, so a tool can still show them); `where` names the dict in errors.
+RopeScaling parse_rope_scaling(const Json& j, const std::string& where);
+
+// Parses and validates an HF config; `where` names the source in errors ("config.json").
+ModelConfig parse_model_config(const Json& j, const std::string& where);
+ModelConfig load_model_config(const std::filesystem::path& config_json);
+// Normalized view (what qparity understood), not a round-trip of the HF file.
+Json to_json(const ModelConfig& c);
+
+}  // namespace qparity

@@ -1,0 +1,117 @@
+#pragma once
+// The scheme ids every engine, report and tolerance key shares (ARCHITECTURE.md, "Names shared by
+// every engine"), as a registry: what each scheme is, who produces it, its parameters and
+// constraints, and the checkpoint tensors it stores per linear (spec/FORMATS.md §2, §5 and the §8
+// format cards). `qparity schemes` prints this table, so it is the user-facing support matrix.
+// Switches over SchemeKind have no `default`: a new scheme is a compile error wherever it is not
+// handled yet.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json_util.h"
+
+namespace qparity {
+
+enum class SchemeKind : uint8_t {
+  kBf16,
+  kW8A16Channel,
+  kW8A16Group,
+  kW8A8Static,
+  kW8A8S,
+  kW8A8Int8Dyn,
+  kW4A16G32,
+  kFp8Tensor,
+  kFp8Channel,
+  kFp8Block,
+  kNvfp4,
+  kMxint4,
+  kMxfp4,
+  kMxfp8,
+  kKvBf16,
+  kKvInt8,
+  kKvFp8,
+  kSmoothQuant,
+};
+
+inline constexpr SchemeKind kAllSchemeKinds[] = {
+    SchemeKind::kBf16,       SchemeKind::kW8A16Channel, SchemeKind::kW8A16Group,
+    SchemeKind::kW8A8Static, SchemeKind::kW8A8S,        SchemeKind::kW8A8Int8Dyn,
+    SchemeKind::kW4A16G32,   SchemeKind::kFp8Tensor,    SchemeKind::kFp8Channel,
+    SchemeKind::kFp8Block,   SchemeKind::kNvfp4,        SchemeKind::kMxint4,
+    SchemeKind::kMxfp4,      SchemeKind::kMxfp8,        SchemeKind::kKvBf16,
+    SchemeKind::kKvInt8,     SchemeKind::kKvFp8,        SchemeKind::kSmoothQuant};
+
+// What a scheme applies to: a linear's weights (and its activations), the KV cache of an
+// attention layer, or a transform folded into a norm.
+enum class SchemeFamily : uint8_t { kWeight, kKvCache, kTransform };
+
+enum class Producer : uint8_t {
+  kNone,               // unquantized: any checkpoint
+  kMsModelSlim,        // Ascend msModelSlim quant_model_description.json
+  kCompressedTensors,  // llm-compressor / compressed-tensors quantization_config
+  kFp8Config,          // config.json quant_method "fp8" (HF FineGrainedFP8 / vLLM Fp8Config)
+  kEngine,             // chosen by an engine flag with no checkpoint tensors
+};
+
+std::string_view to_string(SchemeFamily f);
+std::string_view to_string(Producer p);
+
+// A parsed scheme id. group_size is set only for kW8A16Group (the N of "w8a16-g<N>"); schemes
+// whose group is fixed by the format report it through effective_group_size().
+struct SchemeId {
+  SchemeKind kind = SchemeKind::kBf16;
+  int64_t group_size = 0;
+  friend bool operator==(const SchemeId&, const SchemeId&) = default;
+};
+
+// "w8a16-g128" -> {kW8A16Group, 128}. Case-insensitive. Unknown ids throw an Error that lists the
+// valid ones.
+SchemeId parse_scheme_id(std::string_view id);
+std::string to_string(const SchemeId& s);
+// The group along K that the format fixes (32 for w4a16-g32 / mxint4 / mxfp4 / mxfp8, 16 for
+// nvfp4, 128 for fp8-block's 128x128 tiles, N for w8a16-g<N>), else 0.
+int64_t effective_group_size(const SchemeId& s);
+SchemeFamily scheme_family(SchemeKind k);
+// The id, or the id pattern for parametrized schemes ("w8a16-g<N>").
+std::string_view scheme_pattern(SchemeKind k);
+
+struct SchemeParam {
+  std::string name;
+  std::string value;  // fixed value, or "<N>" style placeholder
+  std::string description;
+};
+
+// One checkpoint tensor of the scheme, named relative to the module it belongs to (a linear
+// prefix for weight schemes, `<attn>` for KV caches, `<norm>` for transforms). Shapes use
+// N = out_features, K = in_features, G = group size, Hkv·D = num_kv_heads·head_dim, H = hidden;
+// "model dtype" is the checkpoint's torch_dtype (bf16 for bf16 models).
+struct TensorSpec {
+  std::string name;
+  std::string dtype;
+  std::string shape;
+  std::string producer;  // the producer whose files carry it ("" = all of the scheme's producers)
+  std::string note;      // when it is present, or how it is encoded
+};
+
+struct SchemeInfo {
+  SchemeKind kind;
+  std::string id;  // pattern for parametrized schemes
+  SchemeFamily family;
+  std::vector<Producer> producers;
+  std::string description;
+  std::vector<SchemeParam> parameters;
+  std::vector<std::string> constraints;
+  std::vector<TensorSpec> tensors;
+  std::string spec;  // where spec/FORMATS.md defines it
+};
+
+// Every scheme, in kAllSchemeKinds order.
+const std::vector<SchemeInfo>& all_schemes();
+const SchemeInfo& scheme_info(SchemeKind k);
+Json to_json(const SchemeInfo& s);
+// Comma-separated list of the valid ids (patterns), for error messages.
+std::string valid_scheme_ids();
+
+}  // namespace qparity

@@ -1,0 +1,709 @@
+// config.json quantization_config (compressed-tensors and quant_method fp8) -> QuantPlan: every
+// preset shape, target matching with Python re.match semantics, ignore, KV cache, expert stacks,
+// and the errors that name the module and the violated constraint.
+#include <functional>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/config/model_config.h"
+#include "core/error.h"
+#include "core/quant/compressed_tensors_config.h"
+#include "core/quant/quant_args.h"
+#include "core/quant/quant_plan.h"
+
+namespace qparity {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a qparity::Error";
+  return "";
+}
+
+// Two layers, K a multiple of 128 everywhere so that every scheme's group divides it.
+ModelConfig tiny_llama(bool tied = false) {
+  Json j = Json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 1000, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"})");
+  j["tie_word_embeddings"] = tied;
+  return parse_model_config(j, "config.json");
+}
+
+// Layer 0 sparse (4 experts), layer 1 dense (mlp_only_layers).
+ModelConfig tiny_qwen3_moe() {
+  return parse_model_config(Json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "num_experts": 4,
+    "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "num_hidden_layers": 2, "mlp_only_layers": [1], "vocab_size": 1000, "rms_norm_eps": 1e-6,
+    "norm_topk_prob": true, "torch_dtype": "bfloat16"})"),
+                            "config.json");
+}
+
+QuantPlan plan_of(const ModelConfig& cfg, const char* qc) {
+  return plan_from_quantization_config(cfg, Json::parse(qc), "config.json");
+}
+
+std::string scheme_of(const QuantPlan& p, const std::string& prefix) {
+  return p.method_for(prefix).scheme_string();
+}
+
+const char* const kLinears[] = {
+    "model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+    "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.o_proj",
+    "model.layers.0.mlp.gate_proj",    "model.layers.0.mlp.up_proj",
+    "model.layers.0.mlp.down_proj",    "model.layers.1.self_attn.q_proj",
+    "model.layers.1.mlp.down_proj"};
+
+void expect_all_linears(const QuantPlan& p, const std::string& scheme) {
+  for (const char* l : kLinears)
+    EXPECT_EQ(scheme_of(p, l), scheme) << l;
+  EXPECT_EQ(scheme_of(p, "lm_head"), "bf16");
+}
+
+// ---------------------------------------------------------------------------------------------
+// QuantizationArgs
+
+QuantArgs qa(const char* j) {
+  return parse_quant_args(Json::parse(j), "args");
+}
+
+TEST(QuantArgs, StrategyInferenceAndNormalization) {
+  EXPECT_EQ(qa(R"({"num_bits": 8})").strategy, QuantStrategy::kTensor);
+  EXPECT_EQ(qa(R"({"group_size": 128})").strategy, QuantStrategy::kGroup);
+  EXPECT_EQ(qa(R"({"group_size": -1})").strategy, QuantStrategy::kChannel);
+  const QuantArgs a = qa(R"({"num_bits": 8, "type": "FLOAT", "strategy": "BLOCK",
+      "block_structure": "128x128", "observer": "minmax", "observer_kwargs": {}, "new_key": 1})");
+  EXPECT_EQ(a.type, QuantType::kFloat);
+  EXPECT_EQ(a.strategy, QuantStrategy::kBlock);
+  EXPECT_EQ(a.block_structure, (std::array<int64_t, 2>{128, 128}));
+  EXPECT_EQ(qa(R"({"group_size": 32, "actorder": true})").actorder, ActOrder::kGroup);
+  EXPECT_EQ(qa(R"({"group_size": 32, "actorder": "dynamic"})").actorder, ActOrder::kGroup);
+  EXPECT_EQ(qa(R"({"group_size": 32, "actorder": "static"})").actorder, ActOrder::kWeight);
+  EXPECT_EQ(qa(R"({"actorder": false})").actorder, ActOrder::kNone);
+  EXPECT_EQ(qa(R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                   "dynamic": "local"})")
+                .dynamic,
+            DynamicMode::kLocal);
+  EXPECT_EQ(qa(R"({"scale_dtype": "uint8", "group_size": 32})").scale_dtype, "torch.uint8");
+  EXPECT_FALSE(qa(R"({"zp_dtype": "torch.int8"})").zp_dtype.has_value());  // symmetric
+  EXPECT_EQ(qa(R"({"symmetric": false, "zp_dtype": "torch.int8"})").zp_dtype, "torch.int8");
+}
+
+TEST(QuantArgs, ValidationRules) {
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "token"})"); }),
+              HasSubstr("strategy 'token' requires dynamic quantization"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "group"})"); }),
+              HasSubstr("strategy 'group' requires a positive group_size"));
+  EXPECT_THAT(
+      error_of([] { qa(R"({"strategy": "channel", "group_size": 128})"); }),
+      HasSubstr("group_size 128 requires strategy 'group' or 'tensor_group', got 'channel'"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "block"})"); }),
+              HasSubstr("strategy 'block' requires block_structure"));
+  EXPECT_THAT(error_of([] { qa(R"({"block_structure": [128, 128]})"); }),
+              HasSubstr("block_structure requires strategy 'block', got 'tensor'"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "channel", "actorder": "group"})"); }),
+              HasSubstr("actorder 'group' requires strategy 'group' or 'tensor_group'"));
+  EXPECT_THAT(
+      error_of([] { qa(R"({"strategy": "channel", "dynamic": true})"); }),
+      HasSubstr("dynamic quantization needs strategy token, tensor, group or tensor_group"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "token", "dynamic": "local"})"); }),
+              HasSubstr("dynamic \"local\" is only supported for strategy 'tensor_group'"));
+  EXPECT_THAT(error_of([] { qa(R"({"group_size": -2})"); }), HasSubstr("invalid group size -2"));
+  EXPECT_THAT(error_of([] { qa(R"({"group_size": 0})"); }), HasSubstr("invalid group size 0"));
+  EXPECT_THAT(error_of([] { qa(R"({"type": "float", "num_bits": 6})"); }),
+              HasSubstr("float quantization supports 4 or 8 bits, got 6"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "rows"})"); }),
+              HasSubstr("unknown strategy 'rows'"));
+  EXPECT_THAT(error_of([] { qa(R"({"strategy": "block", "block_structure": "128by128"})"); }),
+              HasSubstr("invalid block_structure '128by128'"));
+  EXPECT_THAT(error_of([] { qa(R"({"num_bits": "8"})"); }),
+              HasSubstr("args: key 'num_bits': expected an integer, got string"));
+  EXPECT_THAT(error_of([] { qa(R"({"scale_dtype": "torch.float9"})"); }),
+              HasSubstr("unknown torch dtype 'torch.float9'"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets and scheme mapping
+
+TEST(CompressedTensorsPlan, W8A8Int8Dynamic) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({
+    "quant_method": "compressed-tensors", "format": "int-quantized",
+    "quantization_status": "compressed", "version": "0.10.2",
+    "config_groups": {"group_0": {
+      "targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel",
+                  "dynamic": false, "observer": "minmax"},
+      "input_activations": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "token",
+                            "dynamic": true, "observer": null},
+      "output_activations": null}},
+    "ignore": ["lm_head"], "kv_cache_scheme": null, "sparsity_config": {}})");
+  EXPECT_EQ(p.source(), PlanSource::kCompressedTensors);
+  EXPECT_EQ(p.source_file(), "config.json");
+  expect_all_linears(p, "w8a8-int8-dyn");
+  const PlanEntry& q = p.method_for("model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(q.format, "int-quantized");
+  EXPECT_EQ(q.why.source, PlanSource::kCompressedTensors);
+  EXPECT_EQ(q.why.group, "group_0");
+  EXPECT_EQ(q.why.target, "Linear");
+  EXPECT_EQ(q.why.key, "quantization_config.config_groups.group_0.targets[0]");
+  ASSERT_TRUE(q.input_activations.has_value());
+  EXPECT_EQ(q.input_activations->strategy, QuantStrategy::kToken);
+  EXPECT_EQ(q.out_features, 256);
+  EXPECT_EQ(q.in_features, 256);
+  const PlanEntry& head = p.method_for("lm_head");
+  EXPECT_FALSE(head.quantized());
+  EXPECT_EQ(head.why.note, "ignored");
+  EXPECT_EQ(head.why.target, "lm_head");
+  EXPECT_EQ(head.why.key, "quantization_config.ignore[0]");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.self_attn"), "kv-bf16");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.input_layernorm"), "none");
+  EXPECT_TRUE(p.warnings().empty());
+}
+
+TEST(CompressedTensorsPlan, PresetGroupNames) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({
+    "quant_method": "compressed-tensors", "format": "int-quantized",
+    "config_groups": {"w8a8": ["Linear"]}, "ignore": ["lm_head"]})");
+  expect_all_linears(p, "w8a8-int8-dyn");
+  EXPECT_EQ(p.method_for("model.layers.1.mlp.up_proj").source_type, "W8A8");
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "config_groups": {"W3A16": ["Linear"]}})");
+              }),
+              HasSubstr("key 'quantization_config.config_groups.W3A16': a list of targets needs a "
+                        "preset group name, and 'W3A16' is not one (presets: UNQUANTIZED, W8A16"));
+  const auto presets = compressed_tensors_presets();
+  for (const char* name : {"W4A16", "FP8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4", "NVFP4A16", "MXFP4",
+                           "MXFP4A16", "MXFP8", "MXFP8A16", "INT8", "W4AFP8"})
+    EXPECT_NE(std::find(presets.begin(), presets.end(), name), presets.end()) << name;
+}
+
+TEST(CompressedTensorsPlan, W4A16Group32) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
+                  "group_size": 32, "actorder": "weight"}}},
+    "ignore": ["lm_head"]})");
+  expect_all_linears(p, "w4a16-g32");
+  EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").format, "pack-quantized");
+}
+
+TEST(CompressedTensorsPlan, W4A16Group128IsRejectedNamingTheModule) {
+  EXPECT_EQ(error_of([] {
+              plan_of(tiny_llama(), R"({
+                "quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"W4A16": ["re:.*down_proj"]}})");
+            }),
+            "model.layers.0.mlp.down_proj: W4A16 pack-quantized requires group_size 32, got 128");
+  EXPECT_EQ(
+      error_of([] {
+        plan_of(tiny_llama(), R"({
+                "quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"W4A16_ASYM": ["Linear"]}})");
+      }),
+      "model.layers.0.self_attn.q_proj: W4A16 pack-quantized requires group_size 32, got 128");
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({
+                  "quant_method": "compressed-tensors", "format": "pack-quantized",
+                  "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4,
+                    "strategy": "group", "group_size": 32, "symmetric": false}}}})");
+              }),
+              HasSubstr("W4A16 pack-quantized requires symmetric weights"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "pack-quantized", "config_groups": {"W8A16": ["Linear"]}})");
+              }),
+              HasSubstr("model.layers.0.self_attn.q_proj: compressed-tensors W8A16 (int8 "
+                        "weight-only, config group 'W8A16') is not implemented"));
+}
+
+TEST(CompressedTensorsPlan, Fp8Presets) {
+  const QuantPlan t = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8": ["Linear"]}, "ignore": ["lm_head"]})");
+  expect_all_linears(t, "fp8-tensor");
+  const PlanEntry& e = t.method_for("model.layers.0.mlp.up_proj");
+  ASSERT_TRUE(e.input_activations.has_value());
+  EXPECT_FALSE(e.input_activations->is_dynamic());  // static input_scale
+
+  const QuantPlan c = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8_DYNAMIC": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(c, "fp8-channel");
+
+  const QuantPlan b = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8_BLOCK": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(b, "fp8-block");
+  EXPECT_EQ(b.method_for("model.layers.0.mlp.down_proj").weights->block_structure,
+            (std::array<int64_t, 2>{128, 128}));
+
+  // Weight-only FP8 per channel (no input activations) is fp8-channel too.
+  const QuantPlan w = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(w, "fp8-channel");
+  EXPECT_FALSE(w.method_for("model.layers.0.mlp.up_proj").input_activations.has_value());
+}
+
+TEST(CompressedTensorsPlan, Fp8Constraints) {
+  auto err = [](const char* groups) {
+    return error_of([&] {
+      plan_of(tiny_llama(), (std::string(R"({"quant_method": "compressed-tensors",
+          "format": "float-quantized", "ignore": ["lm_head"], "config_groups": )") +
+                             groups + "}")
+                                .c_str());
+    });
+  };
+  EXPECT_EQ(err(R"({"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [64, 64]},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
+                            "dynamic": true}}})"),
+            "model.layers.0.self_attn.q_proj: FP8 block weights require block_structure [128, "
+            "128], got [64, 64]");
+  EXPECT_THAT(err(R"({"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor"}}})"),
+              HasSubstr("model.layers.0.self_attn.q_proj: FP8 block weights do not support static "
+                        "input activations"));
+  EXPECT_THAT(err(R"({"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor"}}})"),
+              HasSubstr("FP8 channel weights need dynamic per-token input activations or none"));
+  EXPECT_THAT(err(R"({"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+      "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true}}})"),
+              HasSubstr("float weights with int input activations"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "pack-quantized", "config_groups": {"FP8": ["Linear"]}})");
+              }),
+              HasSubstr("FP8 requires format float-quantized, got 'pack-quantized'"));
+}
+
+TEST(CompressedTensorsPlan, Nvfp4AndNvfp4A16) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "nvfp4-pack-quantized", "config_groups": {"NVFP4": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(p, "nvfp4");
+  EXPECT_EQ(p.method_for("model.layers.0.mlp.up_proj").input_activations->dynamic,
+            DynamicMode::kLocal);
+  const QuantPlan w = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "nvfp4-pack-quantized", "config_groups": {"NVFP4A16": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(w, "nvfp4");
+  EXPECT_FALSE(w.method_for("model.layers.0.mlp.up_proj").input_activations.has_value());
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "nvfp4-pack-quantized", "config_groups": {"g": {"targets": ["Linear"],
+                    "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                "group_size": 32}}}})");
+              }),
+              HasSubstr("model.layers.0.self_attn.q_proj: NVFP4 requires group_size 16, got 32"));
+}
+
+TEST(CompressedTensorsPlan, MxFormats) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "mxfp4-pack-quantized", "config_groups": {"MXFP4": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(p, "mxfp4");
+  const QuantPlan a16 = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "mxfp4-pack-quantized", "config_groups": {"MXFP4A16": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(a16, "mxfp4");
+  const QuantPlan p8 = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "mxfp8-quantized", "config_groups": {"MXFP8": ["Linear"]},
+      "ignore": ["lm_head"]})");
+  expect_all_linears(p8, "mxfp8");
+  EXPECT_EQ(error_of([] {
+              plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                  "format": "mxfp4-pack-quantized", "config_groups": {"g": {"targets": ["Linear"],
+                  "weights": {"num_bits": 4, "type": "float", "strategy": "group",
+                              "group_size": 32}}}})");
+            }),
+            "model.layers.0.self_attn.q_proj: MXFP4 requires scale_dtype torch.uint8 (E8M0 "
+            "scales), got none");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Targets and ignore
+
+TEST(CompressedTensorsPlan, RegexTargetsUseReMatchSemantics) {
+  // Anchored at the start: matches every module whose name *starts* with the pattern.
+  EXPECT_TRUE(ct_name_matches("re:model.layers.0.mlp", "model.layers.0.mlp.down_proj", "t"));
+  EXPECT_TRUE(ct_name_matches("re:.*self_attn\\.q_proj", "model.layers.1.self_attn.q_proj", "t"));
+  EXPECT_TRUE(ct_name_matches("re:.*mlp.gate$", "model.layers.0.mlp.gate", "t"));
+  EXPECT_FALSE(ct_name_matches("re:.*mlp.gate$", "model.layers.0.mlp.gate_proj", "t"));
+  // Not a search: a pattern that only matches mid-string does not match.
+  EXPECT_FALSE(ct_name_matches("re:self_attn.q_proj", "model.layers.1.self_attn.q_proj", "t"));
+  EXPECT_FALSE(ct_name_matches("re:layers", "model.layers.1.self_attn.q_proj", "t"));
+  // Python syntax: \A, named groups.
+  EXPECT_TRUE(ct_name_matches("re:\\Amodel\\.layers\\.(?P<i>[0-9]+)\\.mlp",
+                              "model.layers.12.mlp.up_proj", "t"));
+  // Non-regex targets are exact names.
+  EXPECT_TRUE(ct_name_matches("lm_head", "lm_head", "t"));
+  EXPECT_FALSE(ct_name_matches("model.layers.0.mlp", "model.layers.0.mlp.up_proj", "t"));
+
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8_DYNAMIC": ["re:model.layers.0.mlp"]}})");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.gate_proj"), "fp8-channel");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.down_proj"), "fp8-channel");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.self_attn.q_proj"), "bf16");
+  EXPECT_EQ(scheme_of(p, "model.layers.1.mlp.gate_proj"), "bf16");
+  EXPECT_EQ(p.method_for("model.layers.1.mlp.gate_proj").why.note,
+            "not matched by any config group");
+}
+
+TEST(CompressedTensorsPlan, MidStringRegexMatchesNothingAndIsAnError) {
+  EXPECT_EQ(error_of([] {
+              plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                  "format": "float-quantized",
+                  "config_groups": {"group_0": {"targets": ["re:self_attn.q_proj"],
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})");
+            }),
+            "config.json: key 'quantization_config.config_groups.group_0.targets[0]': target "
+            "'re:self_attn.q_proj' of config group 'group_0' matches no module of the model");
+  EXPECT_EQ(error_of([] {
+              plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                  "format": "float-quantized",
+                  "config_groups": {"FP8": ["Linear", "model.layers.7.mlp.down_proj"]}})");
+            }),
+            "config.json: key 'quantization_config.config_groups.FP8.targets[1]': target "
+            "'model.layers.7.mlp.down_proj' of config group 'FP8' matches no module of the model");
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized",
+                    "config_groups": {"FP8": ["re:.*self_attn$"]}})");
+              }),
+              HasSubstr("target 're:.*self_attn$' of config group 'FP8' matches no Linear module, "
+                        "only model.layers.0.self_attn (LlamaAttention)"));
+}
+
+TEST(CompressedTensorsPlan, NestedQuantifiersStayFast) {
+  // Exponential for a backtracking matcher on a 30-character name; must return promptly.
+  EXPECT_FALSE(ct_name_matches("re:(.*)*(.*)*(.*)*x$", "model.layers.0.self_attn.q_proj", "t"));
+  EXPECT_TRUE(ct_name_matches("re:(m|mo)*del", "model.layers.0.self_attn.q_proj", "t"));
+}
+
+TEST(CompressedTensorsPlan, InvalidRegexNamesThePattern) {
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized", "config_groups": {"FP8": ["re:.*(mlp"]}})");
+              }),
+              HasSubstr("key 'quantization_config.config_groups.FP8.targets[0]': invalid regex "
+                        "'.*(mlp' in target 're:.*(mlp'"));
+}
+
+TEST(CompressedTensorsPlan, IgnoreWinsOverTargets) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized",
+      "config_groups": {"FP8_DYNAMIC": ["Linear", "model.layers.1.mlp.down_proj"]},
+      "ignore": ["lm_head", "re:.*down_proj$", "re:.*visual.*", "model.embed_tokens"]})");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.up_proj"), "fp8-channel");
+  // Ignored even though an exact-name target names it.
+  const PlanEntry& d = p.method_for("model.layers.1.mlp.down_proj");
+  EXPECT_EQ(d.scheme_string(), "bf16");
+  EXPECT_EQ(d.why.target, "re:.*down_proj$");
+  EXPECT_EQ(d.why.key, "quantization_config.ignore[1]");
+  // An ignore entry naming nothing is only a warning (real checkpoints carry such entries); one
+  // naming a non-Linear module is fine.
+  ASSERT_EQ(p.warnings().size(), 1u);
+  EXPECT_EQ(p.warnings()[0],
+            "config.json: key 'quantization_config.ignore[2]': 're:.*visual.*' matches no module "
+            "of the model");
+}
+
+TEST(CompressedTensorsPlan, ExactNameBeatsRegexBeatsClass) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "mixed-precision",
+      "config_groups": {
+        "a_class": {"targets": ["Linear"], "format": "float-quantized",
+          "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+          "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}},
+        "b_regex": {"targets": ["re:.*down_proj"], "format": "float-quantized",
+          "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+          "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor"}},
+        "c_name": {"targets": ["model.layers.1.mlp.down_proj"], "format": "pack-quantized",
+          "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}},
+      "ignore": ["lm_head"]})");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.up_proj"), "fp8-channel");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.down_proj"), "fp8-tensor");
+  EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").why.group, "b_regex");
+  EXPECT_EQ(scheme_of(p, "model.layers.1.mlp.down_proj"), "w4a16-g32");
+  EXPECT_EQ(p.method_for("model.layers.1.mlp.down_proj").format, "pack-quantized");
+  EXPECT_EQ(p.method_for("model.layers.1.mlp.down_proj").why.target,
+            "model.layers.1.mlp.down_proj");
+}
+
+TEST(CompressedTensorsPlan, EquallySpecificTargetsWithDifferentSchemesAreAmbiguous) {
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized",
+                    "config_groups": {"FP8": ["re:.*mlp.*"], "FP8_DYNAMIC": ["re:.*proj"]},
+                    "ignore": ["lm_head"]})");
+              }),
+              HasSubstr("model.layers.0.mlp.gate_proj: matched by target"));
+}
+
+TEST(CompressedTensorsPlan, FormatRules) {
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "mixed-precision", "config_groups": {"FP8": ["Linear"]}})");
+              }),
+              HasSubstr("key 'quantization_config.config_groups.FP8': the top-level format is "
+                        "mixed-precision but this group has no format"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "packed", "config_groups": {"FP8": ["Linear"]}})");
+              }),
+              HasSubstr("key 'quantization_config.format': unknown format 'packed'"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized", "quantization_status": "frozen",
+                    "config_groups": {"FP8": ["Linear"]}})");
+              }),
+              HasSubstr("key 'quantization_config.quantization_status': 'frozen': the weights are "
+                        "not compressed"));
+  // No format at all: inferred as compressed-tensors does (FP8 -> float-quantized).
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "config_groups": {"FP8_DYNAMIC": ["Linear"]}, "ignore": ["lm_head"]})");
+  EXPECT_EQ(p.method_for("model.layers.0.mlp.up_proj").format, "float-quantized");
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "int-quantized", "config_groups": {"g": {"targets": ["Linear"],
+                    "weights": {"num_bits": 8, "strategy": "channel"},
+                    "input_activations": {"num_bits": 8, "strategy": "tensor"}}}})");
+              }),
+              HasSubstr("W8A8-INT8 with static per-tensor input activations is not implemented"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized", "config_groups": {"FP8": ["Linear"]},
+                    "transform_config": {"config_groups": {"R1": {}}}})");
+              }),
+              HasSubstr("transforms (Hadamard / rotations applied at run time) are not "
+                        "implemented"));
+}
+
+TEST(CompressedTensorsPlan, KvCacheScheme) {
+  const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8": ["Linear"]}, "ignore": ["lm_head"],
+      "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false,
+                          "symmetric": true}})");
+  for (const char* a : {"model.layers.0.self_attn", "model.layers.1.self_attn"}) {
+    const PlanEntry& e = p.method_for(a);
+    EXPECT_EQ(e.role, ModuleRole::kKvCache);
+    EXPECT_EQ(e.scheme_string(), "kv-fp8");
+    ASSERT_TRUE(e.kv_cache.has_value());
+    EXPECT_EQ(e.why.key, "quantization_config.kv_cache_scheme");
+  }
+  // A KV-cache-only config (format dense, no quantized weights) is fine.
+  const QuantPlan kv_only = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "dense", "config_groups": {},
+      "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}})");
+  EXPECT_EQ(scheme_of(kv_only, "model.layers.1.self_attn"), "kv-fp8");
+  EXPECT_EQ(scheme_of(kv_only, "model.layers.1.self_attn.q_proj"), "bf16");
+
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "config_groups": {}, "kv_cache_scheme": {"num_bits": 8, "type": "int"}})");
+              }),
+              HasSubstr("key 'quantization_config.kv_cache_scheme': only an FP8 KV cache"));
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+                    "config_groups": {}, "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                    "strategy": "attn_head"}})");
+              }),
+              HasSubstr("kv-fp8 requires strategy tensor, got attn_head"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// MoE expert stacks
+
+const char* const kMoeIgnore = R"("ignore": ["lm_head", "re:.*mlp.gate$"])";
+
+std::string moe_qc(const std::string& groups, const std::string& extra = kMoeIgnore) {
+  return R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+             "config_groups": )" +
+         groups + ", " + extra + "}";
+}
+
+TEST(CompressedTensorsPlan, Int4Group32IsMxint4OnExpertStacks) {
+  const QuantPlan p = plan_from_quantization_config(
+      tiny_qwen3_moe(), Json::parse(moe_qc(R"({"group_0": {"targets": ["Linear"],
+          "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}})")),
+      "config.json");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.self_attn.q_proj"), "w4a16-g32");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.gate"), "bf16");  // router ignored
+  const PlanEntry& stack = p.method_for("model.layers.0.mlp.experts");
+  EXPECT_EQ(stack.role, ModuleRole::kExpertStack);
+  EXPECT_EQ(stack.scheme_string(), "mxint4");
+  EXPECT_EQ(stack.format, "pack-quantized");
+  const PlanEntry& w2 = p.method_for("model.layers.0.mlp.experts.3.down_proj");
+  EXPECT_EQ(w2.scheme_string(), "mxint4");
+  EXPECT_EQ(w2.stack, "model.layers.0.mlp.experts");
+  EXPECT_EQ(w2.expert, 3);
+  EXPECT_EQ(w2.shard, ExpertShard::kW2);
+  EXPECT_EQ(w2.out_features, 256);
+  EXPECT_EQ(w2.in_features, 128);
+  // Layer 1 is in mlp_only_layers: a dense MLP, so plain linears.
+  EXPECT_EQ(scheme_of(p, "model.layers.1.mlp.gate_proj"), "w4a16-g32");
+  EXPECT_EQ(p.find("model.layers.1.mlp.experts"), nullptr);
+}
+
+TEST(CompressedTensorsPlan, Mxint4RejectsActorder) {
+  EXPECT_EQ(error_of([] {
+              plan_from_quantization_config(
+                  tiny_qwen3_moe(), Json::parse(moe_qc(R"({"group_0": {"targets": ["Linear"],
+                      "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                                  "group_size": 32, "actorder": "weight"}}})")),
+                  "config.json");
+            }),
+            "model.layers.0.mlp.experts.0.gate_proj: mxint4 (W4A16 on MoE experts) requires no "
+            "actorder, got 'weight'");
+}
+
+TEST(CompressedTensorsPlan, MixedExpertSchemesAreAnError) {
+  EXPECT_EQ(error_of([] {
+              plan_from_quantization_config(
+                  tiny_qwen3_moe(),
+                  Json::parse(moe_qc(R"({"group_0": {"targets": ["Linear"], "weights": {
+                      "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}})",
+                                     R"("ignore": ["lm_head", "re:.*mlp.gate$",
+                                                   "model.layers.0.mlp.experts.2.up_proj"])")),
+                  "config.json");
+            }),
+            "model.layers.0.mlp.experts: all experts and their gate/up/down projections must "
+            "share one quantization scheme (engines fuse them into one stack), but "
+            "model.layers.0.mlp.experts.0.gate_proj is mxint4 [weights int4 group(32) sym static] "
+            "and model.layers.0.mlp.experts.2.up_proj is bf16");
+}
+
+TEST(CompressedTensorsPlan, QuantizedRouterIsAnError) {
+  EXPECT_THAT(error_of([] {
+                plan_from_quantization_config(tiny_qwen3_moe(),
+                                              Json::parse(R"({"quant_method": "compressed-tensors",
+                        "format": "float-quantized", "config_groups": {"FP8_DYNAMIC": ["Linear"]},
+                        "ignore": ["lm_head"]})"),
+                                              "config.json");
+              }),
+              HasSubstr("model.layers.0.mlp.gate: the MoE router is never quantized"));
+}
+
+TEST(CompressedTensorsPlan, Fp8BlockOnMoe) {
+  const QuantPlan p = plan_from_quantization_config(
+      tiny_qwen3_moe(),
+      Json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"FP8_BLOCK": ["Linear"]}, "ignore": ["lm_head", "re:.*mlp.gate$"]})"),
+      "config.json");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.experts"), "fp8-block");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.experts.1.up_proj"), "fp8-block");
+  EXPECT_EQ(scheme_of(p, "model.layers.1.mlp.down_proj"), "fp8-block");
+  const auto summary = p.summary();
+  EXPECT_EQ(summary.at("fp8-block"),
+            2 * 4 + 4 * 3 + 1 + 3);  // attention, experts, stack, dense MLP
+}
+
+TEST(CompressedTensorsPlan, TiedLmHeadCannotBeQuantized) {
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(/*tied=*/true), R"({"quant_method": "compressed-tensors",
+                    "format": "float-quantized", "config_groups": {"FP8_DYNAMIC": ["Linear"]}})");
+              }),
+              HasSubstr("lm_head: tie_word_embeddings is true"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// quant_method fp8 and other methods
+
+TEST(Fp8ConfigPlan, BlockAndTensor) {
+  const QuantPlan b = plan_from_quantization_config(
+      tiny_qwen3_moe(),
+      Json::parse(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+          "weight_block_size": [128, 128], "modules_to_not_convert": ["model.layers.1.mlp"]})"),
+      "config.json");
+  EXPECT_EQ(b.source(), PlanSource::kFp8);
+  EXPECT_EQ(scheme_of(b, "model.layers.0.self_attn.q_proj"), "fp8-block");
+  EXPECT_EQ(scheme_of(b, "model.layers.0.mlp.experts"), "fp8-block");
+  EXPECT_EQ(b.method_for("model.layers.0.mlp.experts.0.up_proj").format, "fp8");
+  EXPECT_EQ(scheme_of(b, "model.layers.0.mlp.gate"), "bf16");  // routers never converted
+  EXPECT_EQ(scheme_of(b, "lm_head"), "bf16");
+  const PlanEntry& skipped = b.method_for("model.layers.1.mlp.up_proj");
+  EXPECT_EQ(skipped.scheme_string(), "bf16");
+  EXPECT_EQ(skipped.why.target, "model.layers.1.mlp");
+  EXPECT_EQ(skipped.why.key, "quantization_config.modules_to_not_convert[0]");
+
+  const QuantPlan t = plan_of(tiny_llama(), R"({"quant_method": "fp8",
+      "activation_scheme": "static", "ignored_layers": ["lm_head", "model.layers.9.mlp"]})");
+  expect_all_linears(t, "fp8-tensor");
+  EXPECT_FALSE(t.method_for("model.layers.0.mlp.up_proj").input_activations->is_dynamic());
+  ASSERT_EQ(t.warnings().size(), 1u);
+  EXPECT_THAT(t.warnings()[0], HasSubstr("'model.layers.9.mlp' matches no module"));
+
+  EXPECT_EQ(error_of([] {
+              plan_of(tiny_llama(), R"({"quant_method": "fp8", "weight_block_size": [64, 64]})");
+            }),
+            "config.json: key 'quantization_config.weight_block_size': [64,64] is not implemented "
+            "(fp8-block needs [128, 128])");
+  EXPECT_THAT(error_of([] {
+                plan_of(tiny_llama(), R"({"quant_method": "fp8", "activation_scheme": "static",
+                    "weight_block_size": [128, 128]})");
+              }),
+              HasSubstr("block-wise fp8 needs activation_scheme 'dynamic'"));
+}
+
+TEST(QuantizationConfigPlan, OtherMethodsAreRejectedByName) {
+  EXPECT_EQ(error_of([] { plan_of(tiny_llama(), R"({"quant_method": "awq", "bits": 4})"); }),
+            "config.json: key 'quantization_config.quant_method': 'awq' is not supported "
+            "(supported: compressed-tensors, fp8)");
+  EXPECT_EQ(error_of([] { plan_of(tiny_llama(), R"({"bits": 4})"); }),
+            "config.json: key 'quantization_config': missing required key 'quant_method'");
+}
+
+TEST(QuantPlan, OrderLookupAndJson) {
+  const QuantPlan p = plan_from_quantization_config(
+      tiny_qwen3_moe(),
+      Json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"FP8_DYNAMIC": ["Linear"]}, "ignore": ["lm_head", "re:.*mlp.gate$"]})"),
+      "config.json");
+  std::vector<std::string> first;
+  for (const PlanEntry& e : p) {
+    first.push_back(e.prefix);
+    if (first.size() == 12) break;
+  }
+  EXPECT_THAT(first,
+              ElementsAre("model.layers.0.input_layernorm", "model.layers.0.self_attn.q_proj",
+                          "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj",
+                          "model.layers.0.self_attn", "model.layers.0.self_attn.o_proj",
+                          "model.layers.0.post_attention_layernorm", "model.layers.0.mlp.gate",
+                          "model.layers.0.mlp.experts", "model.layers.0.mlp.experts.0.gate_proj",
+                          "model.layers.0.mlp.experts.0.up_proj",
+                          "model.layers.0.mlp.experts.0.down_proj"));
+  EXPECT_EQ(p.entries().back().prefix, "lm_head");
+  EXPECT_EQ(p.entries()[p.entries().size() - 2].prefix, "model.norm");
+  EXPECT_EQ(error_of([&] { p.method_for("model.layers.0.mlp.experts.4.up_proj"); }),
+            "model.layers.0.mlp.experts.4.up_proj: no such module in the quantization plan of this "
+            "model");
+  const Json j = p.to_json();
+  EXPECT_EQ(j["source"], "compressed-tensors");
+  EXPECT_EQ(j["modules"].size(), p.entries().size());
+  const Json& q = j["modules"][1];
+  EXPECT_EQ(q["prefix"], "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(q["scheme"], "fp8-channel");
+  EXPECT_EQ(q["decided_by"]["group"], "FP8_DYNAMIC");
+  EXPECT_EQ(q["weights"]["strategy"], "channel");
+  EXPECT_EQ(j["modules"][0]["scheme"], nullptr);
+}
+
+}  // namespace
+}  // namespace qparity

@@ -1,0 +1,215 @@
+// The scheme registry: ids parse and print back, every scheme is described completely, and the
+// tensor tables carry the facts of spec/FORMATS.md's format cards.
+#include <functional>
+#include <set>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/quant/quant_plan.h"
+#include "core/quant/scheme_registry.h"
+
+namespace qparity {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a qparity::Error";
+  return "";
+}
+
+const TensorSpec* find_tensor(const SchemeInfo& s, const std::string& name,
+                              const std::string& producer = "") {
+  for (const TensorSpec& t : s.tensors)
+    if (t.name == name && (producer.empty() || t.producer == producer)) return &t;
+  return nullptr;
+}
+
+TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
+  const std::vector<std::string> expected = {
+      "bf16",      "w8a16-ch",   "w8a16-g<N>",  "w8a8-static", "w8a8s",  "w8a8-int8-dyn",
+      "w4a16-g32", "fp8-tensor", "fp8-channel", "fp8-block",   "nvfp4",  "mxint4",
+      "mxfp4",     "mxfp8",      "kv-bf16",     "kv-int8",     "kv-fp8", "smoothquant"};
+  std::vector<std::string> ids;
+  for (const SchemeInfo& s : all_schemes())
+    ids.push_back(s.id);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(all_schemes().size(), std::size(kAllSchemeKinds));
+  EXPECT_EQ(valid_scheme_ids(),
+            "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a16-g32, "
+            "fp8-tensor, fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, "
+            "kv-fp8, smoothquant");
+}
+
+TEST(SchemeRegistry, EveryEntryIsComplete) {
+  for (const SchemeInfo& s : all_schemes()) {
+    SCOPED_TRACE(s.id);
+    EXPECT_EQ(&scheme_info(s.kind), &s);
+    EXPECT_EQ(s.family, scheme_family(s.kind));
+    EXPECT_FALSE(s.description.empty());
+    EXPECT_FALSE(s.producers.empty());
+    EXPECT_FALSE(s.constraints.empty());
+    const bool unquantized = s.kind == SchemeKind::kKvBf16;
+    EXPECT_EQ(s.tensors.empty(), unquantized);
+    EXPECT_EQ(s.spec.empty(), unquantized);
+    for (const TensorSpec& t : s.tensors) {
+      EXPECT_FALSE(t.name.empty());
+      EXPECT_FALSE(t.dtype.empty());
+      EXPECT_EQ(t.shape.front(), '[');
+      EXPECT_EQ(t.shape.back(), ']');
+    }
+    const Json j = to_json(s);
+    for (const char* k : {"id", "family", "producers", "description", "parameters", "constraints",
+                          "tensors", "spec"})
+      EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_EQ(j["id"], s.id);
+  }
+}
+
+TEST(SchemeRegistry, ParseAndPrintRoundTrip) {
+  for (SchemeKind k : kAllSchemeKinds) {
+    if (k == SchemeKind::kW8A16Group) continue;
+    const std::string id(scheme_pattern(k));
+    const SchemeId s = parse_scheme_id(id);
+    EXPECT_EQ(s.kind, k) << id;
+    EXPECT_EQ(s.group_size, 0);
+    EXPECT_EQ(to_string(s), id);
+  }
+  const SchemeId g = parse_scheme_id("w8a16-g128");
+  EXPECT_EQ(g.kind, SchemeKind::kW8A16Group);
+  EXPECT_EQ(g.group_size, 128);
+  EXPECT_EQ(to_string(g), "w8a16-g128");
+  EXPECT_EQ(parse_scheme_id("W8A16-G64"), (SchemeId{SchemeKind::kW8A16Group, 64}));
+  EXPECT_EQ(parse_scheme_id("FP8-Block").kind, SchemeKind::kFp8Block);
+}
+
+TEST(SchemeRegistry, UnknownIdsListTheValidOnes) {
+  EXPECT_EQ(error_of([] { parse_scheme_id("int4"); }),
+            "scheme 'int4': unknown scheme id (valid: " + valid_scheme_ids() + ")");
+  EXPECT_THAT(error_of([] { parse_scheme_id("w4a16-g128"); }),
+              HasSubstr("unknown scheme id (valid: bf16, w8a16-ch, w8a16-g<N>,"));
+  for (const char* bad :
+       {"w8a16-g0", "w8a16-g", "w8a16-g012", "w8a16-gx", "w8a16-g-1", "w8a16-g99999999"})
+    EXPECT_THAT(error_of([&] { parse_scheme_id(bad); }),
+                HasSubstr("w8a16-g<N> needs a group size N"))
+        << bad;
+}
+
+TEST(SchemeRegistry, FamiliesAndGroupSizes) {
+  EXPECT_EQ(scheme_family(SchemeKind::kKvInt8), SchemeFamily::kKvCache);
+  EXPECT_EQ(scheme_family(SchemeKind::kKvFp8), SchemeFamily::kKvCache);
+  EXPECT_EQ(scheme_family(SchemeKind::kSmoothQuant), SchemeFamily::kTransform);
+  EXPECT_EQ(scheme_family(SchemeKind::kMxint4), SchemeFamily::kWeight);
+  EXPECT_EQ(effective_group_size({SchemeKind::kW8A16Group, 256}), 256);
+  EXPECT_EQ(effective_group_size({SchemeKind::kW4A16G32, 0}), 32);
+  EXPECT_EQ(effective_group_size({SchemeKind::kNvfp4, 0}), 16);
+  EXPECT_EQ(effective_group_size({SchemeKind::kMxfp8, 0}), 32);
+  EXPECT_EQ(effective_group_size({SchemeKind::kFp8Block, 0}), 128);
+  EXPECT_EQ(effective_group_size({SchemeKind::kFp8Channel, 0}), 0);
+}
+
+TEST(SchemeRegistry, ProducersMatchTheSources) {
+  auto producers = [](SchemeKind k) {
+    std::set<std::string> out;
+    for (Producer p : scheme_info(k).producers)
+      out.emplace(to_string(p));
+    return out;
+  };
+  EXPECT_EQ(producers(SchemeKind::kW8A16Channel), std::set<std::string>{"msModelSlim"});
+  EXPECT_EQ(producers(SchemeKind::kW8A8Int8Dyn),
+            (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
+  EXPECT_EQ(producers(SchemeKind::kFp8Block), (std::set<std::string>{"compressed-tensors", "fp8"}));
+  EXPECT_EQ(producers(SchemeKind::kFp8Channel),
+            (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
+  EXPECT_EQ(producers(SchemeKind::kKvFp8), (std::set<std::string>{"compressed-tensors", "engine"}));
+  EXPECT_EQ(producers(SchemeKind::kBf16), std::set<std::string>{"none"});
+}
+
+// Spot checks against the format cards (FORMATS.md §8).
+TEST(SchemeRegistry, TensorTablesFollowTheFormatCards) {
+  const SchemeInfo& w4 = scheme_info(SchemeKind::kW4A16G32);  // C1
+  ASSERT_NE(find_tensor(w4, "weight_packed"), nullptr);
+  EXPECT_EQ(find_tensor(w4, "weight_packed")->dtype, "I32");
+  EXPECT_EQ(find_tensor(w4, "weight_packed")->shape, "[N, K/8]");
+  EXPECT_EQ(find_tensor(w4, "weight_scale")->shape, "[N, K/32]");
+  EXPECT_EQ(find_tensor(w4, "weight_shape")->dtype, "I64");
+
+  const SchemeInfo& nv = scheme_info(SchemeKind::kNvfp4);  // C4
+  EXPECT_EQ(find_tensor(nv, "weight_packed")->dtype, "U8");
+  EXPECT_EQ(find_tensor(nv, "weight_packed")->shape, "[N, K/2]");
+  EXPECT_EQ(find_tensor(nv, "weight_scale")->dtype, "F8_E4M3");
+  EXPECT_EQ(find_tensor(nv, "weight_scale")->shape, "[N, K/16]");
+  EXPECT_EQ(find_tensor(nv, "weight_global_scale")->shape, "[1]");
+  EXPECT_NE(find_tensor(nv, "input_global_scale"), nullptr);
+
+  const SchemeInfo& mx4 = scheme_info(SchemeKind::kMxfp4);  // C5
+  EXPECT_EQ(find_tensor(mx4, "weight_scale")->dtype, "U8");
+  EXPECT_EQ(find_tensor(mx4, "weight_scale")->shape, "[N, K/32]");
+  EXPECT_EQ(find_tensor(scheme_info(SchemeKind::kMxfp8), "weight")->dtype, "F8_E4M3");
+
+  const SchemeInfo& blk = scheme_info(SchemeKind::kFp8Block);  // C3
+  EXPECT_EQ(find_tensor(blk, "weight_scale", "compressed-tensors")->shape,
+            "[ceil(N/128), ceil(K/128)]");
+  EXPECT_EQ(find_tensor(blk, "weight_scale_inv", "fp8")->dtype, "F32");
+
+  const SchemeInfo& mi = scheme_info(SchemeKind::kMxint4);  // C10: bf16 scales, not E8M0
+  EXPECT_EQ(find_tensor(mi, "weight_scale")->dtype, "BF16");
+  EXPECT_EQ(find_tensor(mi, "w13_weight_packed")->shape, "[E, 2I, H/8]");
+
+  const SchemeInfo& w8a8 = scheme_info(SchemeKind::kW8A8Static);  // C12
+  EXPECT_EQ(find_tensor(w8a8, "deq_scale")->dtype, "I64 or F32");
+  EXPECT_EQ(find_tensor(w8a8, "quant_bias")->dtype, "I32");
+  EXPECT_EQ(find_tensor(w8a8, "input_offset")->shape, "[1]");
+
+  const SchemeInfo& g = scheme_info(SchemeKind::kW8A16Group);  // C11
+  EXPECT_EQ(find_tensor(g, "weight_scale")->shape, "[N, K/G]");
+  EXPECT_EQ(find_tensor(g, "weight_offset")->dtype, "F32");
+
+  const SchemeInfo& c8 = scheme_info(SchemeKind::kKvInt8);  // C15
+  EXPECT_EQ(find_tensor(c8, "k_proj.kv_cache_scale")->shape, "[Hkv*D]");
+  EXPECT_NE(find_tensor(c8, "v_proj.kv_cache_offset"), nullptr);
+
+  const SchemeInfo& kv = scheme_info(SchemeKind::kKvFp8);  // C17
+  EXPECT_EQ(find_tensor(kv, "k_scale")->shape, "[1]");
+
+  const SchemeInfo& sq = scheme_info(SchemeKind::kSmoothQuant);  // C16
+  EXPECT_NE(find_tensor(sq, "bias"), nullptr);
+  EXPECT_NE(find_tensor(sq, "module.bias"), nullptr);
+}
+
+TEST(SchemeRegistry, ImpliedArgsDescribeEachQuantizedScheme) {
+  for (SchemeKind k : kAllSchemeKinds) {
+    SCOPED_TRACE(scheme_pattern(k));
+    const SchemeId id{k, k == SchemeKind::kW8A16Group ? 128 : 0};
+    const ImpliedArgs a = implied_args(id);
+    switch (scheme_family(k)) {
+      case SchemeFamily::kWeight:
+        EXPECT_EQ(a.weights.has_value(), k != SchemeKind::kBf16);
+        if (a.weights && effective_group_size(id) > 0 && k != SchemeKind::kFp8Block) {
+          EXPECT_EQ(a.weights->effective_group_size(), effective_group_size(id));
+        }
+        break;
+      case SchemeFamily::kKvCache:
+        EXPECT_EQ(a.kv_cache.has_value(), k != SchemeKind::kKvBf16);
+        break;
+      case SchemeFamily::kTransform:
+        EXPECT_FALSE(a.weights.has_value());
+        break;
+    }
+  }
+  const ImpliedArgs blk = implied_args({SchemeKind::kFp8Block, 0});
+  EXPECT_EQ(blk.weights->block_structure, (std::array<int64_t, 2>{128, 128}));
+  EXPECT_EQ(blk.input_activations->effective_group_size(), 128);
+  EXPECT_FALSE(implied_args({SchemeKind::kW4A16G32, 0}).input_activations.has_value());
+}
+
+}  // namespace
+}  // namespace qparity
