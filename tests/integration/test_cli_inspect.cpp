@@ -1,0 +1,170 @@
+// The `qparity` binary end to end: inspect on a checkpoint directory it can read, and on
+// malformed inputs, where it must exit 1 with one line naming the file and key (never a crash).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../unit/test_seed.h"
+#include "core/json_util.h"
+#include "core/safetensors/safetensors_writer.h"
+
+namespace qparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliInspect : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qparity_cli_" + std::to_string(test::test_seed()));
+    fs::create_directories(dir_ / "ckpt");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  CliRun run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd =
+        std::string(QPARITY_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int raw = std::system(cmd.c_str());
+    CliRun r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // A 1-layer Llama checkpoint with every tensor present (bf16), plus `config`.
+  void write_llama(const Json& config) {
+    std::ofstream(dir_ / "ckpt/config.json") << config.dump(2);
+    const int64_t h = config["hidden_size"], i = config["intermediate_size"],
+                  v = config["vocab_size"];
+    const int64_t nh = config["num_attention_heads"], kv = config["num_key_value_heads"];
+    const int64_t d = h / nh;
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes = {
+        {"model.embed_tokens.weight", {uint64_t(v), uint64_t(h)}},
+        {"model.layers.0.input_layernorm.weight", {uint64_t(h)}},
+        {"model.layers.0.self_attn.q_proj.weight", {uint64_t(nh * d), uint64_t(h)}},
+        {"model.layers.0.self_attn.k_proj.weight", {uint64_t(kv * d), uint64_t(h)}},
+        {"model.layers.0.self_attn.v_proj.weight", {uint64_t(kv * d), uint64_t(h)}},
+        {"model.layers.0.self_attn.o_proj.weight", {uint64_t(h), uint64_t(nh * d)}},
+        {"model.layers.0.post_attention_layernorm.weight", {uint64_t(h)}},
+        {"model.layers.0.mlp.gate_proj.weight", {uint64_t(i), uint64_t(h)}},
+        {"model.layers.0.mlp.up_proj.weight", {uint64_t(i), uint64_t(h)}},
+        {"model.layers.0.mlp.down_proj.weight", {uint64_t(h), uint64_t(i)}},
+        {"model.norm.weight", {uint64_t(h)}},
+        {"lm_head.weight", {uint64_t(v), uint64_t(h)}}};
+    storage_.clear();
+    std::vector<TensorToWrite> tensors;
+    for (auto& [name, shape] : shapes) {
+      uint64_t n = 1;
+      for (auto s : shape)
+        n *= s;
+      storage_.emplace_back(2 * n, 0x3F);  // bf16 0x3F3F ~ 0.746
+      tensors.push_back({name, DType::kBF16, shape, storage_.back()});
+    }
+    write_safetensors(dir_ / "ckpt/model.safetensors", tensors,
+                      std::map<std::string, std::string>{{"format", "pt"}},
+                      OverwritePolicy::kReplace);
+  }
+
+  Json llama_config() {
+    return Json::parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+      "intermediate_size":128,"num_attention_heads":4,"num_key_value_heads":2,
+      "num_hidden_layers":1,"vocab_size":96,"rms_norm_eps":1e-5,"rope_theta":10000.0,
+      "max_position_embeddings":128,"tie_word_embeddings":false,"torch_dtype":"bfloat16"})");
+  }
+
+  fs::path dir_;
+  std::vector<std::vector<uint8_t>> storage_;
+};
+
+TEST_F(CliInspect, ReadsACheckpointDirectory) {
+  write_llama(llama_config());
+  const CliRun r = run("inspect " + (dir_ / "ckpt").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("model.layers.0.mlp.down_proj.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("LlamaForCausalLM"), std::string::npos);
+  EXPECT_NE(r.out.find("model.layers.0.self_attn.q_proj"), std::string::npos);
+  const CliRun j = run("inspect --json --stats " + (dir_ / "ckpt").string());
+  ASSERT_EQ(j.status, 0) << j.err;
+  const Json doc = Json::parse(j.out);
+  EXPECT_EQ(doc["tensors"].size(), 12u);
+  EXPECT_EQ(doc["model_config"]["num_layers"], 1);
+  EXPECT_EQ(doc["tensors"][0]["stats"]["nan"], 0);
+  EXPECT_TRUE(doc.contains("quant_plan"));
+}
+
+TEST_F(CliInspect, OverrideSchemeIsRecordedAsTheSource) {
+  write_llama(llama_config());
+  const CliRun r = run("inspect --json --scheme fp8-channel " + (dir_ / "ckpt").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("fp8-channel"), std::string::npos);
+}
+
+TEST_F(CliInspect, ReportsNonFiniteValues) {
+  std::vector<uint8_t> bytes = {0x00, 0x3F, 0xC0, 0x7F,
+                                0x80, 0x7F, 0x00, 0x00};  // 0.5, NaN, inf, 0
+  write_safetensors(dir_ / "nan.safetensors", {{"x", DType::kBF16, {4}, bytes}}, std::nullopt);
+  const CliRun r = run("inspect --stats " + (dir_ / "nan.safetensors").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("NON-FINITE: 1 NaN, 1 Inf (first at 1)"), std::string::npos) << r.out;
+}
+
+void expect_one_line_error(const CliRun& r, const std::vector<std::string>& fragments) {
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const auto& f : fragments)
+    EXPECT_NE(r.err.find(f), std::string::npos) << r.err << " / " << f;
+}
+
+TEST_F(CliInspect, MalformedInputsExitOneWithOneLine) {
+  // Truncated safetensors file.
+  std::ofstream(dir_ / "trunc.safetensors", std::ios::binary) << std::string("\x40\x00\x00", 3);
+  expect_one_line_error(run("inspect " + (dir_ / "trunc.safetensors").string()),
+                        {"trunc.safetensors", "shorter than the 8-byte header"});
+  // config.json with a wrong type.
+  Json cfg = llama_config();
+  cfg["num_attention_heads"] = "four";
+  write_llama(llama_config());
+  std::ofstream(dir_ / "ckpt/config.json") << cfg.dump();
+  expect_one_line_error(run("inspect " + (dir_ / "ckpt").string()),
+                        {"config.json", "num_attention_heads", "expected an integer"});
+  // Unknown architecture.
+  cfg = llama_config();
+  cfg["architectures"] = {"GPT2LMHeadModel"};
+  std::ofstream(dir_ / "ckpt/config.json") << cfg.dump();
+  expect_one_line_error(run("inspect " + (dir_ / "ckpt").string()),
+                        {"GPT2LMHeadModel", "LlamaForCausalLM"});
+  // A quantization target that matches no module.
+  cfg = llama_config();
+  cfg["quantization_config"] = Json::parse(R"({"quant_method":"compressed-tensors",
+    "format":"float-quantized","config_groups":{"group_0":{"targets":["re:.*nonexistent.*"],
+    "weights":{"num_bits":8,"type":"float","strategy":"channel","symmetric":true}}},"ignore":[]})");
+  std::ofstream(dir_ / "ckpt/config.json") << cfg.dump();
+  expect_one_line_error(run("inspect " + (dir_ / "ckpt").string()), {"re:.*nonexistent.*"});
+  // Unknown override scheme.
+  std::ofstream(dir_ / "ckpt/config.json") << llama_config().dump();
+  expect_one_line_error(run("inspect --scheme w3a16 " + (dir_ / "ckpt").string()), {"w3a16"});
+  // Missing path.
+  expect_one_line_error(run("inspect " + (dir_ / "nope").string()), {"nope"});
+}
+
+}  // namespace
+}  // namespace qparity

@@ -1,0 +1,10 @@
+#pragma once
+// Each subcommand registers itself on the CLI11 app and returns its exit status through `rc`.
+#include <CLI/CLI.hpp>
+
+namespace qparity::cli {
+
+void add_schemes_command(CLI::App& app, int& rc);
+void add_inspect_command(CLI::App& app, int& rc);
+
+}  // namespace qparity::cli

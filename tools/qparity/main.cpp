@@ -1,0 +1,34 @@
+// qparity: the numerical-truth toolkit for quantized LLM inference.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "tools/qparity/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "qparity - numerical truth for quantized LLM inference.\n"
+      "An exact fp64 reference for quantization formats, layer-by-layer comparison of engines\n"
+      "against it, and bisection of the first place an engine leaves tolerance."};
+  app.set_version_flag("--version", "qparity 0.1.0");
+  app.require_subcommand(1);
+  int rc = 0;
+  qparity::cli::add_schemes_command(app, rc);
+  qparity::cli::add_inspect_command(app, rc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const qparity::Error& e) {
+    // Bad input: one line naming the file / tensor / key and the violated rule.
+    std::cerr << "qparity: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "qparity: error: " << e.what() << "\n";
+    return 1;
+  }
+  return rc;
+}
