@@ -11,21 +11,14 @@
 #include "core/config/model_config.h"
 #include "core/error.h"
 
+#include "error_of.h"
+
 namespace qparity {
 namespace {
 
 using ::testing::HasSubstr;
 
-// The message of the Error `f` throws; fails the test when it throws nothing.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qparity::Error";
-  return "";
-}
+using test::error_of;
 
 // meta-llama/Llama-3.1-8B-Instruct
 Json llama31_8b() {

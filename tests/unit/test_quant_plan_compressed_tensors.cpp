@@ -13,21 +13,15 @@
 #include "core/quant/quant_args.h"
 #include "core/quant/quant_plan.h"
 
+#include "error_of.h"
+
 namespace qparity {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qparity::Error";
-  return "";
-}
+using test::error_of;
 
 // Two layers, K a multiple of 128 everywhere so that every scheme's group divides it.
 ModelConfig tiny_llama(bool tied = false) {

@@ -15,21 +15,15 @@
 #include "core/quant/msmodelslim_config.h"
 #include "core/quant/quant_plan.h"
 
+#include "error_of.h"
+
 namespace qparity {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qparity::Error";
-  return "";
-}
+using test::error_of;
 
 Json tiny_llama_json(bool tied = false) {
   Json j = Json::parse(R"({

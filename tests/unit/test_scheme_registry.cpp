@@ -11,20 +11,14 @@
 #include "core/quant/quant_plan.h"
 #include "core/quant/scheme_registry.h"
 
+#include "error_of.h"
+
 namespace qparity {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qparity::Error";
-  return "";
-}
+using test::error_of;
 
 const TensorSpec* find_tensor(const SchemeInfo& s, const std::string& name,
                               const std::string& producer = "") {
