@@ -160,6 +160,26 @@ struct Pattern {
   std::string where_;
 };
 
+// The first module that is not a linear (expert stack, attention, norm, other) which `p` names
+// by prefix or class, as "prefix (Class)"; empty if none. Used to explain targets and ignore
+// entries that match no linear.
+std::string first_non_linear_match(const ModuleNames& mods, const Pattern& p) {
+  std::string hit;
+  auto consider = [&](const std::string& prefix, const std::string& cls) {
+    if (hit.empty() && (p.matches_name(prefix) || p.matches_class(cls)))
+      hit = prefix + " (" + cls + ")";
+  };
+  for (const auto& s : mods.expert_stacks())
+    consider(s.prefix, s.class_name);
+  for (const auto& a : mods.attentions())
+    consider(a.prefix, a.class_name);
+  for (const auto& n : mods.norms())
+    consider(n.prefix, n.class_name);
+  for (const auto& o : mods.others())
+    consider(o.prefix, o.class_name);
+  return hit;
+}
+
 const std::string& ct_format_of(const CtGroup& g, const CompressedTensorsConfig& c,
                                 const std::string& group_key) {
   if (g.format) return *g.format;
@@ -492,19 +512,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
     const CtGroup& g = c.groups[t.group];
     const std::string k =
         key("config_groups." + g.name + ".targets[" + std::to_string(t.index) + "]");
-    std::string other;
-    auto consider = [&](const std::string& prefix, const std::string& cls) {
-      if (other.empty() && (t.pattern.matches_name(prefix) || t.pattern.matches_class(cls)))
-        other = prefix + " (" + cls + ")";
-    };
-    for (const auto& s : mods.expert_stacks())
-      consider(s.prefix, s.class_name);
-    for (const auto& a : mods.attentions())
-      consider(a.prefix, a.class_name);
-    for (const auto& n : mods.norms())
-      consider(n.prefix, n.class_name);
-    for (const auto& o : mods.others())
-      consider(o.prefix, o.class_name);
+    const std::string other = first_non_linear_match(mods, t.pattern);
     if (!other.empty())
       throw Error(k, "target '" + t.pattern.text + "' of config group '" + g.name +
                          "' matches no Linear module, only " + other +
@@ -515,20 +523,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
   // Real checkpoints carry ignore entries for modules other models have; only worth a warning.
   for (const Ignore& ig : ignores) {
     if (ig.matched) continue;
-    bool names_module = false;
-    auto consider = [&](const std::string& prefix, const std::string& cls) {
-      names_module =
-          names_module || ig.pattern.matches_name(prefix) || ig.pattern.matches_class(cls);
-    };
-    for (const auto& s : mods.expert_stacks())
-      consider(s.prefix, s.class_name);
-    for (const auto& a : mods.attentions())
-      consider(a.prefix, a.class_name);
-    for (const auto& n : mods.norms())
-      consider(n.prefix, n.class_name);
-    for (const auto& o : mods.others())
-      consider(o.prefix, o.class_name);
-    if (!names_module)
+    if (first_non_linear_match(mods, ig.pattern).empty())
       plan.add_warning(key("ignore[" + std::to_string(ig.index) + "]") + ": '" + ig.pattern.text +
                        "' matches no module of the model");
   }
