@@ -166,5 +166,13 @@ TEST_F(CliInspect, MalformedInputsExitOneWithOneLine) {
   expect_one_line_error(run("inspect " + (dir_ / "nope").string()), {"nope"});
 }
 
+TEST_F(CliInspect, UsageErrorsExitTwoAndHelpExitsZero) {
+  EXPECT_EQ(run("").status, 2);
+  EXPECT_EQ(run("inspect").status, 2);  // missing PATH
+  EXPECT_EQ(run("inspect --bogus x").status, 2);
+  EXPECT_EQ(run("--help").status, 0);
+  EXPECT_EQ(run("schemes --help").status, 0);
+}
+
 }  // namespace
 }  // namespace qparity

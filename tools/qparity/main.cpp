@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version exit 0; usage errors exit 2 (bad input files exit 1, below).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   } catch (const qparity::Error& e) {
     // Bad input: one line naming the file / tensor / key and the violated rule.
     std::cerr << "qparity: error: " << e.what() << "\n";
