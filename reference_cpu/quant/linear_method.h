@@ -1,0 +1,132 @@
+#pragma once
+// The LinearMethod lifecycle shared by both engines (ARCHITECTURE.md):
+//   1. create_weights(partition): the checkpoint tensors one shard of one expert carries, with
+//      the producer's own names, dtypes and shapes;
+//   2. load(name, tensor, partition, expert): the loader hands over checkpoint tensors one by one
+//      (q/k/v into a fused qkv layer as partitions 0/1/2, gate/up as 0/1, experts by index); each
+//      is checked against its spec (unknown name, wrong dtype, wrong shape, loaded twice: errors
+//      naming the checkpoint tensor) and kept in its checkpoint dtype;
+//   3. process_weights_after_loading(): checks that every required tensor arrived, then converts
+//      the checkpoint layout to the run-time layout once (unpacking, offset negation, scale
+//      unification across fused partitions, deq_scale bit decoding...) - never in apply;
+//   4. apply(x): the layer, x [T, K] -> y [T, N] with N the fused out_features.
+// A scheme's class knows nothing of the model: it sees a LinearShape (partitions, K, experts).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/quant/quant_args.h"
+#include "core/quant/scheme_registry.h"
+#include "reference_cpu/quant/dialect.h"
+#include "reference_cpu/quant/host_tensor.h"
+#include "reference_cpu/quant/matrix.h"
+#include "reference_cpu/quant/scaled_gemm.h"
+
+namespace qparity::reference {
+
+// The geometry of one engine layer.
+struct LinearShape {
+  // Dense unfused: "model.layers.0.self_attn.o_proj" with partition_names {""}.
+  // Fused: "model.layers.0.self_attn" with {"q_proj", "k_proj", "v_proj"}.
+  // Expert stack: "model.layers.0.mlp.experts" with {"gate_proj", "up_proj"} and num_experts E;
+  // shard (e, p) is then named "<prefix>.<e>.<partition name>".
+  std::string prefix;
+  std::vector<std::string> partition_names{""};
+  std::vector<int64_t> partitions;  // out_features of each partition
+  int64_t in_features = 0;
+  int64_t num_experts = 0;  // 0: one dense linear
+  DType model_dtype = DType::kBF16;
+  bool has_bias = false;
+
+  int64_t out_features() const;
+  int64_t expert_count() const { return num_experts > 0 ? num_experts : 1; }
+  int64_t partition_count() const { return static_cast<int64_t>(partitions.size()); }
+  int64_t partition_offset(int64_t p) const;  // first fused output row of partition p
+  std::string shard_prefix(int64_t expert, int64_t partition) const;
+
+  static LinearShape dense(std::string prefix, int64_t out_features, int64_t in_features,
+                           DType model_dtype = DType::kBF16, bool has_bias = false);
+};
+
+struct ParamSpec {
+  std::string name;           // relative to the shard prefix: "weight_scale"
+  std::vector<DType> dtypes;  // accepted; the first is what the scheme's quantize writes
+  std::vector<int64_t> shape;
+  bool required = true;
+  std::string note;
+};
+
+// What a LinearMethod is built from: the plan entry's scheme and args, and the dialect.
+struct MethodConfig {
+  SchemeId scheme;
+  Dialect dialect = Dialect::kIdeal;
+  std::optional<QuantArgs> weights;
+  std::optional<QuantArgs> input_activations;
+  std::string format;       // compressed-tensors format, "msmodelslim", "fp8", "dense"
+  std::string source_type;  // msModelSlim type ("W8A8S"), compressed-tensors preset, ...
+};
+
+class LinearMethod {
+ public:
+  LinearMethod(LinearShape shape, MethodConfig config);
+  virtual ~LinearMethod() = default;
+  LinearMethod(const LinearMethod&) = delete;
+  LinearMethod& operator=(const LinearMethod&) = delete;
+
+  const LinearShape& shape() const { return shape_; }
+  const MethodConfig& config() const { return config_; }
+  Dialect dialect() const { return config_.dialect; }
+
+  virtual std::vector<ParamSpec> create_weights(int64_t partition) const = 0;
+
+  void load(const std::string& name, const TensorView& t, int64_t partition = 0,
+            int64_t expert = 0);
+  // Loads every tensor of `tensors` (a quantize() result) into one shard.
+  void load_all(const TensorMap& tensors, int64_t partition = 0, int64_t expert = 0);
+
+  void process_weights_after_loading();
+  bool processed() const { return processed_; }
+
+  Matrix apply(const Matrix& x, int64_t expert = 0) const;
+  // The weight apply() multiplies with, in fp64, [N, K] with the partitions in order. For
+  // activation-quantized schemes this is the weight side only.
+  Matrix dequantized_weight(int64_t expert = 0) const;
+  // The activation codes apply() would feed its GEMM for x (activation-quantized schemes), with
+  // their scales; nullopt for weight-only schemes. For bit-exact comparison with an engine's
+  // activation quantization kernel.
+  std::optional<QuantizedMatrix> quantize_input(const Matrix& x, int64_t expert = 0) const;
+  // Run-time tensors after processing, under the engine's names (SGLang's w13_weight_scale [E]
+  // for a unified expert stack, ...), for inspection and tests.
+  virtual TensorMap runtime_tensors() const { return {}; }
+
+ protected:
+  virtual void process() = 0;
+  virtual Matrix do_apply(const Matrix& x, int64_t expert) const = 0;
+  virtual Matrix do_dequantized_weight(int64_t expert) const = 0;
+  virtual std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const {
+    (void)x, (void)expert;
+    return std::nullopt;
+  }
+
+  const HostTensor* find_loaded(const std::string& name, int64_t partition, int64_t expert) const;
+  const HostTensor& loaded(const std::string& name, int64_t partition, int64_t expert) const;
+  // "model.layers.0.self_attn.k_proj.weight_scale"
+  std::string where(const std::string& name, int64_t partition, int64_t expert) const;
+  // The fused bias [N] of one expert from the shards' `bias` tensors (zeros where absent).
+  std::vector<double> loaded_bias(int64_t expert) const;
+
+ private:
+  LinearShape shape_;
+  MethodConfig config_;
+  std::map<std::tuple<std::string, int64_t, int64_t>, HostTensor> loaded_;
+  bool processed_ = false;
+};
+
+// The standard `bias` parameter: model dtype (any float dtype accepted; msModelSlim writes F32).
+ParamSpec bias_spec(const LinearShape& s, int64_t partition);
+
+}  // namespace qparity::reference

@@ -1,0 +1,38 @@
+#pragma once
+// The one input every scheme's `quantize_<scheme>()` takes: a floating-point linear weight (and
+// bias), the producer's args, calibration statistics for static-activation schemes, and the
+// dialect whose arithmetic to reproduce. The result is a TensorMap named exactly as the
+// producer writes the tensors relative to the linear's prefix.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/quant/quant_args.h"
+#include "reference_cpu/quant/dialect.h"
+#include "reference_cpu/quant/matrix.h"
+
+namespace qparity::reference {
+
+// Statistics of a linear's input over calibration tokens (from running the reference).
+struct ActivationStats {
+  double min = 0.0;  // over every element seen
+  double max = 0.0;
+  std::vector<double> channel_absmax;  // per input channel [K] (smooth-quant); may be empty
+};
+
+struct QuantizeRequest {
+  Matrix weight;                            // [N, K], finite
+  std::optional<std::vector<double>> bias;  // [N]
+  DType model_dtype = DType::kBF16;         // the float checkpoint's dtype (scale dtype in CT)
+  Dialect dialect = Dialect::kIdeal;
+  // The producer's description; unset means the scheme's default (core implied_args()).
+  std::optional<QuantArgs> weights;
+  std::optional<QuantArgs> input_activations;
+  std::optional<ActivationStats> activations;  // required by static-activation schemes
+  int64_t group_size = 0;                      // w8a16-g<N>: N
+  std::string where = "weight";                // names the linear in errors
+};
+
+}  // namespace qparity::reference

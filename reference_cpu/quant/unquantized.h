@@ -1,0 +1,28 @@
+#pragma once
+// Scheme `bf16`: an unquantized linear in the checkpoint's float dtype (BF16, F16 or F32).
+// Precision: the stored weight is decoded exactly; apply is x @ W^T + b in fp64 (k ascending).
+// quantize() is the cast to the model dtype (RNE, once from fp64), so "bf16" in a comparison
+// means exactly the information a bf16 checkpoint holds.
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::reference {
+
+TensorMap quantize_unquantized(const Matrix& weight, DType model_dtype,
+                               const std::vector<double>* bias = nullptr);
+
+class UnquantizedLinearMethod final : public LinearMethod {
+ public:
+  UnquantizedLinearMethod(LinearShape shape, MethodConfig config);
+  std::vector<ParamSpec> create_weights(int64_t partition) const override;
+
+ protected:
+  void process() override;
+  Matrix do_apply(const Matrix& x, int64_t expert) const override;
+  Matrix do_dequantized_weight(int64_t expert) const override;
+
+ private:
+  std::vector<Matrix> weights_;  // per expert, fused [N, K]
+  std::vector<std::vector<double>> biases_;
+};
+
+}  // namespace qparity::reference

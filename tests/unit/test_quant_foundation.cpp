@@ -1,0 +1,285 @@
+// The shared machinery under every scheme: dialect names, rounding primitives, fp32/bf16
+// emulation, checkpoint-tensor encoding, the exact scaled GEMM and the LinearMethod lifecycle
+// (through the unquantized scheme, the simplest complete one).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "error_of.h"
+#include "quant_test_util.h"
+#include "reference_cpu/quant/dialect.h"
+#include "reference_cpu/quant/host_tensor.h"
+#include "reference_cpu/quant/kv_cache_method.h"
+#include "reference_cpu/quant/numeric.h"
+#include "reference_cpu/quant/scaled_gemm.h"
+#include "reference_cpu/quant/unquantized.h"
+#include "test_seed.h"
+
+namespace qparity::reference {
+namespace {
+
+using test::error_of;
+using ::testing::HasSubstr;
+
+TEST(Dialect, NamesRoundTripAndUnknownListsValid) {
+  for (Dialect d : kAllDialects)
+    EXPECT_EQ(parse_dialect(to_string(d)), d);
+  EXPECT_EQ(parse_dialect("CT"), Dialect::kCompressedTensors);
+  EXPECT_EQ(parse_dialect("SGLang"), Dialect::kSglang);
+  const auto msg = error_of([] { parse_dialect("tensorrt"); });
+  EXPECT_THAT(msg, HasSubstr("tensorrt"));
+  EXPECT_THAT(msg, HasSubstr("ideal, compressed-tensors, vllm, sglang, msmodelslim"));
+}
+
+TEST(Numeric, IntegerRoundingRules) {
+  // FORMATS.md 1.6: torch.round / cvt.rni are half-even, libdevice.round half-away, .to(int8)
+  // truncates.
+  const double ties[] = {0.5, 1.5, 2.5, -0.5, -1.5, -2.5};
+  const double even[] = {0, 2, 2, -0, -2, -2};
+  const double away[] = {1, 2, 3, -1, -2, -3};
+  const double trunc[] = {0, 1, 2, -0, -1, -2};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(round_int(ties[i], IntRound::kHalfEven), even[i]) << ties[i];
+    EXPECT_EQ(round_int(ties[i], IntRound::kHalfAway), away[i]) << ties[i];
+    EXPECT_EQ(round_int(ties[i], IntRound::kTowardZero), trunc[i]) << ties[i];
+  }
+  EXPECT_EQ(quantize_int(200.7, IntRound::kHalfEven, -128, 127), 127);
+  EXPECT_EQ(quantize_int(-300.0, IntRound::kHalfAway, -128, 127), -128);
+  EXPECT_EQ(quantize_int(-127.5, IntRound::kHalfEven, -128, 127), -128);  // RNE: -128 is even
+  EXPECT_EQ(quantize_int(127.5, IntRound::kHalfEven, -128, 127), 127);    // clamped first
+}
+
+TEST(Numeric, Fp32EmulationIsIeeeSingle) {
+  // 1/3 in fp32 is 0x3EAAAAAB = 0.3333333432674407958984375.
+  EXPECT_EQ(div_in(Arith::kFp32, 1.0, 3.0), 0.3333333432674407958984375);
+  // x/s and x*(1/s) differ in fp32 for x = 5, s = 3: 5/3 rounds to 0x3FD55555 = 1.66666663;
+  // 1/3 rounds to 0x3EAAAAAB, and 5 * 0x3EAAAAAB rounds up to 0x3FD55556 = 1.66666675.
+  const double q_div = apply_scale(5.0, 3.0, ScaleUse::kDivide, Arith::kFp32);
+  const double q_mul = apply_scale(5.0, 3.0, ScaleUse::kMultiplyReciprocal, Arith::kFp32);
+  EXPECT_EQ(q_div, 1.66666662693023681640625);
+  EXPECT_EQ(q_mul, 1.66666674613952636718750);
+  // In fp64 both forms are within one fp64 ulp of 5/3.
+  EXPECT_NEAR(apply_scale(5.0, 3.0, ScaleUse::kMultiplyReciprocal, Arith::kFp64), 5.0 / 3.0, 1e-15);
+  // bf16 ops round the fp32 result to bf16: 1/3 -> 0x3EAB = 0.333984375.
+  EXPECT_EQ(div_in(Arith::kBf16, 1.0, 3.0), 0.333984375);
+  EXPECT_EQ(in(Arith::kFp64, 0.1), 0.1);
+  EXPECT_THAT(error_of([] { arith_of(DType::kI8, "model"); }), HasSubstr("I8"));
+}
+
+TEST(Numeric, RequireFiniteNamesTheFirstBadElement) {
+  const std::vector<double> v = {1.0, 2.0, NAN, INFINITY};
+  const auto msg = error_of([&] { require_finite(v, "layers.3.x"); });
+  EXPECT_THAT(msg, HasSubstr("layers.3.x"));
+  EXPECT_THAT(msg, HasSubstr("NaN at element 2"));
+}
+
+TEST(HostTensor, EncodeDecodeEveryDtypeExactly) {
+  const std::vector<double> ints = {-128, -1, 0, 1, 127};
+  for (DType d : {DType::kI8, DType::kI16, DType::kI32, DType::kI64}) {
+    const auto t = encode(d, {5}, ints, Encoding::kExact, "t");
+    EXPECT_EQ(decode(t.view(), "t"), ints) << dtype_name(d);
+    EXPECT_EQ(decode_ints(t.view(), "t"), (std::vector<int64_t>{-128, -1, 0, 1, 127}));
+  }
+  const std::vector<double> fp8 = {-448, -0.001953125, 0, 1.125, 448};
+  EXPECT_EQ(decode(encode(DType::kF8E4M3, {5}, fp8, Encoding::kExact, "s").view(), "s"), fp8);
+  const std::vector<double> fp4 = {-6, -0.5, 0, 1.5, 3};
+  const auto p = encode(DType::kF4, {5}, fp4, Encoding::kExact, "p");
+  EXPECT_EQ(p.bytes.size(), 3u);
+  EXPECT_EQ(p.bytes[0], 0x9F);  // element 0 (-6 = 0xF) low, element 1 (-0.5 = 0x9) high
+  EXPECT_EQ(decode(p.view(), "p"), fp4);
+  const std::vector<double> e8 = {0x1p-127, 0.25, 1, 0x1p127};
+  EXPECT_EQ(decode(encode(DType::kF8E8M0, {4}, e8, Encoding::kExact, "e").view(), "e"), e8);
+  // kNearest rounds once; kExact refuses.
+  const std::vector<double> third = {1.0 / 3.0};
+  EXPECT_EQ(decode(encode(DType::kBF16, {1}, third, Encoding::kNearest, "b").view(), "b")[0],
+            0.333984375);
+  EXPECT_THAT(error_of([&] { encode(DType::kBF16, {1}, third, Encoding::kExact, "w.scale"); }),
+              HasSubstr("w.scale element 0"));
+}
+
+TEST(HostTensor, EncodeRejectsOutOfRangeAndNaN) {
+  const std::vector<double> big = {128};
+  EXPECT_THAT(error_of([&] { encode(DType::kI8, {1}, big, Encoding::kExact, "q"); }),
+              HasSubstr("not an integer in [-128"));
+  const std::vector<double> half = {0.5};
+  EXPECT_THAT(error_of([&] { encode(DType::kI32, {1}, half, Encoding::kExact, "q"); }),
+              HasSubstr("q element 0"));
+  const std::vector<double> nan = {NAN};
+  EXPECT_THAT(error_of([&] { encode(DType::kF32, {1}, nan, Encoding::kNearest, "s"); }),
+              HasSubstr("NaN"));
+  const std::vector<double> huge = {1e39};
+  EXPECT_THAT(error_of([&] { encode(DType::kF32, {1}, huge, Encoding::kNearest, "s"); }),
+              HasSubstr("overflows"));
+  const std::vector<double> three = {3.0};
+  EXPECT_THAT(error_of([&] { encode(DType::kF8E8M0, {1}, three, Encoding::kExact, "e"); }),
+              HasSubstr("power of two"));
+  const std::vector<double> two = {1, 2};
+  EXPECT_THAT(error_of([&] { encode(DType::kF32, {3}, two, Encoding::kExact, "s"); }),
+              HasSubstr("2 values for shape [3]"));
+}
+
+// Exact reference for one dot product of integer codes.
+__extension__ typedef __int128 Int128;
+
+TEST(ScaledGemm, IntegerAccumulationIsExactOnAllMaxInputs) {
+  // Adversarial: every code at the int8 extreme, K = 65536, so every partial sum is a multiple
+  // of 127*127 up to 2^30: an fp32 accumulator would lose the low bits long before the end.
+  const int64_t k = 65536;
+  QuantizedMatrix x{1, k, std::vector<int64_t>(k, -128), 1.0, 1, k, Matrix(1, 1, 1.0)};
+  QuantizedMatrix w{2, k, std::vector<int64_t>(2 * k, 127), 1.0, 1, k, Matrix(2, 1, 1.0)};
+  for (int64_t i = 0; i < k; i += 3)
+    w.codes[static_cast<size_t>(k + i)] = -128;
+  const Matrix y = scaled_gemm(x, w);
+  for (int64_t n = 0; n < 2; ++n) {
+    Int128 ref = 0;
+    for (int64_t i = 0; i < k; ++i)
+      ref += static_cast<Int128>(-128) * w.code(n, i);
+    EXPECT_EQ(y(0, n), static_cast<double>(ref)) << n;
+  }
+  // The same sum does not fit an int32 accumulator: reported, not wrapped.
+  x.codes.assign(static_cast<size_t>(k) * 4, -128);
+  x.cols = w.cols = 4 * k;
+  x.block_cols = 4 * k;
+  w.codes.assign(static_cast<size_t>(8 * k), -128);
+  w.block_cols = 4 * k;
+  EXPECT_THAT(error_of([&] { scaled_gemm(x, w, true); }), HasSubstr("int32 accumulator overflow"));
+}
+
+TEST(ScaledGemm, SegmentsFollowBothScaleGrids) {
+  // x scales per 2 columns, w scales per 3 columns, K = 6: segments [0,2) [2,3) [3,4) [4,6).
+  // All codes 1, so y = sum over k of sx(k) * sw(k), worked by hand:
+  //   sx = [1, 1, 10, 10, 100, 100], sw = [2, 2, 2, 3, 3, 3]
+  //   y  = 2 + 2 + 20 + 30 + 300 + 300 = 654.
+  QuantizedMatrix x{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 2, Matrix(1, 3)};
+  x.scales.data = {1, 10, 100};
+  QuantizedMatrix w{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 3, Matrix(1, 2)};
+  w.scales.data = {2, 3};
+  EXPECT_EQ(scaled_gemm(x, w)(0, 0), 654.0);
+  // Lattice: e4m3 codes as multiples of 2^-9. 448 * 448 * 6 on lattice 2^-18 is exact.
+  QuantizedMatrix a{
+      1, 6, std::vector<int64_t>(6, lattice_code(448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 1.0)};
+  QuantizedMatrix b{
+      1, 6, std::vector<int64_t>(6, lattice_code(-448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 0.5)};
+  EXPECT_EQ(scaled_gemm(a, b)(0, 0), -448.0 * 448.0 * 6 * 0.5);
+  EXPECT_THAT(error_of([] { lattice_code(0.3, 0.5); }), HasSubstr("not on the lattice"));
+}
+
+TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
+  const uint64_t seed = test::test_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> code(-128, 127);
+  std::uniform_real_distribution<double> sc(0.01, 2.0);
+  QuantizedMatrix x{5, 96, {}, 1.0, 1, 32, Matrix(5, 3)};
+  QuantizedMatrix w{7, 96, {}, 1.0, 4, 48, Matrix(2, 2)};
+  for (int i = 0; i < 5 * 96; ++i)
+    x.codes.push_back(code(rng));
+  for (int i = 0; i < 7 * 96; ++i)
+    w.codes.push_back(code(rng));
+  for (auto& s : x.scales.data)
+    s = sc(rng);
+  for (auto& s : w.scales.data)
+    s = sc(rng);
+  const Matrix ref = matmul_nt(dequantize(x), dequantize(w));
+  EXPECT_LT(test::relative_l2(scaled_gemm(x, w), ref), 1e-14) << test::seed_note(seed);
+  EXPECT_LT(test::relative_l2(weight_only_gemm(dequantize(x), w), ref), 1e-14)
+      << test::seed_note(seed);
+  w.scales = Matrix(1, 1);
+  EXPECT_THAT(error_of([&] { scaled_gemm(x, w); }), HasSubstr("does not cover"));
+}
+
+LinearShape qkv_shape() {
+  LinearShape s;
+  s.prefix = "model.layers.0.self_attn";
+  s.partition_names = {"q_proj", "k_proj", "v_proj"};
+  s.partitions = {4, 2, 2};
+  s.in_features = 3;
+  return s;
+}
+
+TEST(LinearMethod, FusedLoadAppliesInPartitionOrder) {
+  UnquantizedLinearMethod m(qkv_shape(), {});
+  // Partition p's weight is all (p + 1): the fused output rows follow q, k, v.
+  for (int64_t p = 0; p < 3; ++p) {
+    Matrix w(p == 0 ? 4 : 2, 3, static_cast<double>(p + 1));
+    m.load_all(quantize_unquantized(w, DType::kBF16), p);
+  }
+  m.process_weights_after_loading();
+  Matrix x(1, 3, 1.0);
+  const Matrix y = m.apply(x);
+  const std::vector<double> expect = {3, 3, 3, 3, 6, 6, 9, 9};
+  EXPECT_EQ(y.data, expect);
+}
+
+TEST(LinearMethod, LoaderErrorsNameTheCheckpointTensor) {
+  const auto make = [] {
+    return std::make_unique<UnquantizedLinearMethod>(qkv_shape(), MethodConfig{});
+  };
+  const auto w43 = quantize_unquantized(Matrix(4, 3), DType::kBF16).at("weight");
+  {
+    auto m = make();
+    EXPECT_THAT(error_of([&] { m->load("weight_scale", w43.view(), 0); }),
+                HasSubstr("model.layers.0.self_attn.q_proj.weight_scale: unexpected tensor"));
+    EXPECT_THAT(error_of([&] { m->load("weight", w43.view(), 1); }),
+                HasSubstr("k_proj.weight: shape [4, 3] where the scheme expects [2, 3]"));
+    auto i8 = w43;
+    i8.dtype = DType::kI8;
+    i8.bytes.resize(12);
+    EXPECT_THAT(error_of([&] { m->load("weight", i8.view(), 0); }),
+                HasSubstr("q_proj.weight: dtype I8"));
+    m->load("weight", w43.view(), 0);
+    EXPECT_THAT(error_of([&] { m->load("weight", w43.view(), 0); }), HasSubstr("loaded twice"));
+    EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
+                HasSubstr("model.layers.0.self_attn.k_proj.weight: missing"));
+    EXPECT_THAT(error_of([&] { m->apply(Matrix(1, 3)); }), HasSubstr("apply before"));
+  }
+  {
+    auto m = make();
+    m->load("weight", w43.view(), 0);
+    const auto w23 = quantize_unquantized(Matrix(2, 3), DType::kBF16).at("weight");
+    m->load("weight", w23.view(), 1);
+    m->load("weight", w23.view(), 2);
+    m->process_weights_after_loading();
+    EXPECT_THAT(error_of([&] { m->apply(Matrix(1, 4)); }), HasSubstr("input has 4 features"));
+    Matrix bad(1, 3);
+    bad(0, 1) = NAN;
+    EXPECT_THAT(error_of([&] { m->apply(bad); }), HasSubstr("NaN at element 1"));
+    EXPECT_THAT(error_of([&] { m->load("weight", w23.view(), 1); }), HasSubstr("loaded after"));
+  }
+}
+
+TEST(LinearMethod, ExpertStacksNameTheExpertShard) {
+  LinearShape s;
+  s.prefix = "model.layers.1.mlp.experts";
+  s.partition_names = {"gate_proj", "up_proj"};
+  s.partitions = {2, 2};
+  s.in_features = 4;
+  s.num_experts = 3;
+  UnquantizedLinearMethod m(s, {});
+  const auto w = quantize_unquantized(Matrix(2, 4, 1.0), DType::kBF16);
+  for (int64_t e = 0; e < 3; ++e)
+    for (int64_t p = 0; p < 2; ++p)
+      if (!(e == 2 && p == 1)) m.load_all(w, p, e);
+  EXPECT_THAT(error_of([&] { m.process_weights_after_loading(); }),
+              HasSubstr("model.layers.1.mlp.experts.2.up_proj.weight: missing"));
+  EXPECT_THAT(error_of([&] { m.load_all(w, 0, 3); }), HasSubstr("expert 3 of 3"));
+}
+
+TEST(KvCache, UnquantizedCacheRoundsToTheModelDtype) {
+  UnquantizedKvCacheMethod kv({"model.layers.0.self_attn", 1, 2, DType::kBF16}, {});
+  kv.process_weights_after_loading();
+  Matrix x(1, 2);
+  x.data = {1.0 / 3.0, 448.0};
+  const Matrix r = kv.round_trip(KvWhich::kKey, x);
+  EXPECT_EQ(r.data, (std::vector<double>{0.333984375, 448.0}));
+  EXPECT_THAT(error_of([&] { kv.store(KvWhich::kValue, Matrix(1, 3)); }),
+              HasSubstr("value rows have 3 channels"));
+  const auto t = quantize_unquantized(Matrix(1, 1), DType::kBF16).at("weight");
+  UnquantizedKvCacheMethod kv2({"model.layers.0.self_attn", 1, 2, DType::kBF16}, {});
+  EXPECT_THAT(error_of([&] { kv2.load("k_scale", t.view()); }),
+              HasSubstr("model.layers.0.self_attn.k_scale: unexpected tensor"));
+}
+
+}  // namespace
+}  // namespace qparity::reference
