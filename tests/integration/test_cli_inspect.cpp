@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../unit/test_seed.h"
+#include "cli_runner.h"
 #include "core/json_util.h"
 #include "core/safetensors/safetensors_writer.h"
 
@@ -18,17 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::CliRun;
+using test::slurp;
 
 class CliInspect : public testing::Test {
  protected:
@@ -38,17 +30,7 @@ class CliInspect : public testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  CliRun run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd =
-        std::string(QPARITY_CLI) + " " + args + " >" + out.string() + " 2>" + err.string();
-    const int raw = std::system(cmd.c_str());
-    CliRun r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
+  CliRun run(const std::string& args) { return test::run_cli(dir_, args); }
 
   // A 1-layer Llama checkpoint with every tensor present (bf16), plus `config`.
   void write_llama(const Json& config) {

@@ -1,8 +1,10 @@
-// `qparity schemes [--json]`: every scheme with its parameters, constraints and checkpoint
-// tensor names, from the scheme registry (the same data the planner uses).
+// `qparity schemes [--json] [--dialects]`: every scheme with its parameters, constraints and
+// checkpoint tensor names, from the scheme registry (the same data the planner uses); with
+// --dialects, the dialects the reference can reproduce (the --dialect values).
 #include <iostream>
 
 #include "core/quant/scheme_registry.h"
+#include "reference_cpu/quant/dialect.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -37,9 +39,23 @@ void add_schemes_command(CLI::App& app, int& rc) {
                                  "List every quantization scheme: parameters, "
                                  "constraints, checkpoint tensors");
   auto json = std::make_shared<bool>(false);
+  auto dialects = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Print JSON instead of text");
-  cmd->callback([json, &rc] {
-    if (*json) {
+  cmd->add_flag("--dialects", *dialects,
+                "List the dialects (producer / engine arithmetic the reference reproduces)");
+  cmd->callback([json, dialects, &rc] {
+    using reference::Dialect;
+    if (*dialects) {
+      Json out = Json::array();
+      for (Dialect d : reference::kAllDialects) {
+        if (*json)
+          out.push_back({{"id", std::string(reference::to_string(d))},
+                         {"description", std::string(reference::describe(d))}});
+        else
+          std::cout << reference::to_string(d) << "\n    " << reference::describe(d) << "\n";
+      }
+      if (*json) std::cout << out.dump(2) << "\n";
+    } else if (*json) {
       Json out = Json::array();
       for (const SchemeInfo& s : all_schemes())
         out.push_back(to_json(s));
