@@ -89,7 +89,10 @@ void LinearMethod::load(const std::string& name, const TensorView& t, int64_t pa
                        " (it expects: " + names + ")");
   }
   require_dtype(t, spec->dtypes, w);
-  require_shape(t, spec->shape, w);
+  bool alt = false;
+  for (const auto& a : spec->alt_shapes)
+    alt = alt || t.shape == a;
+  if (!alt) require_shape(t, spec->shape, w);
   if (t.bytes.size() != storage_bytes(t.dtype, t.numel()))
     throw Error(w, "byte size does not match dtype and shape");
   const auto key = std::make_tuple(name, partition, expert);

@@ -58,6 +58,9 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   bool required = true;
   std::string note;
+  // Other spellings real files use for the same data (msModelSlim's older per-channel [N] for
+  // [N, 1]); loaded as found, with the same element order.
+  std::vector<std::vector<int64_t>> alt_shapes = {};
 };
 
 // What a LinearMethod is built from: the plan entry's scheme and args, and the dialect.
