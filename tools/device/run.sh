@@ -28,4 +28,9 @@ for tool in memcheck racecheck; do
     echo "$tool $(basename "$t"): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$(basename "$t").log" | tail -1)"
   done
 done
+log "quantization cross-checks (torch / ml_dtypes peers)"
+python3 tools/device/crosscheck_quant.py build-device/tools/qparity/qparity "$OUT" > "$OUT/crosscheck_quant.log" 2>&1
+xrc=$?
+cat "$OUT/crosscheck_quant.log" | tail -40
+[ $rc -eq 0 ] && rc=$xrc
 exit $rc

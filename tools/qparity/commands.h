@@ -6,5 +6,6 @@ namespace qparity::cli {
 
 void add_schemes_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
+void add_quant_linear_command(CLI::App& app, int& rc);
 
 }  // namespace qparity::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   qparity::cli::add_schemes_command(app, rc);
   qparity::cli::add_inspect_command(app, rc);
+  qparity::cli::add_quant_linear_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
