@@ -128,7 +128,12 @@ double nvfp4_global_scale(double amax, const Nvfp4Rules& r) {
   if (!(amax >= 0)) throw Error("NVFP4 global scale", "amax must be >= 0");
   if (r.global_scale_arith == Arith::kFp64)
     return fp32_global_scale(in(Arith::kFp32, kNvfp4GlobalNumerator / amax));
-  return fp32_global_scale(div_in(Arith::kFp32, kNvfp4GlobalNumerator, in(Arith::kFp32, amax)));
+  // compressed-tensors' generate_gparam and vLLM's nvfp4_utils both write
+  // `448.0 * 6.0 / amax` with a Python float over a tensor: torch evaluates float / Tensor as
+  // amax.reciprocal() * 2688 (Tensor.__rtruediv__), two fp32 roundings, not one division. The
+  // device cross-check found the 1-ulp difference (tools/device/crosscheck_quant.py).
+  return fp32_global_scale(
+      mul_in(Arith::kFp32, div_in(Arith::kFp32, 1.0, amax), kNvfp4GlobalNumerator));
 }
 
 double nvfp4_block_scale(double amax16, double gs, const Nvfp4Rules& r) {

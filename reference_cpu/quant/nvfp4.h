@@ -83,7 +83,7 @@ enum class Nvfp4FusedGlobal : uint8_t {
 };
 
 struct Nvfp4Rules {
-  Arith global_scale_arith = Arith::kFp64;  // 2688 / amax, then stored as F32
+  Arith global_scale_arith = Arith::kFp64;  // fp64: 2688/amax; fp32: (1/amax)*2688 (torch)
   Nvfp4BlockScale block_scale = Nvfp4BlockScale::kExact;
   Nvfp4ElementScaling element = Nvfp4ElementScaling::kExact;
   // A block scale that rounds to 0: 0.125 (compressed-tensors' fp8 eps, also used by ideal and

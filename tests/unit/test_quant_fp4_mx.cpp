@@ -149,6 +149,25 @@ TEST(Nvfp4Dialects, ReciprocalVersusDivisionChangesACode) {
   EXPECT_EQ(nvfp4_quantize_element(17.5, 2.0, gs, nvfp4_rules(Dialect::kVllm)), 1.0);
 }
 
+// Producers write `448.0 * 6.0 / amax` (a Python float over a tensor), which torch evaluates as
+// amax.reciprocal() * 2688: two fp32 roundings. Scan bf16 amax values for one where that differs
+// from the correctly rounded quotient (the device cross-check met such a weight: 847.4482421875
+// from torch against 847.4483032226562 from a single division).
+TEST(Nvfp4Dialects, GlobalScaleIsReciprocalTimesNumeratorAsTorchComputesIt) {
+  int differing = 0;
+  for (uint32_t code = 0x3C00; code < 0x4000; ++code) {  // bf16 amax in [2^-7, 2)
+    const double amax = codec::bf16_to_double(static_cast<uint16_t>(code));
+    const float recip = 1.0f / static_cast<float>(amax);
+    const double torch_gs = static_cast<double>(recip * 2688.0f);
+    const double div_gs = static_cast<double>(2688.0f / static_cast<float>(amax));
+    EXPECT_EQ(nvfp4_global_scale(amax, nvfp4_rules(Dialect::kCompressedTensors)), torch_gs);
+    EXPECT_EQ(nvfp4_global_scale(amax, nvfp4_rules(Dialect::kVllm)), torch_gs);
+    EXPECT_EQ(nvfp4_global_scale(amax, nvfp4_rules(Dialect::kIdeal)), div_gs);
+    differing += torch_gs != div_gs;
+  }
+  EXPECT_GT(differing, 0) << "the two roundings never differ: the test would not detect a mixup";
+}
+
 TEST(Nvfp4Dialects, ZeroGroupScaleIsEpsInCtAndZeroInVllmRef) {
   Matrix w(1, 32, 0.0);
   w(0, 0) = 1.0;  // group 1 is all zero

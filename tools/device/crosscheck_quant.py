@@ -79,13 +79,21 @@ def check_fp8_tensor():
     mism = int((xq.double() != ref_x).sum())
     record("fp8-tensor/vllm activation codes vs torch float8 cast", mism == 0, mismatches=mism,
            total=t * k)
+    # The same codes multiplied exactly in fp64 (fp8 products and their sums are exact there):
+    # the reference's apply must agree to rounding of the final scale products.
+    exact = (xq.double() @ wq.double().t()) * float(s_x) * float(s_w)
+    e = rel_l2(r["qparity.y"], exact)
+    record("fp8-tensor/vllm apply vs fp64 product of torch's codes", e < 1e-14, rel_l2=e,
+           bound=1e-14)
     if DEV == "cuda":
         y = torch._scaled_mm(xq.to(DEV), wq.to(DEV).t(), scale_a=s_x.to(DEV), scale_b=s_w.to(DEV),
                              out_dtype=torch.float32)
-        e = rel_l2(y, r["qparity.y"])
-        # Same codes and scales; the kernel accumulates in fp32 over K = 512: ~1e-7 relative.
-        record("fp8-tensor/vllm apply vs torch._scaled_mm (fp32 out)", e < 1e-5, rel_l2=e,
-               bound=1e-5)
+        e = rel_l2(y, exact)
+        # Same codes and scales. Hopper's fp8 tensor-core accumulation keeps fewer bits than
+        # fp32 (DeepSeek-V3 measured ~14 bits between promotions): ~1e-4 relative, a property of
+        # the hardware path, which is what this measures.
+        record("fp8-tensor torch._scaled_mm (fp32 out) vs exact product (measured)", e < 1e-3,
+               rel_l2=e, bound=1e-3)
 
 
 # ---- fp8-channel, vLLM dialect: per-token dynamic activations, rowwise _scaled_mm --------------
@@ -95,10 +103,12 @@ def check_fp8_channel():
     x[3].zero_()  # an all-zero token: vLLM's 1/(448*512) floor keeps the scale finite
     r = run_ref("fp8-channel", "vllm", {"weight": w, "x": x})
     s_w = r["weight_scale"].float().reshape(n, 1)
-    wq = fp8_cast(w.float() * (1.0 / s_w))
+    # vLLM has no offline per-channel producer; the vllm dialect quantizes weight rows with its
+    # per-token kernel rule, x / s (division), which is what is checked here.
+    wq = fp8_cast(w.float() / s_w)
     mism = int((fp8_bits(wq) != fp8_bits(r["weight"])).sum())
-    record("fp8-channel/vllm weight codes vs torch float8 cast", mism == 0, mismatches=mism,
-           total=n * k)
+    record("fp8-channel/vllm weight codes (per-row x/s) vs torch float8 cast", mism == 0,
+           mismatches=mism, total=n * k)
     amax = x.float().abs().amax(dim=1, keepdim=True)
     s_t = torch.clamp(amax / 448.0, min=1.0 / (448.0 * 512.0))
     xq = fp8_cast(x.float() / s_t)
@@ -157,7 +167,7 @@ def check_int8_dynamic():
         # Integer GEMM: torch._int_mm (int32 accumulation) on the same codes must be exact.
         if DEV == "cuda" and t > 16:
             wq = r["weight"].to(torch.int8)
-            acc = torch._int_mm(q.to(torch.int8).to(DEV), wq.to(DEV).t().contiguous().t())
+            acc = torch._int_mm(q.to(torch.int8).to(DEV), wq.t().contiguous().to(DEV))
             s_x = r["qparity.x_scales"].double().reshape(t, 1)
             s_w = r["weight_scale"].double().reshape(1, n)
             y = acc.double().cpu() * s_x * s_w
@@ -244,6 +254,60 @@ def check_mxfp4():
     record("mxfp4 e2m1 codes vs ml_dtypes", bad == 0, value_mismatches=bad, total=n * k)
 
 
+# ---- msModelSlim W8A16 (asymmetric per channel) and W8A8 static, torch fp32 recipe --------------
+def msm_asym(t, dim=None):
+    """msModelSlim's int_quantization (FORMATS.md 5.2) in torch fp32."""
+    eps = torch.finfo(torch.float32).eps
+    mn = t.amin(dim=dim, keepdim=dim is not None).clamp(max=0)
+    mx = t.amax(dim=dim, keepdim=dim is not None).clamp(min=0)
+    scale = torch.clamp(mx / 255 - mn / 255, min=eps)
+    offset = torch.round(-mn / scale) - 128
+    return scale, offset
+
+
+def check_msmodelslim():
+    n, k, t = 64, 256, 16
+    w, x = realistic(n, k), torch.randn(t, k, generator=gen).to(torch.bfloat16)
+    r = run_ref("w8a16-ch", "msmodelslim", {"weight": w})
+    scale, offset = msm_asym(w.float(), dim=1)
+    q = torch.clamp(torch.round(w.float() / scale + offset), -128, 127)
+    ms = int((scale.reshape(-1) != r["weight_scale"].float().reshape(-1)).sum()) + int(
+        (offset.reshape(-1) != r["weight_offset"].float().reshape(-1)).sum())
+    mism = int((q.to(torch.int8) != r["weight"]).sum())
+    record("w8a16-ch/msmodelslim scales, offsets and codes vs torch fp32 recipe",
+           ms == 0 and mism == 0, scale_offset_mismatches=ms, code_mismatches=mism, total=n * k)
+    r = run_ref("w8a8-static", "msmodelslim", {"weight": w, "x": x})
+    s_in, off_in = msm_asym(x.float())
+    ok_in = float(s_in) == float(r["input_scale"].float()) and float(off_in) == float(
+        r["input_offset"].float())
+    # NPU npu_quantize: x * (1/s) + offset in fp32, rounded half to even, saturated to int8.
+    xq = torch.clamp(torch.round(x.float() * (1.0 / s_in) + off_in), -128, 127)
+    mism = int((xq.double() != r["qparity.x_values"].double()).sum())
+    record("w8a8-static/msmodelslim input scale/offset and activation codes vs torch",
+           ok_in and mism == 0, input_params_equal=ok_in, code_mismatches=mism, total=t * k)
+    # quant_bias and deq_scale reproduce the unfolded layer: y = (xq - off) s_in @ (q s_w)^T.
+    q_w = r["weight"].double()
+    deq = r["deq_scale"]
+    deq = deq.to(torch.int32).view(torch.float32) if deq.dtype == torch.int64 else deq.float()
+    acc = xq.double() @ q_w.t() + r["quant_bias"].double()
+    y = acc * deq.double()
+    e = rel_l2(r["qparity.y"], y)
+    record("w8a8-static/msmodelslim apply vs torch int GEMM + quant_bias + deq_scale", e < 1e-15,
+           rel_l2=e, bound=1e-15)
+
+
+# ---- mxfp8: e4m3 codes under the E8M0 scales, torch float8 cast -----------------------------------
+def check_mxfp8():
+    n, k = 64, 256
+    w = realistic(n, k)
+    r = run_ref("mxfp8", "compressed-tensors", {"weight": w}, ["--weight-only"])
+    scale = torch.exp2(r["weight_scale"].double() - 127).repeat_interleave(32, 1)
+    wq = fp8_cast((w.double() / scale).float())
+    mism = int((fp8_bits(wq) != fp8_bits(r["weight"])).sum())
+    record("mxfp8 e4m3 codes under E8M0 scales vs torch float8 cast", mism == 0, mismatches=mism,
+           total=n * k)
+
+
 def check_codec_tables():
     # Every e2m1 code and every E8M0 byte decode as ml_dtypes decodes them (already covered for
     # fp8/bf16 by the C++ codec tests against the CUDA headers; here the Python peers).
@@ -254,7 +318,8 @@ def check_codec_tables():
 
 
 for f in (check_codec_tables, check_fp8_tensor, check_fp8_channel, check_fp8_block,
-          check_int8_dynamic, check_w4a16, check_nvfp4, check_mxfp4):
+          check_int8_dynamic, check_w4a16, check_nvfp4, check_mxfp4, check_mxfp8,
+          check_msmodelslim):
     try:
         f()
     except Exception as e:  # a failing check is reported, the others still run
