@@ -362,15 +362,6 @@ Matrix fp8_linear_apply(const Matrix& x, const QuantizedMatrix& w, Fp8Act mode,
   return y;
 }
 
-void add_bias(TensorMap& out, const QuantizeRequest& r, DType dtype) {
-  if (!r.bias) return;
-  if (static_cast<int64_t>(r.bias->size()) != r.weight.rows)
-    throw Error(r.where + ".bias", "has " + std::to_string(r.bias->size()) + " values for " +
-                                       std::to_string(r.weight.rows) + " outputs");
-  require_finite(*r.bias, r.where + ".bias");
-  out["bias"] = encode(dtype, {r.weight.rows}, *r.bias, Encoding::kNearest, r.where + ".bias");
-}
-
 }  // namespace qparity::reference
 
 namespace qparity::reference {

@@ -226,7 +226,4 @@ class Fp8LinearBase : public LinearMethod {
   double static_input_scale_ = 0.0;
 };
 
-// Bias tensor as the file writes it (model dtype; F32 for msModelSlim).
-void add_bias(TensorMap& out, const QuantizeRequest& r, DType dtype);
-
 }  // namespace qparity::reference

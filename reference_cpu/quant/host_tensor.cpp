@@ -298,6 +298,12 @@ std::vector<int64_t> decode_ints(const TensorView& t, const std::string& where) 
   return out;
 }
 
+const HostTensor& tensor_in(const TensorMap& m, const std::string& name, const std::string& where) {
+  const auto it = m.find(name);
+  if (it == m.end()) throw Error(where + "." + name, "missing");
+  return it->second;
+}
+
 void require_dtype(const TensorView& t, std::span<const DType> allowed, const std::string& where) {
   for (DType d : allowed)
     if (d == t.dtype) return;

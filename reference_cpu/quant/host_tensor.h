@@ -56,6 +56,9 @@ std::vector<double> decode(const TensorView& t, const std::string& where);
 // Raw integers of an integer tensor (I8/U8/I16/U16/I32/U32/I64), without the 2^53 limit.
 std::vector<int64_t> decode_ints(const TensorView& t, const std::string& where);
 
+// The tensor `name` of a quantize() result; "<where>.<name>: missing" when absent.
+const HostTensor& tensor_in(const TensorMap& m, const std::string& name, const std::string& where);
+
 // Checks dtype and shape; the error names `where`, the expected and the found values.
 void require_dtype(const TensorView& t, std::span<const DType> allowed, const std::string& where);
 void require_shape(const TensorView& t, std::span<const int64_t> shape, const std::string& where);

@@ -36,19 +36,13 @@ TensorMap quantize_mxfp8(const QuantizeRequest& req) {
   const std::vector<int64_t> bytes(b.bytes.begin(), b.bytes.end());
   out["weight_scale"] =
       encode_ints(DType::kU8, {w.rows, w.cols / kMxBlock}, bytes, req.where + ".weight_scale");
-  if (req.bias) {
-    require_finite(*req.bias, req.where + ".bias");
-    out["bias"] = encode(req.model_dtype, {static_cast<int64_t>(req.bias->size())}, *req.bias,
-                         Encoding::kNearest, req.where + ".bias");
-  }
+  add_bias(out, req, req.model_dtype);
   return out;
 }
 
 Matrix dequantize_mxfp8(const TensorMap& tensors, const std::string& where) {
-  auto get = [&](const char* name) -> const HostTensor& {
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) throw Error(where + "." + name, "missing");
-    return it->second;
+  const auto get = [&](const std::string& name) -> const HostTensor& {
+    return tensor_in(tensors, name, where);
   };
   const HostTensor& wt = get("weight");
   const HostTensor& scale = get("weight_scale");

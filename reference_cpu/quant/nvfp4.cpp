@@ -260,19 +260,13 @@ TensorMap quantize_nvfp4(const QuantizeRequest& req) {
     out["input_global_scale"] =
         encode(DType::kF32, {1}, gi, Encoding::kExact, req.where + ".input_global_scale");
   }
-  if (req.bias) {
-    require_finite(*req.bias, req.where + ".bias");
-    out["bias"] = encode(req.model_dtype, {static_cast<int64_t>(req.bias->size())}, *req.bias,
-                         Encoding::kNearest, req.where + ".bias");
-  }
+  add_bias(out, req, req.model_dtype);
   return out;
 }
 
 Matrix dequantize_nvfp4(const TensorMap& tensors, const std::string& where) {
-  auto get = [&](const char* name) -> const HostTensor& {
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) throw Error(where + "." + name, "missing");
-    return it->second;
+  const auto get = [&](const std::string& name) -> const HostTensor& {
+    return tensor_in(tensors, name, where);
   };
   const HostTensor& packed = get("weight_packed");
   const HostTensor& scale = get("weight_scale");

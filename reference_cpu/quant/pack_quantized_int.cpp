@@ -482,11 +482,7 @@ TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayou
   }
   if (a.actorder == ActOrder::kGroup)
     out["weight_g_idx"] = encode_ints(DType::kI32, {k}, w.group, req.where + ".weight_g_idx");
-  if (req.bias) {
-    require_finite(*req.bias, req.where + ".bias");
-    out["bias"] = encode(req.model_dtype, {static_cast<int64_t>(req.bias->size())}, *req.bias,
-                         Encoding::kNearest, req.where + ".bias");
-  }
+  add_bias(out, req, req.model_dtype);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/quant/quant_args.h"
 #include "reference_cpu/quant/dialect.h"
+#include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/matrix.h"
 
 namespace qparity::reference {
@@ -34,5 +35,9 @@ struct QuantizeRequest {
   int64_t group_size = 0;                      // w8a16-g<N>: N
   std::string where = "weight";                // names the linear in errors
 };
+
+// Adds the request's bias (if any) to a quantize() result as `bias` [N] in `dtype` (the model
+// dtype, or F32 where the producer writes FLOAT), rounded once; checks its length and finiteness.
+void add_bias(TensorMap& out, const QuantizeRequest& r, DType dtype);
 
 }  // namespace qparity::reference

@@ -47,21 +47,13 @@ TensorMap quantize_w8a16(const QuantizeRequest& req) {
       encode(DType::kF32, {n, ng}, scales, Encoding::kExact, req.where + "_scale");
   out["weight_offset"] =
       encode(DType::kF32, {n, ng}, offsets, Encoding::kExact, req.where + "_offset");
-  if (req.bias) {
-    if (static_cast<int64_t>(req.bias->size()) != n)
-      throw Error(req.where, "bias has " + std::to_string(req.bias->size()) +
-                                 " elements, N = " + std::to_string(n));
-    require_finite(*req.bias, req.where + " bias");
-    out["bias"] = encode(DType::kF32, {n}, *req.bias, Encoding::kNearest, req.where + " bias");
-  }
+  add_bias(out, req, DType::kF32);  // msModelSlim writes biases as FLOAT
   return out;
 }
 
 Matrix dequantize_w8a16(const TensorMap& t, const std::string& where) {
   const auto find = [&](const std::string& name) -> const HostTensor& {
-    const auto it = t.find(name);
-    if (it == t.end()) throw Error(where + "." + name, "missing");
-    return it->second;
+    return tensor_in(t, name, where);
   };
   const HostTensor& wt = find("weight");
   if (wt.shape.size() != 2) throw Error(where + ".weight", "expected [N, K]");

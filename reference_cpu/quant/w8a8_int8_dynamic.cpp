@@ -214,20 +214,13 @@ TensorMap quantize_w8a8_int8_dynamic(const QuantizeRequest& req) {
       out["input_zero_point"] = encode_ints(DType::kI8, {1}, z, req.where + ".input_zero_point");
     }
   }
-  if (req.bias) {
-    require_finite(*req.bias, req.where + ".bias");
-    out["bias"] =
-        encode(msm ? DType::kF32 : req.model_dtype, {static_cast<int64_t>(req.bias->size())},
-               *req.bias, Encoding::kNearest, req.where + ".bias");
-  }
+  add_bias(out, req, msm ? DType::kF32 : req.model_dtype);
   return out;
 }
 
 Matrix dequantize_w8a8_int8_dynamic(const TensorMap& tensors, const std::string& where) {
   const auto get = [&](const std::string& name) -> const HostTensor& {
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) throw Error(where + "." + name, "missing");
-    return it->second;
+    return tensor_in(tensors, name, where);
   };
   const HostTensor& w = get("weight");
   if (w.shape.size() != 2) throw Error(where + ".weight", "must be [N, K]");

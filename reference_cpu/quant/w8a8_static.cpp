@@ -124,16 +124,13 @@ TensorMap quantize_w8a8_static(const QuantizeRequest& req) {
     out["deq_scale"] = encode(DType::kF32, {n}, deq, Encoding::kExact, "deq_scale");
   }
   out["quant_bias"] = encode_ints(DType::kI32, {n}, qbias, "quant_bias");
-  if (req.bias)
-    out["bias"] = encode(DType::kF32, {n}, *req.bias, Encoding::kNearest, req.where + " bias");
+  add_bias(out, req, DType::kF32);  // msModelSlim writes biases as FLOAT
   return out;
 }
 
 Matrix dequantize_w8a8_static(const TensorMap& t, const std::string& where) {
   const auto find = [&](const std::string& name) -> const HostTensor& {
-    const auto it = t.find(name);
-    if (it == t.end()) throw Error(where + "." + name, "missing");
-    return it->second;
+    return tensor_in(t, name, where);
   };
   const HostTensor& wt = find("weight");
   if (wt.shape.size() != 2) throw Error(where + ".weight", "expected [N, K]");
