@@ -64,6 +64,10 @@ MethodConfig method_config(const PlanEntry& entry, Dialect dialect) {
   c.format = entry.format;
   c.source_type = entry.source_type;
   if (entry.role == ModuleRole::kKvCache) c.weights = entry.kv_cache;
+  // An override (--scheme) has no checkpoint of its own: the files are the ones this dialect's
+  // producer would write (quantize_linear), so their layout is the scheme's default for it.
+  if (entry.format == "override" && entry.scheme)
+    c.format = method_config(*entry.scheme, dialect).format;
   return c;
 }
 
