@@ -23,30 +23,26 @@
 //     calling to emulate that. NaN/Inf inputs are rejected (kernels and torch disagree on NaN).
 //
 // Dialect -> Fp8Rules (every engine step has a defined rule; sources in FORMATS.md):
-//   step                 ideal        compressed-tensors     vllm                 sglang
-//   msmodelslim weight s, x/s        fp64, x/s    model dtype, x/s,      fp32; tensor x*(1/s) =
-//   vllm (no own     fp32, x/s,
-//                        0->dtype eps 0 -> dtype eps (§2.4)  s=0 saturates (§3.1); producer)
-//                        s>=2^-23 of storage                          channel x/s, s >=
-//                        (UNCONFIRMED,
-//                                                            1/(448*512); block   §5.5 doc only)
-//                                                            amax>=1e-10, x/s
-//   fused per-tensor     exact fp64   = ideal (CT writes one fp16 dequant then    = vllm (§4.1 C8)
-//   = ideal unification (3.6)    q*s_i/max_s  scale per module)      x*(1/max_s) fp32 static input
-//   x/s fp64     x/s model dtype        x*(1/s) fp32 (§3.1)  x*(1/s) (§4.4)      = vllm dynamic
-//   tensor       x/s, s=0->0  x/s model dtype, eps   x*(1/s), s=0 -> 448  = vllm (sgl_per_    =
-//   vllm
-//                                                                                 tensor
-//                                                                                 UNCONFIRMED)
-//   dynamic token        x/s, s=0->0  x/s model dtype, eps   x/s, s>=1/(448*512)  x*(1/s),
-//   s=amax/448 = vllm (npu_dynamic_
-//                                     (§2.4; real per-token,                      no floor, zero
-//                                     row  quant internals
-//                                      not CT's 2-D quirk)                        -> codes 0 (*)
-//                                      UNCONFIRMED)
-//   dynamic group 1x128  x/s, s=0->0  x/s model dtype, eps   x/s, amax>=1e-10     x*(1/s),
-//   amax>=1e-10 = vllm UE8M0 group scales   flag (Fp8Rules::group_ue8m0, default off): s =
-//   2^ceil(log2 s) (§3.2, §4.4)
+//   weight scale     ideal: fp64, x/s, 0 -> the storage dtype's eps.
+//                    compressed-tensors: model dtype, x/s, 0 -> dtype eps (§2.4).
+//                    vllm (no offline producer: its kernels' rules): fp32; tensor x*(1/s), s = 0
+//                      saturates (§3.1); channel x/s, s >= 1/(448*512); block amax >= 1e-10, x/s.
+//                    sglang: = vllm. msmodelslim: fp32, x/s, s >= 2^-23 (UNCONFIRMED, §5.5 doc).
+//   fused per-tensor ideal, compressed-tensors (one scale per module), msmodelslim: exact fp64
+//   unification       q*s_i/max_s, x/s. vllm: fp16 dequant, then x*(1/max_s) in fp32 (§3.6);
+//                    sglang: = vllm (§4.1, card C8).
+//   static input     ideal x/s fp64; compressed-tensors x/s in the model dtype; vllm x*(1/s) fp32
+//                    (§3.1); sglang x*(1/s) (§4.4); msmodelslim = vllm.
+//   dynamic tensor   ideal x/s, s = 0 -> codes 0; compressed-tensors x/s model dtype, eps; vllm
+//                    x*(1/s), s = 0 -> 448; sglang = vllm (sgl_per_tensor UNCONFIRMED);
+//                    msmodelslim = vllm.
+//   dynamic token    ideal x/s, s = 0 -> codes 0; compressed-tensors x/s model dtype, eps (§2.4,
+//                    real per-token semantics, not CT's 2-D quirk); vllm x/s, s >= 1/(448*512);
+//                    sglang x*(1/s), s = amax/448, no floor, zero row -> codes 0 (*);
+//                    msmodelslim = vllm (npu_dynamic_quant internals UNCONFIRMED).
+//   dynamic group    ideal x/s, s = 0 -> codes 0; compressed-tensors x/s model dtype, eps; vllm
+//   1x128            x/s, amax >= 1e-10; sglang x*(1/s), amax >= 1e-10; msmodelslim = vllm.
+//   UE8M0 groups     flag Fp8Rules::group_ue8m0 (default off): s = 2^ceil(log2 s) (§3.2, §4.4).
 //   (*) sgl-kernel csrc/gemm/per_token_quant_fp8.cu (sgl-project/sglang @ 0490047f): scale =
 //       amax/448 (fp32), scale_inv = 1/scale (0 when scale is 0 in the warp kernel), q =
 //       clamp(x*scale_inv); the small-batch kernel has no zero guard (codes 448, scale 0 ->

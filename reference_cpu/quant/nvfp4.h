@@ -24,8 +24,10 @@
 //
 // Dialects (nvfp4_rules):
 //   step                     ideal            compressed-tensors  vllm / sglang       msmodelslim
-//   global scale 2688/amax   fp64, one RNE    fp32 (generate_gparam, §2.7) fp32 (nvfp4_utils) = CT
-//                            to F32 (stored)
+//   global scale             2688/amax fp64,  (1/amax)*2688 in fp32: torch evaluates the
+//                            one RNE to F32   producers' `448.0 * 6.0 / amax` as reciprocal
+//                                             times 2688 (CT generate_gparam §2.7, vLLM
+//                                             nvfp4_utils); msmodelslim = CT
 //   weight block scale       e4m3(gs*a/6),    e4m3(fl32(gs *      e4m3(gs*(a*fl32(1/6)))  = CT
 //                            one rounding     fl32(a/6)))         in fp32 (test ref, §3.4)
 //   zero block scale         0.125            0.125 (eps, §2.4.7) 0 (1/0 -> 0 in the ref)  0.125
