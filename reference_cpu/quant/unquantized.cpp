@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "reference_cpu/quant/numeric.h"
+#include "reference_cpu/tensor_decode.h"
 
 namespace qparity::reference {
 
@@ -36,28 +37,51 @@ std::vector<ParamSpec> UnquantizedLinearMethod::create_weights(int64_t partition
 void UnquantizedLinearMethod::process() {
   const auto& s = shape();
   for (int64_t e = 0; e < s.expert_count(); ++e) {
-    Matrix w(s.out_features(), s.in_features);
+    std::vector<const HostTensor*> parts;
     for (int64_t p = 0; p < s.partition_count(); ++p) {
-      const auto v = decode(loaded("weight", p, e).view(), where("weight", p, e));
-      require_finite(v, where("weight", p, e));
-      std::copy(v.begin(), v.end(), w.data.begin() + s.partition_offset(p) * s.in_features);
+      const HostTensor& t = loaded("weight", p, e);
+      // One full pass to reject NaN/Inf at load, not in the middle of a forward.
+      require_finite(decode(t.view(), where("weight", p, e)), where("weight", p, e));
+      parts.push_back(&t);
     }
-    weights_.push_back(std::move(w));
+    weights_.push_back(std::move(parts));
     biases_.push_back(loaded_bias(e));
   }
 }
 
 Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const {
-  Matrix y = matmul_nt(x, weights_[static_cast<size_t>(expert)]);
+  const auto& s = shape();
+  const int64_t k = s.in_features;
+  const auto& parts = weights_[static_cast<size_t>(expert)];
   const auto& b = biases_[static_cast<size_t>(expert)];
-  for (int64_t t = 0; t < y.rows; ++t)
-    for (int64_t n = 0; n < y.cols; ++n)
-      y(t, n) += b[static_cast<size_t>(n)];
+  Matrix y(x.rows, s.out_features());
+  std::vector<double> row(static_cast<size_t>(k));
+  for (int64_t p = 0; p < s.partition_count(); ++p) {
+    const HostTensor& t = *parts[static_cast<size_t>(p)];
+    const int64_t off = s.partition_offset(p);
+    for (int64_t n = 0; n < s.partitions[static_cast<size_t>(p)]; ++n) {
+      decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
+      for (int64_t i = 0; i < x.rows; ++i) {
+        const auto xr = x.row(i);
+        double acc = 0.0;  // ascending k, as matmul_nt
+        for (int64_t j = 0; j < k; ++j)
+          acc += xr[static_cast<size_t>(j)] * row[static_cast<size_t>(j)];
+        y(i, off + n) = acc + b[static_cast<size_t>(off + n)];
+      }
+    }
+  }
   return y;
 }
 
 Matrix UnquantizedLinearMethod::do_dequantized_weight(int64_t expert) const {
-  return weights_[static_cast<size_t>(expert)];
+  const auto& s = shape();
+  Matrix w(s.out_features(), s.in_features);
+  for (int64_t p = 0; p < s.partition_count(); ++p) {
+    const HostTensor& t = *weights_[static_cast<size_t>(expert)][static_cast<size_t>(p)];
+    const auto v = decode(t.view(), where("weight", p, expert));
+    std::copy(v.begin(), v.end(), w.data.begin() + s.partition_offset(p) * s.in_features);
+  }
+  return w;
 }
 
 }  // namespace qparity::reference

@@ -1,6 +1,8 @@
 #pragma once
 // Scheme `bf16`: an unquantized linear in the checkpoint's float dtype (BF16, F16 or F32).
 // Precision: the stored weight is decoded exactly; apply is x @ W^T + b in fp64 (k ascending).
+// Memory: the weight stays in its checkpoint dtype; apply decodes one output row at a time, so a
+// bf16 layer costs its checkpoint bytes plus one fp64 row, not an fp64 copy (4x).
 // quantize() is the cast to the model dtype (RNE, once from fp64), so "bf16" in a comparison
 // means exactly the information a bf16 checkpoint holds.
 #include "reference_cpu/quant/linear_method.h"
@@ -21,7 +23,8 @@ class UnquantizedLinearMethod final : public LinearMethod {
   Matrix do_dequantized_weight(int64_t expert) const override;
 
  private:
-  std::vector<Matrix> weights_;  // per expert, fused [N, K]
+  // Per expert, per partition: the checkpoint tensor (owned by the base class), decoded per row.
+  std::vector<std::vector<const HostTensor*>> weights_;
   std::vector<std::vector<double>> biases_;
 };
 
