@@ -7,5 +7,7 @@ namespace qparity::cli {
 void add_schemes_command(CLI::App& app, int& rc);
 void add_inspect_command(CLI::App& app, int& rc);
 void add_quant_linear_command(CLI::App& app, int& rc);
+void add_make_fixture_command(CLI::App& app, int& rc);
+void add_trace_command(CLI::App& app, int& rc);
 
 }  // namespace qparity::cli

@@ -1,0 +1,19 @@
+#include "reference_cpu/models/architectures.h"
+
+#include "core/error.h"
+
+namespace qparity::reference {
+
+ArchBlocks blocks_of(const ModelConfig& cfg) {
+  switch (cfg.arch) {
+    case Arch::kLlama:
+      return llama_blocks(cfg);
+    case Arch::kQwen3:
+      return qwen3_blocks(cfg);
+    case Arch::kQwen3Moe:
+      return qwen3_moe_blocks(cfg);
+  }
+  throw Error("config.json", "unknown architecture");
+}
+
+}  // namespace qparity::reference

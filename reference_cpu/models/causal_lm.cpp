@@ -1,0 +1,257 @@
+#include "reference_cpu/models/causal_lm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/codecs/float_format.h"
+#include "core/error.h"
+#include "reference_cpu/layers/activation.h"
+#include "reference_cpu/layers/attention.h"
+#include "reference_cpu/layers/moe_router.h"
+#include "reference_cpu/layers/rms_norm.h"
+#include "reference_cpu/quant/numeric.h"
+#include "reference_cpu/tensor_decode.h"
+
+namespace qparity::reference {
+
+namespace {
+
+Matrix columns(const Matrix& x, int64_t first, int64_t count) {
+  Matrix out(x.rows, count);
+  for (int64_t t = 0; t < x.rows; ++t)
+    std::copy_n(x.data.begin() + t * x.cols + first, count, out.data.begin() + t * count);
+  return out;
+}
+
+Matrix rows_of(const Matrix& x, const std::vector<int64_t>& rows) {
+  Matrix out(static_cast<int64_t>(rows.size()), x.cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(x.data.begin() + rows[i] * x.cols, x.cols,
+                out.data.begin() + static_cast<int64_t>(i) * x.cols);
+  return out;
+}
+
+void append_rows(Matrix& cache, const Matrix& x) {
+  if (cache.rows == 0) cache.cols = x.cols;
+  cache.data.insert(cache.data.end(), x.data.begin(), x.data.end());
+  cache.rows += x.rows;
+}
+
+void add_in_place(Matrix& a, const Matrix& b) {
+  for (size_t i = 0; i < a.data.size(); ++i)
+    a.data[i] += b.data[i];
+}
+
+}  // namespace
+
+std::string_view to_string(PrecisionMode m) {
+  switch (m) {
+    case PrecisionMode::kExact:
+      return "exact";
+    case PrecisionMode::kEmulate:
+      return "emulate";
+  }
+  return "?";
+}
+
+PrecisionMode parse_precision_mode(std::string_view s) {
+  if (s == "exact") return PrecisionMode::kExact;
+  if (s == "emulate") return PrecisionMode::kEmulate;
+  throw Error("--mode", "unknown precision mode '" + std::string(s) + "' (exact, emulate)");
+}
+
+DType model_dtype_of(const ModelConfig& cfg) {
+  if (cfg.dtype.empty() || cfg.dtype == "bfloat16") return DType::kBF16;
+  if (cfg.dtype == "float16") return DType::kF16;
+  if (cfg.dtype == "float32") return DType::kF32;
+  throw Error("config.json: key 'torch_dtype'",
+              "'" + cfg.dtype +
+                  "' is not a model dtype the reference takes (bfloat16, float16, "
+                  "float32)");
+}
+
+CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode)
+    : cfg_(std::move(cfg)),
+      plan_(std::move(plan)),
+      dialect_(dialect),
+      mode_(mode),
+      model_dtype_(model_dtype_of(cfg_)),
+      rope_(cfg_) {}
+
+void CausalLm::reset_cache() {
+  for (auto& l : layers_)
+    l.attn.k_cache = l.attn.v_cache = Matrix();
+  cached_ = 0;
+}
+
+void CausalLm::store(const std::string& name, Matrix& x, const ForwardHooks& h, bool fp32) const {
+  round_stored(x, fp32);
+  if (h.trace) h.trace->record(name, x);
+}
+
+void CausalLm::round_stored(Matrix& x, bool fp32) const {
+  if (mode_ == PrecisionMode::kEmulate) {
+    const Arith a = fp32 ? Arith::kFp32 : arith_of(model_dtype_, "model dtype");
+    for (double& v : x.data)
+      v = a == Arith::kFp32   ? static_cast<double>(static_cast<float>(v))
+          : a == Arith::kFp64 ? v
+                              : codec::round_to(a == Arith::kBf16 ? codec::kBF16 : codec::kFP16, v,
+                                                codec::Overflow::kNonSaturating);
+  }
+}
+
+Matrix CausalLm::embed(std::span<const int64_t> tokens) const {
+  const int64_t h = cfg_.hidden;
+  Matrix x(static_cast<int64_t>(tokens.size()), h);
+  std::vector<double> row(static_cast<size_t>(h));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < 0 || tokens[t] >= cfg_.vocab)
+      throw Error("tokens", "token " + std::to_string(tokens[t]) + " at position " +
+                                std::to_string(t) + " is outside the vocabulary [0, " +
+                                std::to_string(cfg_.vocab) + ")");
+    decode_to_double(embed_.dtype, embed_.bytes, static_cast<uint64_t>(tokens[t] * h), row,
+                     "model.embed_tokens.weight");
+    std::copy(row.begin(), row.end(), x.data.begin() + static_cast<int64_t>(t) * h);
+  }
+  return x;
+}
+
+Matrix CausalLm::norm(const Matrix& x, const NormWeights& w) const {
+  return rms_norm(x, w.weight, cfg_.rms_norm_eps, w.bias);
+}
+
+Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
+                           const ForwardHooks& hooks) {
+  AttentionBlock& a = l.attn;
+  const std::string lp = "layers." + std::to_string(l.index);
+  if (hooks.on_linear_input)
+    for (const char* p : {".q_proj", ".k_proj", ".v_proj"})
+      hooks.on_linear_input(a.prefix + p, h);
+  Matrix qkv = a.qkv->apply(h);
+  store(lp + ".attn.qkv", qkv, hooks);
+  const int64_t qs = cfg_.q_size(), kvs = cfg_.kv_size(), d = cfg_.head_dim;
+  Matrix q = columns(qkv, 0, qs), k = columns(qkv, qs, kvs), v = columns(qkv, qs + kvs, kvs);
+  if (a.q_norm) {
+    q = rms_norm_heads(q, d, a.q_norm->weight, cfg_.rms_norm_eps);
+    store(lp + ".attn.q_norm", q, hooks);
+    k = rms_norm_heads(k, d, a.k_norm->weight, cfg_.rms_norm_eps);
+    store(lp + ".attn.k_norm", k, hooks);
+  }
+  rope_.apply(q, cfg_.num_heads, pos);
+  store(lp + ".attn.rope_q", q, hooks);
+  rope_.apply(k, cfg_.num_kv_heads, pos);
+  store(lp + ".attn.rope_k", k, hooks);
+  if (hooks.on_kv) hooks.on_kv(a.prefix, k, v);
+  // Quantize on write, dequantize on read. An unquantized cache holds fp64 in exact mode.
+  const bool plain = a.kv->config().scheme.kind == SchemeKind::kKvBf16;
+  if (plain && mode_ == PrecisionMode::kExact) {
+    append_rows(a.k_cache, k);
+    append_rows(a.v_cache, v);
+  } else {
+    append_rows(a.k_cache, a.kv->round_trip(KvWhich::kKey, k));
+    append_rows(a.v_cache, a.kv->round_trip(KvWhich::kValue, v));
+  }
+  std::vector<int64_t> kv_pos(static_cast<size_t>(a.k_cache.rows));
+  for (size_t i = 0; i < kv_pos.size(); ++i)
+    kv_pos[i] = static_cast<int64_t>(i);
+  Matrix core = causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads,
+                                 cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)));
+  store(lp + ".attn.core", core, hooks);
+  if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
+  Matrix out = a.o_proj->apply(core);
+  store(lp + ".attn.out", out, hooks);
+  return out;
+}
+
+Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
+                     const ForwardHooks& hooks) {
+  if (hooks.on_linear_input) hooks.on_linear_input(m.prefix + ".gate", h);
+  Matrix logits = m.router->apply(h);
+  store(lp + ".moe.router_logits", logits, hooks, true);
+  const Routing r = route_topk(logits, cfg_.num_experts_per_tok, cfg_.norm_topk_prob);
+  const int64_t t_count = h.rows, k = cfg_.num_experts_per_tok;
+  Matrix ids(t_count, k), weights(t_count, k);
+  for (int64_t t = 0; t < t_count; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      ids(t, j) = static_cast<double>(r.ids[static_cast<size_t>(t)][static_cast<size_t>(j)]);
+      weights(t, j) = r.weights[static_cast<size_t>(t)][static_cast<size_t>(j)];
+    }
+  if (hooks.trace) hooks.trace->record(lp + ".moe.topk_ids", ids);
+  store(lp + ".moe.topk_weights", weights, hooks, true);
+  // Hugging Face's loop: for each expert in ascending id, its tokens' outputs times their routing
+  // weight are added into the result (index_add_), so a token's sum runs in expert-id order.
+  Matrix out(t_count, cfg_.hidden);
+  for (int64_t e = 0; e < cfg_.num_experts; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<double> w;
+    for (int64_t t = 0; t < t_count; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        if (static_cast<int64_t>(ids(t, j)) == e) {
+          rows.push_back(t);
+          w.push_back(weights(t, j));
+        }
+    if (rows.empty()) continue;
+    const Matrix xe = rows_of(h, rows);
+    const std::string ep = m.prefix + ".experts." + std::to_string(e);
+    if (hooks.on_linear_input) {
+      hooks.on_linear_input(ep + ".gate_proj", xe);
+      hooks.on_linear_input(ep + ".up_proj", xe);
+    }
+    Matrix gu = m.w13->apply(xe, e);
+    round_stored(gu);
+    Matrix act = silu_and_mul(gu);
+    round_stored(act);
+    if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
+    Matrix y = m.w2->apply(act, e);
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < cfg_.hidden; ++c)
+        out(rows[i], c) += y(static_cast<int64_t>(i), c) * w[i];
+  }
+  store(lp + ".moe.out", out, hooks);
+  return out;
+}
+
+Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
+  if (tokens.empty()) throw Error("tokens", "no tokens to run");
+  if (!lm_head_) throw Error("model", "forward before the weights were loaded");
+  std::vector<int64_t> pos(tokens.size());
+  for (size_t i = 0; i < pos.size(); ++i)
+    pos[i] = cached_ + static_cast<int64_t>(i);
+  Matrix x = embed(tokens);
+  store("embed", x, hooks);
+  for (DecoderLayer& l : layers_) {
+    const std::string lp = "layers." + std::to_string(l.index);
+    Matrix h = norm(x, l.input_norm);
+    store(lp + ".input_norm", h, hooks);
+    add_in_place(x, attention(l, h, pos, hooks));
+    round_stored(x);
+    Matrix h2 = norm(x, l.post_attention_norm);
+    store(lp + ".post_attn_norm", h2, hooks);
+    Matrix mlp_out;
+    if (l.mlp) {
+      if (hooks.on_linear_input) {
+        hooks.on_linear_input(l.mlp->prefix + ".gate_proj", h2);
+        hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
+      }
+      Matrix gu = l.mlp->gate_up->apply(h2);
+      store(lp + ".mlp.gate_up", gu, hooks);
+      Matrix act = silu_and_mul(gu);
+      store(lp + ".mlp.act", act, hooks);
+      if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
+      mlp_out = l.mlp->down->apply(act);
+      store(lp + ".mlp.out", mlp_out, hooks);
+    } else {
+      mlp_out = moe(*l.moe, lp, h2, hooks);
+    }
+    add_in_place(x, mlp_out);
+    store(lp + ".residual", x, hooks);
+  }
+  Matrix f = norm(x, final_norm_);
+  store("final_norm", f, hooks);
+  Matrix logits = lm_head_->apply(f);
+  store("logits", logits, hooks, true);
+  cached_ += static_cast<int64_t>(tokens.size());
+  return logits;
+}
+
+}  // namespace qparity::reference

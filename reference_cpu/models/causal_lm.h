@@ -1,0 +1,143 @@
+#pragma once
+// The fp64 reference decoder (Llama, Qwen3, Qwen3-MoE) as one composition of shared blocks that
+// differ by flags (has_qk_norm, MoE layers), in the shape mini-sglang gives its models:
+//   embed -> per layer [input_norm -> attention (fused qkv LinearMethod, optional per-head q/k
+//   RMSNorm, RoPE, KV cache through a KvCacheMethod, causal GQA softmax, o_proj) -> residual add
+//   -> post_attention_norm -> SwiGLU MLP (fused gate_up, silu*mul, down) or sparse MoE (router,
+//   softmax top-k, expert stacks) -> residual add] -> final norm -> lm_head (or tied embeddings).
+// Every linear and expert stack is a LinearMethod chosen by the QuantPlan; the model never looks
+// at the checkpoint format. Structure comes from ModelConfig; the loader (model_loader.h) fills
+// weights.
+//
+// Precision modes:
+//   exact    fp64 everywhere except the quantization formats' own rounding (activation codes,
+//            KV-cache codes); an unquantized (kv-bf16) cache keeps fp64 values.
+//   emulate  additionally rounds every activation an engine stores between ops to the model dtype
+//            (bf16): norm outputs, qkv, q/k norms, RoPE outputs, the attention core, every linear
+//            output, the residual stream, MLP activations, and the kv-bf16 cache; router logits
+//            and top-k weights to fp32 and logits to fp32, as engines keep them.
+// Determinism: every reduction runs in a fixed order (k ascending in linears, s ascending in
+// attention, experts in ascending id for MoE as Hugging Face's expert loop adds them), so the same
+// tokens give bit-identical outputs, and a prefill of T tokens equals T single-token decode steps.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/config/model_config.h"
+#include "core/quant/quant_plan.h"
+#include "core/safetensors/checkpoint.h"
+#include "reference_cpu/layers/rope.h"
+#include "reference_cpu/models/trace.h"
+#include "reference_cpu/quant/kv_cache_method.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::reference {
+
+enum class PrecisionMode : uint8_t { kExact, kEmulate };
+std::string_view to_string(PrecisionMode m);
+PrecisionMode parse_precision_mode(std::string_view s);  // "exact" | "emulate"
+
+// Observers for calibration (the quantizer's statistics): the input rows every linear sees (per
+// checkpoint shard prefix: q/k/v_proj each see the input norm's output; an expert's linears see
+// only the rows routed to it), and the key/value rows written to each attention's cache.
+struct ForwardHooks {
+  Trace* trace = nullptr;
+  std::function<void(const std::string& linear_prefix, const Matrix& input)> on_linear_input;
+  std::function<void(const std::string& attention_prefix, const Matrix& keys, const Matrix& values)>
+      on_kv;
+};
+
+struct NormWeights {
+  std::vector<double> weight;
+  std::vector<double> bias;  // msModelSlim anti-outlier norms; empty otherwise
+};
+
+struct AttentionBlock {
+  std::string prefix;  // "model.layers.0.self_attn"
+  std::unique_ptr<LinearMethod> qkv;
+  std::unique_ptr<LinearMethod> o_proj;
+  std::optional<NormWeights> q_norm, k_norm;
+  std::unique_ptr<KvCacheMethod> kv;
+  Matrix k_cache, v_cache;  // what attention reads back, one row per cached token
+};
+
+struct MlpBlock {
+  std::string prefix;  // "model.layers.0.mlp"
+  std::unique_ptr<LinearMethod> gate_up;
+  std::unique_ptr<LinearMethod> down;
+};
+
+struct MoeBlock {
+  std::string prefix;                    // "model.layers.0.mlp"
+  std::unique_ptr<LinearMethod> router;  // mlp.gate, [E, H]
+  std::unique_ptr<LinearMethod> w13;     // experts' gate/up, E x [2I, H]
+  std::unique_ptr<LinearMethod> w2;      // experts' down, E x [H, I]
+};
+
+struct DecoderLayer {
+  int64_t index = 0;
+  NormWeights input_norm, post_attention_norm;
+  AttentionBlock attn;
+  std::optional<MlpBlock> mlp;
+  std::optional<MoeBlock> moe;
+};
+
+class CausalLm {
+ public:
+  CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode);
+
+  const ModelConfig& config() const { return cfg_; }
+  const QuantPlan& plan() const { return plan_; }
+  Dialect dialect() const { return dialect_; }
+  PrecisionMode mode() const { return mode_; }
+  DType model_dtype() const { return model_dtype_; }
+
+  // Runs `tokens` at positions [cached_tokens(), cached_tokens() + T), appending their keys and
+  // values to the cache; returns the logits [T, vocab].
+  Matrix forward(std::span<const int64_t> tokens, const ForwardHooks& hooks = {});
+  int64_t cached_tokens() const { return cached_; }
+  void reset_cache();
+
+  // --- for the loader ---
+  std::vector<DecoderLayer>& layers() { return layers_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
+  void set_embedding(TensorView table) { embed_ = std::move(table); }
+  NormWeights& final_norm() { return final_norm_; }
+  std::unique_ptr<LinearMethod>& lm_head() { return lm_head_; }
+  // Keeps the memory-mapped checkpoint alive (the embedding table points into it).
+  void hold(std::shared_ptr<const Checkpoint> ckpt) { ckpt_ = std::move(ckpt); }
+
+ private:
+  Matrix embed(std::span<const int64_t> tokens) const;
+  Matrix norm(const Matrix& x, const NormWeights& w) const;
+  // Emulate mode: rounds x to the model dtype (or fp32) as an engine stores it; exact: no-op.
+  void round_stored(Matrix& x, bool fp32 = false) const;
+  // round_stored, then records x at capture point `name`.
+  void store(const std::string& name, Matrix& x, const ForwardHooks& h, bool fp32 = false) const;
+  Matrix attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
+                   const ForwardHooks& hooks);
+  Matrix moe(const MoeBlock& m, const std::string& lp, const Matrix& h, const ForwardHooks& hooks);
+
+  ModelConfig cfg_;
+  QuantPlan plan_;
+  Dialect dialect_;
+  PrecisionMode mode_;
+  DType model_dtype_;
+  Rope rope_;
+  std::shared_ptr<const Checkpoint> ckpt_;
+  TensorView embed_;
+  std::vector<DecoderLayer> layers_;
+  NormWeights final_norm_;
+  std::unique_ptr<LinearMethod> lm_head_;
+  int64_t cached_ = 0;
+};
+
+// "bfloat16" / "float16" / "float32" (config.json `torch_dtype` / `dtype`) -> DType; empty means
+// bf16. Other values throw naming the config key.
+DType model_dtype_of(const ModelConfig& cfg);
+
+}  // namespace qparity::reference

@@ -1,0 +1,304 @@
+// The fp64 reference models end to end on tiny fixture checkpoints: every architecture under
+// every scheme loads and runs with finite capture points; prefill equals token-by-token decode
+// over the KV cache; fused and split checkpoints give identical logits; formats rank as their
+// resolution says; loader errors name the tensor; runs are bit-for-bit deterministic.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "../unit/error_of.h"
+#include "../unit/quant_test_util.h"
+#include "../unit/test_seed.h"
+#include "core/safetensors/safetensors_file.h"
+#include "core/safetensors/safetensors_writer.h"
+#include "fixtures/checkpoint_quantizer.h"
+#include "fixtures/fixture_model.h"
+#include "reference_cpu/models/model_loader.h"
+
+namespace qparity::reference {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+using ::testing::HasSubstr;
+
+const char* const kArchs[] = {"llama", "qwen3", "qwen3-moe"};
+
+class ReferenceModels : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    seed_ = test::test_seed();
+    root_ = fs::temp_directory_path() / ("qparity_models_" + std::to_string(seed_));
+    fs::create_directories(root_);
+    for (const char* a : kArchs) {
+      fixtures::FixtureSpec spec;
+      spec.arch = fixtures::parse_fixture_arch(a);
+      spec.seed = seed_;
+      fixtures::write_fp_checkpoint(spec, root_ / a, OverwritePolicy::kRefuse);
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static fs::path fp(const std::string& arch) { return root_ / arch; }
+
+  // The fp fixture of `arch` quantized with `scheme` (cached per test suite).
+  static fs::path quantized(const std::string& arch, const std::string& scheme) {
+    const fs::path out = root_ / (arch + "." + scheme);
+    if (fs::exists(out)) return out;
+    const ModelConfig cfg = load_model_config(fp(arch) / "config.json");
+    fixtures::quantize_checkpoint(
+        fp(arch), parse_scheme_id(scheme), Dialect::kIdeal, out,
+        fixtures::calibrate_checkpoint(fp(arch), reference::synthetic_tokens(32, cfg.vocab, seed_)),
+        OverwritePolicy::kRefuse, nullptr);
+    return out;
+  }
+
+  static std::vector<int64_t> tokens(int64_t n, int64_t vocab) {
+    std::vector<int64_t> t;
+    for (int64_t i = 0; i < n; ++i)
+      t.push_back((i * 7919 + static_cast<int64_t>(seed_ % 97)) % vocab);
+    return t;
+  }
+
+  static inline uint64_t seed_ = 0;
+  static inline fs::path root_;
+};
+
+std::vector<std::string> schemes_for(const std::string& arch) {
+  std::vector<std::string> s = {"bf16",        "w8a16-ch",      "w8a16-g64", "w8a8-static",
+                                "w8a8s",       "w8a8-int8-dyn", "w4a16-g32", "fp8-tensor",
+                                "fp8-channel", "fp8-block",     "nvfp4",     "mxfp4",
+                                "mxfp8",       "kv-int8",       "kv-fp8",    "smoothquant"};
+  if (arch == "qwen3-moe") s.push_back("mxint4");
+  return s;
+}
+
+TEST_F(ReferenceModels, EveryArchitectureAndSchemeRunsWithFiniteCapturePoints) {
+  for (const char* arch : kArchs) {
+    for (const std::string& scheme : schemes_for(arch)) {
+      const fs::path dir = scheme == "bf16" ? fp(arch) : quantized(arch, scheme);
+      auto m = load_model(dir);
+      const auto t = tokens(6, m->config().vocab);
+      Trace trace;
+      ForwardHooks hooks;
+      hooks.trace = &trace;
+      const Matrix logits = m->forward(t, hooks);
+      ASSERT_EQ(logits.rows, 6);
+      ASSERT_EQ(logits.cols, m->config().vocab);
+      for (const auto& [name, x] : trace.points())
+        for (double v : x.data)
+          ASSERT_TRUE(std::isfinite(v)) << arch << "/" << scheme << " " << name;
+      std::vector<std::string> expect = {"embed",
+                                         "layers.0.input_norm",
+                                         "layers.0.attn.qkv",
+                                         "layers.0.attn.rope_q",
+                                         "layers.0.attn.rope_k",
+                                         "layers.0.attn.core",
+                                         "layers.0.attn.out",
+                                         "layers.0.post_attn_norm",
+                                         "layers.0.residual",
+                                         "final_norm",
+                                         "logits"};
+      if (std::string(arch) != "llama") expect.push_back("layers.0.attn.q_norm");
+      if (std::string(arch) == "qwen3-moe") {
+        for (const char* p : {"router_logits", "topk_ids", "topk_weights", "out"})
+          expect.push_back(std::string("layers.0.moe.") + p);
+        expect.push_back("layers.1.mlp.act");  // mlp_only_layers: the last layer is dense
+      } else {
+        for (const char* p : {"gate_up", "act", "out"})
+          expect.push_back(std::string("layers.0.mlp.") + p);
+      }
+      for (const auto& n : expect)
+        EXPECT_TRUE(trace.find(n)) << arch << "/" << scheme << " lacks " << n;
+      EXPECT_EQ(trace.at("layers.0.residual").rows, 6);
+    }
+  }
+}
+
+TEST_F(ReferenceModels, PrefillEqualsTokenByTokenDecode) {
+  for (const char* arch : kArchs) {
+    for (const std::string scheme : {"bf16", "w8a8-int8-dyn", "fp8-block", "kv-int8"}) {
+      const fs::path dir = scheme == "bf16" ? fp(arch) : quantized(arch, scheme);
+      auto prefill = load_model(dir);
+      auto decode = load_model(dir);
+      const auto t = tokens(8, prefill->config().vocab);
+      const Matrix a = prefill->forward(t);
+      Matrix b(0, a.cols);
+      for (size_t i = 0; i < t.size(); ++i) {
+        const Matrix step = decode->forward(std::span<const int64_t>(t).subspan(i, 1));
+        b.data.insert(b.data.end(), step.data.begin(), step.data.end());
+        b.rows += 1;
+      }
+      EXPECT_LE(test::relative_l2(b, a), 1e-12) << arch << "/" << scheme;
+      EXPECT_EQ(decode->cached_tokens(), 8);
+    }
+  }
+}
+
+// Rewrites a single-file checkpoint with `edit` applied to its tensor list.
+struct OwnedTensor {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<OwnedTensor> read_all(const fs::path& file) {
+  const auto f = SafetensorsFile::open(file);
+  std::vector<OwnedTensor> out;
+  for (const auto& t : f.tensors()) {
+    const auto b = f.bytes(t);
+    out.push_back({t.name, t.dtype, t.shape, {b.begin(), b.end()}});
+  }
+  return out;
+}
+
+void write_all(const fs::path& dir, const fs::path& config_from,
+               const std::vector<OwnedTensor>& ts) {
+  fs::create_directories(dir);
+  fs::copy_file(config_from, dir / "config.json", fs::copy_options::overwrite_existing);
+  std::vector<TensorToWrite> w;
+  for (const auto& t : ts)
+    w.push_back({t.name, t.dtype, t.shape, t.bytes});
+  write_safetensors(dir / "model.safetensors", std::move(w), std::nullopt,
+                    OverwritePolicy::kReplace);
+}
+
+TEST_F(ReferenceModels, FusedAndSplitCheckpointsGiveIdenticalLogits) {
+  for (const char* arch : {"llama", "qwen3"}) {
+    auto tensors = read_all(fp(arch) / "model.safetensors");
+    std::map<std::string, OwnedTensor> by_name;
+    for (auto& t : tensors)
+      by_name[t.name] = t;
+    std::vector<OwnedTensor> fused;
+    for (const auto& t : tensors) {
+      const auto dot = t.name.rfind('.', t.name.size() - 8);
+      const std::string mod = t.name.substr(0, dot), leaf = t.name.substr(dot + 1);
+      if (leaf == "k_proj.weight" || leaf == "v_proj.weight" || leaf == "up_proj.weight") continue;
+      if (leaf == "q_proj.weight" || leaf == "gate_proj.weight") {
+        const bool attn = leaf == "q_proj.weight";
+        OwnedTensor f = t;
+        f.name = mod + (attn ? ".qkv_proj.weight" : ".gate_up_proj.weight");
+        for (const char* other : attn ? std::vector<const char*>{"k_proj", "v_proj"}
+                                      : std::vector<const char*>{"up_proj"}) {
+          const OwnedTensor& o = by_name.at(mod + "." + other + ".weight");
+          f.bytes.insert(f.bytes.end(), o.bytes.begin(), o.bytes.end());
+          f.shape[0] += o.shape[0];
+        }
+        fused.push_back(std::move(f));
+        continue;
+      }
+      fused.push_back(t);
+    }
+    const fs::path dir = root_ / (std::string(arch) + ".fused");
+    write_all(dir, fp(arch) / "config.json", fused);
+    auto a = load_model(fp(arch));
+    auto b = load_model(dir);
+    const auto t = tokens(5, a->config().vocab);
+    const Matrix la = a->forward(t), lb = b->forward(t);
+    EXPECT_EQ(la.data, lb.data) << arch << ": bit-identical logits expected";
+  }
+}
+
+TEST_F(ReferenceModels, LogitErrorRanksFormatsByResolution) {
+  auto ref = load_model(fp("llama"));
+  const auto t = tokens(12, ref->config().vocab);
+  const Matrix base = ref->forward(t);
+  std::map<std::string, double> err;
+  for (const std::string s :
+       {"w8a16-ch", "w8a8-int8-dyn", "fp8-channel", "w4a16-g32", "nvfp4", "mxfp4"}) {
+    auto m = load_model(quantized("llama", s));
+    err[s] = test::relative_l2(m->forward(t), base);
+  }
+  for (const char* fine : {"w8a16-ch", "w8a8-int8-dyn", "fp8-channel"})
+    for (const char* coarse : {"w4a16-g32", "nvfp4", "mxfp4"})
+      EXPECT_LT(err[fine], err[coarse])
+          << fine << " vs " << coarse << " " << test::seed_note(seed_);
+}
+
+TEST_F(ReferenceModels, LoaderErrorsNameTheTensor) {
+  const auto base = read_all(fp("qwen3") / "model.safetensors");
+  const fs::path cfg = fp("qwen3") / "config.json";
+  auto run = [&](const std::string& tag, const std::function<void(std::vector<OwnedTensor>&)>& f) {
+    auto ts = base;
+    f(ts);
+    const fs::path dir = root_ / ("qwen3.bad." + tag);
+    write_all(dir, cfg, ts);
+    return error_of([&] { load_model(dir); });
+  };
+  auto find = [](std::vector<OwnedTensor>& ts, const std::string& n) -> OwnedTensor& {
+    for (auto& t : ts)
+      if (t.name == n) return t;
+    throw std::runtime_error("no " + n);
+  };
+  EXPECT_THAT(run("missing",
+                  [](auto& ts) {
+                    std::erase_if(ts, [](const OwnedTensor& t) {
+                      return t.name == "model.layers.1.self_attn.k_proj.weight";
+                    });
+                  }),
+              HasSubstr("model.layers.1.self_attn.k_proj.weight: missing"));
+  EXPECT_THAT(run("missing-norm",
+                  [](auto& ts) {
+                    std::erase_if(ts, [](const OwnedTensor& t) {
+                      return t.name == "model.layers.0.self_attn.q_norm.weight";
+                    });
+                  }),
+              HasSubstr("model.layers.0.self_attn.q_norm.weight: missing"));
+  EXPECT_THAT(run("extra",
+                  [&](auto& ts) {
+                    OwnedTensor t = find(ts, "model.norm.weight");
+                    t.name = "model.layers.0.mlp.extra_proj.weight";
+                    ts.push_back(t);
+                  }),
+              HasSubstr("'model.layers.0.mlp.extra_proj.weight': is not used"));
+  EXPECT_THAT(run("shape",
+                  [&](auto& ts) {
+                    OwnedTensor& t = find(ts, "model.layers.0.mlp.down_proj.weight");
+                    t.shape = {t.shape[1], t.shape[0]};
+                  }),
+              HasSubstr("model.layers.0.mlp.down_proj.weight: shape"));
+  EXPECT_THAT(run("dtype",
+                  [&](auto& ts) {
+                    OwnedTensor& t = find(ts, "model.layers.0.self_attn.o_proj.weight");
+                    t.dtype = DType::kI16;
+                  }),
+              HasSubstr("model.layers.0.self_attn.o_proj.weight: dtype I16"));
+}
+
+TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
+  auto a = load_model(fp("qwen3-moe"));
+  auto b = load_model(fp("qwen3-moe"));
+  const auto t = tokens(7, a->config().vocab);
+  EXPECT_EQ(a->forward(t).data, b->forward(t).data);
+  LoadOptions o;
+  o.mode = PrecisionMode::kEmulate;
+  auto e = load_model(fp("qwen3-moe"), o);
+  Trace trace;
+  ForwardHooks hooks;
+  hooks.trace = &trace;
+  a->reset_cache();
+  const Matrix exact = a->forward(t);
+  const Matrix emul = e->forward(t, hooks);
+  const double d = test::relative_l2(emul, exact);
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 5e-2);
+  for (const char* p : {"layers.0.residual", "layers.0.attn.core", "final_norm"})
+    for (double v : trace.at(p).data)
+      ASSERT_EQ(v, static_cast<double>(static_cast<float>(v))) << p << " not bf16";  // bf16 ⊂ fp32
+  // Stricter: bf16 values have 16 zero low bits as fp32.
+  for (double v : trace.at("layers.0.residual").data) {
+    const float f = static_cast<float>(v);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    ASSERT_EQ(u & 0xFFFFu, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace qparity::reference

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the model-level peer of qparity's fp64 reference (run on the GPU
+image, which has torch and transformers; never in CI).
+
+Loads an unquantized checkpoint directory into transformers on the CPU in float64 and writes the
+capture points it can observe, under qparity's names (ARCHITECTURE.md), as F64 [T, ...] tensors:
+  embed, layers.<i>.input_norm, layers.<i>.attn.out, layers.<i>.post_attn_norm,
+  layers.<i>.mlp.out (dense) or layers.<i>.moe.out (sparse), layers.<i>.residual, final_norm,
+  logits.
+
+`dtype=torch.float64` alone is not fp64 throughout: LlamaRMSNorm / Qwen3RMSNorm cast to float32,
+the rotary embedding builds inv_freq, the angles and cos/sin in float32, and Qwen3-MoE's router
+softmax uses dtype=torch.float. By default those are made float64 (RMSNorm forward replaced by the
+same formula without the cast; `torch.float` and `Tensor.float()` mapped to float64 while the model
+is built and run; attention through SDPA, which computes in the input dtype on the CPU). --stock
+keeps transformers' own behaviour, which is what users' float64 runs get (about 1e-6 from fp64).
+
+Usage: hf_reference.py --model DIR (--tokens 1,2,3 | --tokens-from TRACE.safetensors) --out F
+       [--stock]
+"""
+import argparse
+import contextlib
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+@contextlib.contextmanager
+def float_is_double(enabled):
+    """While active, torch.float and Tensor.float() mean float64 (rotary, router softmax)."""
+    if not enabled:
+        yield
+        return
+    saved_alias, saved_method = torch.float, torch.Tensor.float
+    torch.float = torch.float64
+    torch.Tensor.float = torch.Tensor.double
+    try:
+        yield
+    finally:
+        torch.float, torch.Tensor.float = saved_alias, saved_method
+
+
+def fp64_rmsnorm_forward(self, hidden_states):
+    eps = getattr(self, "variance_epsilon", getattr(self, "eps", None))
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + eps))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokens")
+    ap.add_argument("--tokens-from", help="a `qparity trace` file: use its `tokens`")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--stock", action="store_true")
+    a = ap.parse_args()
+    if bool(a.tokens) == bool(a.tokens_from):
+        sys.exit("give exactly one of --tokens, --tokens-from")
+    tokens = (torch.tensor([int(t) for t in a.tokens.split(",")]) if a.tokens else
+              load_file(a.tokens_from)["tokens"].to(torch.int64))
+
+    from transformers import AutoModelForCausalLM
+
+    patched = not a.stock
+    with float_is_double(patched):
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float64,
+                                                     attn_implementation="sdpa")
+    model.eval()
+    if patched:
+        for m in model.modules():
+            if type(m).__name__.endswith("RMSNorm"):
+                m.forward = fp64_rmsnorm_forward.__get__(m)
+        for m in model.modules():  # inv_freq built before the patch took effect anywhere?
+            if type(m).__name__.endswith("RotaryEmbedding"):
+                assert m.inv_freq.dtype == torch.float64, "rotary inv_freq is not float64"
+
+    out = {}
+
+    def keep(name):
+        def hook(_module, _inputs, output):
+            t = output[0] if isinstance(output, tuple) else output
+            out[name] = t.detach().reshape(-1, t.shape[-1]).to(torch.float64).clone()
+        return hook
+
+    base = model.model
+    base.embed_tokens.register_forward_hook(keep("embed"))
+    for i, layer in enumerate(base.layers):
+        p = f"layers.{i}"
+        layer.input_layernorm.register_forward_hook(keep(p + ".input_norm"))
+        layer.self_attn.register_forward_hook(keep(p + ".attn.out"))
+        layer.post_attention_layernorm.register_forward_hook(keep(p + ".post_attn_norm"))
+        sparse = hasattr(layer.mlp, "experts")
+        layer.mlp.register_forward_hook(keep(p + (".moe.out" if sparse else ".mlp.out")))
+        layer.register_forward_hook(keep(p + ".residual"))
+    base.norm.register_forward_hook(keep("final_norm"))
+
+    with torch.no_grad(), float_is_double(patched):
+        logits = model(input_ids=tokens[None, :], use_cache=False).logits
+    out["logits"] = logits[0].to(torch.float64).clone()
+    out["tokens"] = tokens.clone()
+    save_file(out, a.out, metadata={"producer": "tools/peers/hf_reference.py",
+                                    "mode": "stock" if a.stock else "fp64-patched"})
+    print(f"hf_reference: {len(tokens)} tokens, {len(out) - 1} capture points -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+// `qparity make-fixture --arch {llama,qwen3,qwen3-moe} [--scheme ID] [--dialect D]
+// [--size tiny|small] --seed S --out DIR [--force]`: a deterministic fixture checkpoint
+// (fixtures/fixture_model.h). Without --scheme, the floating-point checkpoint; with it, the
+// floating-point checkpoint is written to a temporary directory and quantized into DIR the way
+// the scheme's producer writes it (fixtures/checkpoint_quantizer.h), with statistics from running
+// the fp64 reference of the floating-point fixture on --calib-tokens synthetic tokens. --dialect
+// defaults to the scheme's producer: msmodelslim for msModelSlim-only schemes (w8a16-*,
+// w8a8-static, w8a8s, kv-int8, smoothquant), else compressed-tensors. One line per step on stderr.
+// Existing files are kept unless --force.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "core/quant/scheme_registry.h"
+#include "fixtures/checkpoint_quantizer.h"
+#include "fixtures/fixture_model.h"
+#include "tools/qparity/commands.h"
+
+namespace qparity::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct MakeFixtureOptions {
+  std::string arch;
+  std::string scheme;
+  std::string dialect;
+  std::string size = "tiny";
+  uint64_t seed = 0;
+  int64_t calib_tokens = 64;
+  std::string out;
+  bool force = false;
+};
+
+// Removes the temporary floating-point checkpoint however the command ends.
+class TempDir {
+ public:
+  explicit TempDir(fs::path p) : path_(std::move(p)) {}
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+reference::Dialect default_dialect(const SchemeId& s) {
+  const std::vector<Producer>& p = scheme_info(s.kind).producers;
+  if (!p.empty() && p.front() == Producer::kMsModelSlim) return reference::Dialect::kMsModelSlim;
+  return reference::Dialect::kCompressedTensors;
+}
+
+void run(const MakeFixtureOptions& o) {
+  fixtures::FixtureSpec spec;
+  spec.arch = fixtures::parse_fixture_arch(o.arch);
+  spec.size = fixtures::parse_fixture_size(o.size);
+  spec.seed = o.seed;
+  const OverwritePolicy policy = o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse;
+  const std::string label = o.arch + " " + o.size + " (seed " + std::to_string(o.seed) + ")";
+  if (o.scheme.empty()) {
+    if (!o.dialect.empty())
+      throw Error("--dialect", "only meaningful with --scheme (the producer's arithmetic)");
+    std::cerr << "make-fixture: writing floating-point " << label << " to " << o.out << "\n";
+    fixtures::write_fp_checkpoint(spec, o.out, policy);
+    std::cerr << "make-fixture: done\n";
+    return;
+  }
+  const SchemeId scheme = parse_scheme_id(o.scheme);
+  const reference::Dialect dialect =
+      o.dialect.empty() ? default_dialect(scheme) : reference::parse_dialect(o.dialect);
+  const TempDir tmp(
+      fs::temp_directory_path() /
+      ("qparity-make-fixture-" + std::to_string(::getpid()) + "-" + std::to_string(o.seed)));
+  std::cerr << "make-fixture: writing floating-point " << label << " to " << tmp.path().string()
+            << "\n";
+  fixtures::write_fp_checkpoint(spec, tmp.path(), OverwritePolicy::kReplace);
+  const ModelConfig cfg = load_model_config(tmp.path() / "config.json");
+  std::cerr << "make-fixture: calibrating on " << o.calib_tokens
+            << " synthetic tokens through the fp64 reference\n";
+  const auto tokens = reference::synthetic_tokens(o.calib_tokens, cfg.vocab, o.seed);
+  const auto stats = fixtures::calibrate_checkpoint(tmp.path(), tokens);
+  std::cerr << "make-fixture: quantizing with " << to_string(scheme) << " (dialect "
+            << reference::to_string(dialect) << ") into " << o.out << "\n";
+  fixtures::quantize_checkpoint(tmp.path(), scheme, dialect, o.out, stats, policy, &std::cerr);
+  std::cerr << "make-fixture: done\n";
+}
+
+}  // namespace
+
+void add_make_fixture_command(CLI::App& app, int& rc) {
+  auto o = std::make_shared<MakeFixtureOptions>();
+  auto* cmd = app.add_subcommand(
+      "make-fixture",
+      "Write a deterministic fixture checkpoint (tiny/small Llama, Qwen3, Qwen3-MoE), floating "
+      "point or quantized with a scheme the way its producer writes it");
+  cmd->add_option("--arch", o->arch, "llama | qwen3 | qwen3-moe")
+      ->required()
+      ->check(CLI::IsMember({"llama", "qwen3", "qwen3-moe"}));
+  cmd->add_option("--scheme", o->scheme, "Scheme id (see `qparity schemes`); omit for bf16");
+  cmd->add_option("--dialect", o->dialect,
+                  "producer dialect: ideal | compressed-tensors | vllm | sglang | msmodelslim "
+                  "(default: the scheme's producer)");
+  cmd->add_option("--calib-tokens", o->calib_tokens,
+                  "synthetic calibration tokens run through the reference (static schemes)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--size", o->size, "tiny | small")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "small"}));
+  cmd->add_option("--seed", o->seed, "generator seed (same seed -> identical files)")->required();
+  cmd->add_option("--out", o->out, "output directory")->required();
+  cmd->add_flag("--force", o->force, "replace existing output files");
+  cmd->callback([o, &rc] {
+    run(*o);
+    rc = 0;
+  });
+}
+
+}  // namespace qparity::cli
