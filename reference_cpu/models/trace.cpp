@@ -29,8 +29,10 @@ Trace::Trace(std::string pattern) {
   size_t start = 0;
   while (start <= pattern.size()) {
     const size_t comma = pattern.find(',', start);
-    const std::string g =
+    std::string g =
         pattern.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t a = g.find_first_not_of(" \t"), b = g.find_last_not_of(" \t");
+    g = a == std::string::npos ? "" : g.substr(a, b - a + 1);  // "a, b" as well as "a,b"
     if (!g.empty()) globs_.push_back(g);
     if (comma == std::string::npos) break;
     start = comma + 1;
