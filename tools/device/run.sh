@@ -33,4 +33,24 @@ python3 tools/device/crosscheck_quant.py build-device/tools/qparity/qparity "$OU
 xrc=$?
 cat "$OUT/crosscheck_quant.log" | tail -40
 [ $rc -eq 0 ] && rc=$xrc
+log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
+QP=build-device/tools/qparity/qparity
+POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.moe.out,layers.*.residual,final_norm,logits'
+for arch in llama qwen3 qwen3-moe; do
+  for size in tiny small; do
+    d=/tmp/peer-$arch-$size; t=/tmp/peer-$arch-$size-traces; mkdir -p $t
+    $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }
+    $QP trace --model $d --synthetic 24 --seed 11 --capture "$POINTS" --out $t/ref.safetensors --force 2>/dev/null
+    for mode in patched stock; do
+      flag=""; [ $mode = stock ] && flag="--stock"
+      python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
+        || { echo "hf_reference $arch $size $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
+      bound=1e-12; [ $mode = stock ] && bound=1
+      python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
+        --json "$OUT/peer-$arch-$size-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
+      echo "peer $arch $size $mode: $(tail -1 $t/cmp-$mode.log)"
+      [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
+    done
+  done
+done
 exit $rc
