@@ -63,9 +63,18 @@ def main():
     from transformers import AutoModelForCausalLM
 
     patched = not a.stock
+    # Experts through transformers' eager per-expert loop: the default grouped_mm path has no
+    # float64 kernel (and is not deterministic across batch shapes).
     with float_is_double(patched):
-        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float64,
-                                                     attn_implementation="sdpa")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                a.model, dtype=torch.float64, attn_implementation="sdpa",
+                experts_implementation="eager")
+        except TypeError:  # transformers without the option (4.x): experts are a loop already
+            model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float64,
+                                                         attn_implementation="sdpa")
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")
     model.eval()
     if patched:
         for m in model.modules():
