@@ -1,6 +1,6 @@
 #pragma once
-// Runs the `qparity` binary (QPARITY_CLI) in a shell with stdout and stderr captured to files in
-// a scratch directory, for the end-to-end CLI tests.
+// Helpers of the end-to-end CLI tests: run the `qparity` binary (QPARITY_CLI) in a shell with
+// stdout and stderr captured to files in a scratch directory, and read a 2-D tensor it wrote.
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -8,6 +8,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "core/safetensors/safetensors_file.h"
+#include "reference_cpu/quant/matrix.h"
+#include "reference_cpu/tensor_decode.h"
 
 namespace qparity::test {
 
@@ -34,6 +38,15 @@ inline CliRun run_cli(const std::filesystem::path& scratch, const std::string& a
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// The 2-D tensor `name` of a safetensors file, decoded exactly to fp64.
+inline reference::Matrix read_matrix(const std::filesystem::path& file, const std::string& name) {
+  const auto f = SafetensorsFile::open(file);
+  const TensorInfo& t = f.at(name);
+  reference::Matrix m(static_cast<int64_t>(t.shape.at(0)), static_cast<int64_t>(t.shape.at(1)));
+  m.data = reference::decode_all(t.dtype, f.bytes(t), t.numel(), name);
+  return m;
 }
 
 }  // namespace qparity::test

@@ -52,13 +52,6 @@ class CliQuantLinear : public testing::Test {
   Matrix w_, x_;
 };
 
-Matrix read_f64(const SafetensorsFile& f, const std::string& name) {
-  const TensorInfo& t = f.at(name);
-  Matrix m(static_cast<int64_t>(t.shape.at(0)), static_cast<int64_t>(t.shape.at(1)));
-  m.data = reference::decode_all(t.dtype, f.bytes(t), t.numel(), name);
-  return m;
-}
-
 struct Case {
   const char* scheme;
   const char* first_tensor;  // a tensor the producer writes
@@ -100,11 +93,11 @@ TEST_F(CliQuantLinear, EverySchemeAndDialectRoundTrips) {
       EXPECT_TRUE(f.find(c.first_tensor)) << c.scheme << " lacks " << c.first_tensor;
       EXPECT_EQ(f.metadata().at("scheme"), c.scheme);
       EXPECT_EQ(f.metadata().at("dialect"), dialect);
-      const Matrix deq = read_f64(f, "qparity.dequantized");
+      const Matrix deq = test::read_matrix(out, "qparity.dequantized");
       EXPECT_LT(test::relative_l2(deq, w_), c.weight_bound)
           << c.scheme << "/" << dialect << " " << test::seed_note(seed_);
       // The layer output is x @ W^T up to the format's weight and activation error.
-      const Matrix y = read_f64(f, "qparity.y");
+      const Matrix y = test::read_matrix(out, "qparity.y");
       const Matrix y_ref = reference::matmul_nt(x_, w_);
       EXPECT_LT(test::relative_l2(y, y_ref), c.output_bound)
           << c.scheme << "/" << dialect << " " << test::seed_note(seed_);

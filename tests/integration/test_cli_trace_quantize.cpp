@@ -35,14 +35,6 @@ class CliTraceQuantize : public testing::Test {
   fs::path dir_;
 };
 
-Matrix read_f64(const fs::path& file, const std::string& name) {
-  const auto f = SafetensorsFile::open(file);
-  const TensorInfo& t = f.at(name);
-  Matrix m(static_cast<int64_t>(t.shape.at(0)), static_cast<int64_t>(t.shape.at(1)));
-  m.data = reference::decode_all(t.dtype, f.bytes(t), t.numel(), name);
-  return m;
-}
-
 TEST_F(CliTraceQuantize, QuantizeThenTracePrefillEqualsDecode) {
   const std::string s = std::to_string(seed_ % 1000);
   ASSERT_EQ(run("make-fixture --arch llama --seed " + s + " --out " + p("fp")).status, 0);
@@ -64,7 +56,8 @@ TEST_F(CliTraceQuantize, QuantizeThenTracePrefillEqualsDecode) {
   EXPECT_FALSE(b.find("layers.0.attn.core")) << "--capture selects points";
   EXPECT_EQ(b.metadata().at("steps"), "decode");
   for (const char* point : {"logits", "layers.0.residual", "layers.1.residual"})
-    EXPECT_LE(test::relative_l2(read_f64(dir_ / "b.st", point), read_f64(dir_ / "a.st", point)),
+    EXPECT_LE(test::relative_l2(test::read_matrix(dir_ / "b.st", point),
+                                test::read_matrix(dir_ / "a.st", point)),
               1e-12)
         << point;
 }
