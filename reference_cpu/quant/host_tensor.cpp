@@ -45,35 +45,6 @@ bool is_integer_dtype(DType d) {
   }
 }
 
-void integer_range(DType d, double& lo, double& hi) {
-  switch (d) {
-    case DType::kU8:
-      lo = 0, hi = 255;
-      return;
-    case DType::kI8:
-      lo = -128, hi = 127;
-      return;
-    case DType::kI16:
-      lo = -32768, hi = 32767;
-      return;
-    case DType::kU16:
-      lo = 0, hi = 65535;
-      return;
-    case DType::kI32:
-      lo = -2147483648.0, hi = 2147483647.0;
-      return;
-    case DType::kU32:
-      lo = 0, hi = 4294967295.0;
-      return;
-    case DType::kBool:
-      lo = 0, hi = 1;
-      return;
-    default:  // I64 / U64 from a double: limited to the exactly representable range
-      lo = d == DType::kU64 ? 0 : -9007199254740992.0, hi = 9007199254740992.0;
-      return;
-  }
-}
-
 uint32_t float_code(const codec::FloatFormat& f, double v, Encoding mode, const std::string& where,
                     size_t i) {
   if (std::isnan(v)) throw Error(elem(where, i), "NaN cannot be stored");
@@ -126,18 +97,15 @@ HostTensor encode(DType dtype, std::vector<int64_t> shape, std::span<const doubl
                            shape_string(t.shape) + " (" + std::to_string(n) + " elements)");
   t.bytes.assign(storage_bytes(dtype, n), 0);
   if (is_integer_dtype(dtype)) {
-    double lo = 0, hi = 0;
-    integer_range(dtype, lo, hi);
+    // Integral and exactly an int64 here; the dtype's range is encode_ints' check.
+    std::vector<int64_t> ints(values.size());
     for (size_t i = 0; i < values.size(); ++i) {
       const double v = values[i];
-      if (!(v == std::floor(v)) || v < lo || v > hi)
-        throw Error(elem(where, i), std::to_string(v) + " is not an integer in [" +
-                                        std::to_string(lo) + ", " + std::to_string(hi) + "] for " +
-                                        std::string(dtype_name(dtype)));
+      if (!(v == std::floor(v)) || std::fabs(v) > 9007199254740992.0)
+        throw Error(elem(where, i), std::to_string(v) + " is not an integer (for " +
+                                        std::string(dtype_name(dtype)) + ")");
+      ints[i] = static_cast<int64_t>(v);
     }
-    std::vector<int64_t> ints(values.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      ints[i] = static_cast<int64_t>(values[i]);
     return encode_ints(dtype, t.shape, ints, where);
   }
   for (size_t i = 0; i < values.size(); ++i) {
@@ -203,7 +171,7 @@ HostTensor encode_ints(DType dtype, std::vector<int64_t> shape, std::span<const 
   t.bytes.assign(storage_bytes(dtype, n), 0);
   auto check = [&](size_t i, int64_t lo, int64_t hi) {
     if (values[i] < lo || values[i] > hi)
-      throw Error(elem(where, i), std::to_string(values[i]) + " is out of range [" +
+      throw Error(elem(where, i), std::to_string(values[i]) + " is not an integer in [" +
                                       std::to_string(lo) + ", " + std::to_string(hi) + "] for " +
                                       std::string(dtype_name(dtype)));
   };
