@@ -162,6 +162,7 @@ void Fp8BlockLinearMethod::process() {
     q.block_rows = 1;
     q.block_cols = kFp8BlockSize;
     q.scales = std::move(rows);
+    q.compact();
     experts_.push_back(std::move(q));
     checkpoint_scales_.push_back(std::move(ck));
     biases_.push_back(loaded_bias(e));

@@ -106,6 +106,7 @@ void Fp8ChannelLinearMethod::process() {
     q.block_rows = 1;
     q.block_cols = w.cols;
     q.scales = std::move(sc);
+    q.compact();
     experts_.push_back(std::move(q));
     biases_.push_back(loaded_bias(e));
   }

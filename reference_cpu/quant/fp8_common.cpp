@@ -419,7 +419,7 @@ HostTensor Fp8LinearBase::runtime_weight() const {
   const auto& s = shape();
   std::vector<double> v;
   for (const auto& q : experts_)
-    for (int64_t c : q.codes)
+    for (int64_t c : q.code_vector())
       v.push_back(static_cast<double>(c) * kFp8Lattice);
   std::vector<int64_t> sh{s.out_features(), s.in_features};
   if (s.num_experts > 0) sh.insert(sh.begin(), s.num_experts);

@@ -132,6 +132,7 @@ void Fp8TensorLinearMethod::process() {
     q.block_rows = w.rows;
     q.block_cols = w.cols;
     q.scales = Matrix(1, 1, max_s);
+    q.compact();
     experts_.push_back(std::move(q));
     unified_scales_.push_back(max_s);
     biases_.push_back(loaded_bias(e));

@@ -1,5 +1,7 @@
 #include "reference_cpu/quant/linear_method.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -120,6 +122,21 @@ void LinearMethod::process_weights_after_loading() {
                           std::string(dtype_name(s.dtypes[0])) + " " + shape_string(s.shape) + ")");
   process();
   processed_ = true;
+  // The run-time form now holds the weights; keep only what the scheme still reads.
+  const auto keep = retained_after_processing();
+  for (auto it = loaded_.begin(); it != loaded_.end();) {
+    if (std::find(keep.begin(), keep.end(), std::get<0>(it->first)) == keep.end())
+      it = loaded_.erase(it);
+    else
+      ++it;
+  }
+}
+
+size_t LinearMethod::loaded_bytes() const {
+  size_t n = 0;
+  for (const auto& [key, t] : loaded_)
+    n += t.bytes.capacity();
+  return n;
 }
 
 Matrix LinearMethod::apply(const Matrix& x, int64_t expert) const {

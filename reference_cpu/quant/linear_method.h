@@ -105,9 +105,14 @@ class LinearMethod {
   // Run-time tensors after processing, under the engine's names (SGLang's w13_weight_scale [E]
   // for a unified expert stack, ...), for inspection and tests.
   virtual TensorMap runtime_tensors() const { return {}; }
+  // Bytes of checkpoint tensors still held after processing (see retained_after_processing).
+  size_t loaded_bytes() const;
 
  protected:
   virtual void process() = 0;
+  // Checkpoint tensors (by parameter name) the method still reads after process(); every other
+  // loaded tensor is freed then, so a loaded model holds its weights once, in run-time form.
+  virtual std::vector<std::string> retained_after_processing() const { return {}; }
   virtual Matrix do_apply(const Matrix& x, int64_t expert) const = 0;
   virtual Matrix do_dequantized_weight(int64_t expert) const = 0;
   virtual std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const {

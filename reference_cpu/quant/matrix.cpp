@@ -22,4 +22,21 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w) {
   return y;
 }
 
+Matrix matmul_nt_rows(const Matrix& x, int64_t n,
+                      const std::function<void(int64_t, std::span<double>)>& row) {
+  std::vector<double> wr(static_cast<size_t>(x.cols));
+  Matrix y(x.rows, n);
+  for (int64_t r = 0; r < n; ++r) {
+    row(r, wr);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const auto xr = x.row(t);
+      double acc = 0.0;
+      for (int64_t k = 0; k < x.cols; ++k)
+        acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
+      y(t, r) = acc;
+    }
+  }
+  return y;
+}
+
 }  // namespace qparity::reference

@@ -3,6 +3,7 @@
 // [T, N]. Deliberately plain: the reference's reductions run in a fixed order written out in the
 // code that uses it, so results do not depend on a BLAS or on the thread count.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -27,5 +28,9 @@ struct Matrix {
 
 // y = x @ w^T in fp64, each output summed over k in ascending order. x [T, K], w [N, K].
 Matrix matmul_nt(const Matrix& x, const Matrix& w);
+// The same with the weight produced one row at a time (a compact weight decoded on the fly):
+// row(n, out) writes w[n, :] (k values) into out. Same sums, same order, as matmul_nt.
+Matrix matmul_nt_rows(const Matrix& x, int64_t n,
+                      const std::function<void(int64_t, std::span<double>)>& row);
 
 }  // namespace qparity::reference

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/codecs/float_format.h"
+#include "core/codecs/int_packing.h"
 #include "core/codecs/ue8m0.h"
 #include "core/error.h"
 
@@ -201,6 +202,31 @@ HostTensor stack_expert_shards(const LinearShape& s,
   return out;
 }
 
+HostTensor encode_element_rows(const QuantizedMatrix& q, int64_t row0, int64_t n, MxElem elem,
+                               const std::string& where) {
+  std::vector<int64_t> row(static_cast<size_t>(q.cols));
+  std::vector<double> values;
+  values.reserve(static_cast<size_t>(n * q.cols));
+  for (int64_t r = row0; r < row0 + n; ++r) {
+    q.row_codes(r, row);
+    for (int64_t c : row)
+      values.push_back(static_cast<double>(c) * q.lattice);
+  }
+  if (elem == MxElem::kE4M3)
+    return encode(DType::kF8E4M3, {n, q.cols}, values, Encoding::kExact, where);
+  std::vector<uint8_t> nibbles(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    nibbles[i] = codec::double_to_e2m1(values[i]);
+    if (codec::e2m1_to_double(nibbles[i]) != values[i])
+      throw Error(where, std::to_string(values[i]) + " is not an e2m1 value");
+  }
+  HostTensor t;
+  t.dtype = DType::kU8;
+  t.shape = {n, q.cols / 2};
+  t.bytes = codec::pack_nibbles(nibbles, where);
+  return t;
+}
+
 QuantizedMatrix mx_quantized_matrix(int64_t rows, int64_t cols, MxElem elem,
                                     std::span<const double> values, std::span<const int> bytes) {
   QuantizedMatrix q;
@@ -297,6 +323,7 @@ void MxLinearMethodBase::process() {
       bytes.insert(bytes.end(), b.begin(), b.end());
     }
     weights_.push_back(mx_quantized_matrix(s.out_features(), k, elem_, values, bytes));
+    weights_.back().compact();
     biases_.push_back(loaded_bias(e));
   }
 }
@@ -328,10 +355,15 @@ TensorMap MxLinearMethodBase::runtime_tensors() const {
   if (s.num_experts == 0) return {};
   const std::string pre = s.partition_count() > 1 ? "w13_" : "w2_";
   TensorMap out;
-  const std::vector<std::string> names{weight_name(), "weight_scale"};
-  for (const auto& name : names)
-    out[pre + name] = stack_expert_shards(
-        s, [&](int64_t e, int64_t p) -> const HostTensor& { return loaded(name, p, e); });
+  HostTensor shard;  // the weight of shard (e, p), re-encoded from the run-time codes
+  out[pre + weight_name()] = stack_expert_shards(s, [&](int64_t e, int64_t p) -> const HostTensor& {
+    shard = encode_element_rows(weights_[static_cast<size_t>(e)], s.partition_offset(p),
+                                s.partitions[static_cast<size_t>(p)], elem_,
+                                where(weight_name(), p, e));
+    return shard;
+  });
+  out[pre + "weight_scale"] = stack_expert_shards(
+      s, [&](int64_t e, int64_t p) -> const HostTensor& { return loaded("weight_scale", p, e); });
   return out;
 }
 

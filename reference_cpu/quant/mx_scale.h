@@ -124,6 +124,12 @@ namespace qparity::reference {
 HostTensor stack_expert_shards(const LinearShape& s,
                                const std::function<const HostTensor&(int64_t e, int64_t p)>& get);
 
+// Rows [row0, row0 + n) of a run-time element matrix (codes on the e2m1 or e4m3 lattice) back in
+// checkpoint form: e2m1 nibble pairs as U8 [n, K/2] (low nibble = even element) or F8_E4M3
+// [n, K]. Run-time tensors are rebuilt this way, so the checkpoint bytes need not be kept.
+HostTensor encode_element_rows(const QuantizedMatrix& q, int64_t row0, int64_t n, MxElem elem,
+                               const std::string& where);
+
 // The fused [N, K] QuantizedMatrix of an MX layer from element values [N*K] and E8M0 bytes
 // [N, K/32] (none 255).
 QuantizedMatrix mx_quantized_matrix(int64_t rows, int64_t cols, MxElem elem,
@@ -152,6 +158,7 @@ class MxLinearMethodBase : public LinearMethod {
   // The name of the element tensor ("weight_packed" / "weight") and its values for one shard.
   virtual std::string weight_name() const = 0;
   virtual std::vector<double> weight_values(int64_t partition, int64_t expert) const = 0;
+  std::vector<std::string> retained_after_processing() const override { return {"weight_scale"}; }
 
   void process() override;
   Matrix do_apply(const Matrix& x, int64_t expert) const override;

@@ -90,7 +90,6 @@ void Mxint4LinearMethod::process() {
           [&](const std::string& n) { return where(n, p, e); }, args_,
           codec::CtPackLayout::kDenseStream, s.partitions[sz(p)], s.in_features));
     fused_.push_back(fuse_int_weights(parts, 32, where("weight_packed", 0, e)));
-    shards_.push_back(std::move(parts));
   }
 }
 
@@ -101,7 +100,7 @@ Matrix Mxint4LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
 Matrix Mxint4LinearMethod::do_dequantized_weight(int64_t expert) const {
   Matrix w(shape().out_features(), shape().in_features);
   int64_t off = 0;
-  for (const auto& p : shards_[sz(expert)]) {
+  for (const auto& p : unfuse_int_weights(fused_[sz(expert)], shape().partitions)) {
     const Matrix d = dequantize(p);
     std::copy(d.data.begin(), d.data.end(), w.data.begin() + off * w.cols);
     off += p.rows;
@@ -111,11 +110,14 @@ Matrix Mxint4LinearMethod::do_dequantized_weight(int64_t expert) const {
 
 TensorMap Mxint4LinearMethod::runtime_tensors() const {
   const auto& s = shape();
+  std::vector<std::vector<IntWeight>> shards;
+  for (const auto& f : fused_)
+    shards.push_back(unfuse_int_weights(f, s.partitions));
   TensorMap out =
-      stacked_runtime_tensors(shards_, s, 4, codec::CtPackLayout::kDenseStream, DType::kBF16);
+      stacked_runtime_tensors(shards, s, 4, codec::CtPackLayout::kDenseStream, DType::kBF16);
   const std::string pre = s.partition_count() == 2 ? "w13_" : "w2_";
   std::vector<int64_t> bytes;
-  for (const auto& parts : shards_)
+  for (const auto& parts : shards)
     for (const auto& p : parts)
       for (uint8_t b : mxint4_kernel_nibbles(p))
         bytes.push_back(b);

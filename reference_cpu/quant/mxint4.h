@@ -53,8 +53,7 @@ class Mxint4LinearMethod final : public LinearMethod {
 
  private:
   QuantArgs args_;
-  std::vector<std::vector<IntWeight>> shards_;  // [expert][partition]
-  std::vector<FusedIntWeight> fused_;
+  std::vector<FusedIntWeight> fused_;  // per expert
 };
 
 std::unique_ptr<LinearMethod> make_mxint4_method(LinearShape shape, MethodConfig config);

@@ -360,6 +360,7 @@ void Nvfp4LinearMethod::process() {
       q.scales = Matrix(q.rows, groups);
       for (size_t i = 0; i < q.scales.data.size(); ++i)
         q.scales.data[i] = scales[pi][i] / ex.weight_gs_eff[pi];
+      q.compact();
       ex.parts.push_back(std::move(q));
     }
     ex.bias = loaded_bias(e);
@@ -430,7 +431,14 @@ TensorMap Nvfp4LinearMethod::runtime_tensors() const {
   if (s.num_experts == 0) return {};
   const std::string pre = s.partition_count() > 1 ? "w13_" : "w2_";
   TensorMap out;
-  std::vector<std::string> names{"weight_packed", "weight_scale", "weight_global_scale"};
+  HostTensor shard;  // weight_packed of shard (e, p), re-encoded from the run-time codes
+  out[pre + "weight_packed"] =
+      stack_expert_shards(s, [&](int64_t e, int64_t p) -> const HostTensor& {
+        const QuantizedMatrix& q = experts_[static_cast<size_t>(e)].parts[static_cast<size_t>(p)];
+        shard = encode_element_rows(q, 0, q.rows, MxElem::kE2M1, where("weight_packed", p, e));
+        return shard;
+      });
+  std::vector<std::string> names{"weight_scale", "weight_global_scale"};
   if (act_) names.push_back("input_global_scale");
   for (const auto& name : names)
     out[pre + name] = stack_expert_shards(

@@ -134,6 +134,9 @@ class Nvfp4LinearMethod final : public LinearMethod {
   Matrix do_apply(const Matrix& x, int64_t expert) const override;
   Matrix do_dequantized_weight(int64_t expert) const override;
   std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const override;
+  std::vector<std::string> retained_after_processing() const override {
+    return {"weight_scale", "weight_global_scale", "input_global_scale"};
+  }
 
  private:
   struct Expert {

@@ -318,29 +318,71 @@ FusedIntWeight fuse_int_weights(const std::vector<IntWeight>& shards, int64_t gr
                    [&](int64_t a, int64_t b) { return group[sz(a)] < group[sz(b)]; });
   for (int64_t j = 0; j < k; ++j)
     if (f.perm[sz(j)] != j) f.identity = false;
+  f.group = group;
   const int64_t groups = shards[0].groups;
+  const int64_t bc = groups == 1 ? k : group_size;
+  for (int64_t j = 0; j < k; ++j)  // the scale grid indexes permuted column j by j / bc
+    if (group[sz(f.perm[sz(j)])] != j / bc)
+      throw Error(where, "weight_g_idx groups are not all of size " + std::to_string(bc));
   QuantizedMatrix& q = f.w;
   q.rows = rows;
   q.cols = k;
   q.codes.resize(sz(rows * k));
   q.block_rows = 1;
-  q.block_cols = groups == 1 ? k : group_size;
+  q.block_cols = bc;
   q.scales = Matrix(rows, groups);
+  bool any_zero = false;
+  for (const auto& s : shards)
+    for (int64_t z : s.zero)
+      any_zero = any_zero || z != 0;
+  if (any_zero) q.zero_points.resize(sz(rows * groups));
   int64_t off = 0;
   for (const auto& s : shards) {
     for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t c = f.perm[sz(j)];
-        const int64_t g = s.group[sz(c)];
-        q.codes[sz((off + r) * k + j)] = s.q[sz(r * k + c)] - s.zero[sz(r * groups + g)];
-      }
-      for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < k; ++j)
+        q.codes[sz((off + r) * k + j)] = s.q[sz(r * k + f.perm[sz(j)])];
+      for (int64_t g = 0; g < groups; ++g) {
         q.scales(off + r, g) = s.scales(r, g);
+        if (any_zero) q.zero_points[sz((off + r) * groups + g)] = s.zero[sz(r * groups + g)];
+      }
     }
     off += s.rows;
   }
   validate(q, "fused pack-quantized weight");
+  q.compact();
   return f;
+}
+
+std::vector<IntWeight> unfuse_int_weights(const FusedIntWeight& f,
+                                          std::span<const int64_t> partitions) {
+  const QuantizedMatrix& q = f.w;
+  const int64_t k = q.cols, groups = q.scales.cols;
+  std::vector<IntWeight> out;
+  std::vector<int64_t> row(sz(k));
+  int64_t off = 0;
+  for (int64_t n : partitions) {
+    IntWeight s;
+    s.rows = n;
+    s.cols = k;
+    s.groups = groups;
+    s.group = f.group;
+    s.q.resize(sz(n * k));
+    s.scales = Matrix(n, groups);
+    s.zero.assign(sz(n * groups), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      q.stored_row(off + r, row);
+      for (int64_t j = 0; j < k; ++j)
+        s.q[sz(r * k + f.perm[sz(j)])] = row[sz(j)];
+      for (int64_t g = 0; g < groups; ++g) {
+        s.scales(r, g) = q.scales(off + r, g);
+        if (!q.zero_points.empty())
+          s.zero[sz(r * groups + g)] = q.zero_points[sz((off + r) * groups + g)];
+      }
+    }
+    out.push_back(std::move(s));
+    off += n;
+  }
+  return out;
 }
 
 Matrix apply_fused(const FusedIntWeight& f, const Matrix& x) {
@@ -529,7 +571,6 @@ void PackQuantizedLinearMethod::process() {
                                 layout_, s.partitions[sz(p)], s.in_features));
     }
     fused_.push_back(fuse_int_weights(parts, group_size_, where("weight_g_idx", 0, e)));
-    shards_.push_back(std::move(parts));
     biases_.push_back(loaded_bias(e));
   }
 }
@@ -544,7 +585,7 @@ Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) cons
 }
 
 Matrix PackQuantizedLinearMethod::do_dequantized_weight(int64_t expert) const {
-  const auto& parts = shards_[sz(expert)];
+  const auto parts = unfuse_int_weights(fused_[sz(expert)], shape().partitions);
   Matrix w(shape().out_features(), shape().in_features);
   int64_t off = 0;
   for (const auto& p : parts) {
@@ -557,7 +598,10 @@ Matrix PackQuantizedLinearMethod::do_dequantized_weight(int64_t expert) const {
 
 TensorMap PackQuantizedLinearMethod::runtime_tensors() const {
   if (shape().num_experts == 0) return {};
-  return stacked_runtime_tensors(shards_, shape(), args_.num_bits, layout_, shape().model_dtype);
+  std::vector<std::vector<IntWeight>> shards;
+  for (const auto& f : fused_)
+    shards.push_back(unfuse_int_weights(f, shape().partitions));
+  return stacked_runtime_tensors(shards, shape(), args_.num_bits, layout_, shape().model_dtype);
 }
 
 TensorMap stacked_runtime_tensors(const std::vector<std::vector<IntWeight>>& shards,

@@ -133,14 +133,20 @@ Matrix dequantize_pack_quantized(const TensorMap& tensors, const QuantArgs& args
                                  codec::CtPackLayout layout = codec::CtPackLayout::kDenseStream,
                                  const std::string& where = "weight");
 
-// Stacks per-shard IntWeights into one fused QuantizedMatrix over permuted columns.
+// Stacks per-shard IntWeights into one fused QuantizedMatrix over permuted columns. The matrix
+// keeps the raw codes q (compact: int4 in a nibble, int8 in a byte) and the zero points as its
+// per-block zero points, so its codes are q - z.
 struct FusedIntWeight {
-  QuantizedMatrix w;          // codes q - z in permuted column order
-  std::vector<int64_t> perm;  // permuted column j is original column perm[j]
+  QuantizedMatrix w;           // codes q - z in permuted column order
+  std::vector<int64_t> perm;   // permuted column j is original column perm[j]
+  std::vector<int64_t> group;  // [K] group of each original column (weight_g_idx)
   bool identity = true;
 };
 FusedIntWeight fuse_int_weights(const std::vector<IntWeight>& shards, int64_t group_size,
                                 const std::string& where);
+// The shards back from a fused weight (original column order), rows split by `partitions`.
+std::vector<IntWeight> unfuse_int_weights(const FusedIntWeight& f,
+                                          std::span<const int64_t> partitions);
 Matrix apply_fused(const FusedIntWeight& f, const Matrix& x);
 
 class PackQuantizedLinearMethod final : public LinearMethod {
@@ -160,8 +166,7 @@ class PackQuantizedLinearMethod final : public LinearMethod {
   QuantArgs args_;
   codec::CtPackLayout layout_;
   int64_t group_size_ = 0;
-  std::vector<std::vector<IntWeight>> shards_;  // [expert][partition]
-  std::vector<FusedIntWeight> fused_;
+  std::vector<FusedIntWeight> fused_;  // per expert
   std::vector<std::vector<double>> biases_;
 };
 

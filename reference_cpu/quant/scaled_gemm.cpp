@@ -41,7 +41,8 @@ int64_t lattice_code(double value, double lattice) {
 }
 
 void validate(const QuantizedMatrix& m, const char* where) {
-  if (m.rows < 0 || m.cols < 0 || static_cast<int64_t>(m.codes.size()) != m.rows * m.cols)
+  const int64_t n_codes = m.compacted() ? m.packed.size() : static_cast<int64_t>(m.codes.size());
+  if (m.rows < 0 || m.cols < 0 || n_codes != m.rows * m.cols)
     throw Error(where,
                 "codes do not match " + std::to_string(m.rows) + "x" + std::to_string(m.cols));
   if (m.block_rows <= 0 || m.block_cols <= 0) throw Error(where, "scale block size must be > 0");
@@ -52,17 +53,65 @@ void validate(const QuantizedMatrix& m, const char* where) {
                            std::to_string(m.rows) + "x" + std::to_string(m.cols) +
                            " in blocks of " + std::to_string(m.block_rows) + "x" +
                            std::to_string(m.block_cols));
+  if (!m.zero_points.empty() &&
+      static_cast<int64_t>(m.zero_points.size()) != m.scales.rows * m.scales.cols)
+    throw Error(where, std::to_string(m.zero_points.size()) + " zero points for a scale grid of " +
+                           std::to_string(m.scales.rows * m.scales.cols) + " blocks");
+}
+
+void QuantizedMatrix::stored_row(int64_t r, std::span<int64_t> out) const {
+  if (static_cast<int64_t>(out.size()) != cols || r < 0 || r >= rows)
+    throw Error("QuantizedMatrix",
+                "row " + std::to_string(r) + " into a buffer of " + std::to_string(out.size()) +
+                    " of a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+  if (compacted())
+    packed.decode(r * cols, out);
+  else
+    std::copy_n(codes.begin() + r * cols, cols, out.begin());
+}
+
+void QuantizedMatrix::row_codes(int64_t r, std::span<int64_t> out) const {
+  stored_row(r, out);
+  if (zero_points.empty()) return;
+  const int64_t* z = zero_points.data() + (r / block_rows) * scales.cols;
+  for (int64_t c = 0; c < cols; ++c)
+    out[static_cast<size_t>(c)] -= z[c / block_cols];
+}
+
+std::vector<int64_t> QuantizedMatrix::code_vector() const {
+  std::vector<int64_t> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    row_codes(r, std::span<int64_t>(out.data() + r * cols, static_cast<size_t>(cols)));
+  return out;
+}
+
+void QuantizedMatrix::compact() {
+  if (compacted() || codes.empty()) return;
+  validate(*this, "QuantizedMatrix::compact");
+  packed = CodeStore::pack(codes);
+  std::vector<int64_t>().swap(codes);
+}
+
+size_t QuantizedMatrix::bytes() const {
+  return codes.capacity() * sizeof(int64_t) + packed.bytes() +
+         zero_points.capacity() * sizeof(int64_t) + scales.data.capacity() * sizeof(double);
 }
 
 Matrix dequantize(const QuantizedMatrix& m) {
   validate(m, "dequantize");
   Matrix out(m.rows, m.cols);
-  for (int64_t r = 0; r < m.rows; ++r)
+  std::vector<int64_t> row(static_cast<size_t>(m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    m.row_codes(r, row);
     for (int64_t c = 0; c < m.cols; ++c)
-      out(r, c) = m.value(r, c);
+      out(r, c) = static_cast<double>(row[static_cast<size_t>(c)]) * m.lattice * m.scale(r, c);
+  }
   return out;
 }
 
+// Both GEMMs decode one weight row at a time (the weight stays compact) and visit outputs
+// weight-row-major; each y(t, n) is still its own fixed-order sum, so the order of visits does
+// not change a bit of the result.
 Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int32_accumulator) {
   validate(x, "scaled_gemm activations");
   validate(w, "scaled_gemm weights");
@@ -71,16 +120,18 @@ Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int3
                                    std::to_string(w.cols));
   const auto cuts = segments(x.cols, x.block_cols, w.block_cols);
   const double lat = x.lattice * w.lattice;
+  const std::vector<int64_t> xcodes = x.code_vector();
+  std::vector<int64_t> wr(static_cast<size_t>(w.cols));
   Matrix y(x.rows, w.rows);
-  for (int64_t t = 0; t < x.rows; ++t) {
-    const int64_t* xr = x.codes.data() + t * x.cols;
-    for (int64_t n = 0; n < w.rows; ++n) {
-      const int64_t* wr = w.codes.data() + n * w.cols;
+  for (int64_t n = 0; n < w.rows; ++n) {
+    w.row_codes(n, wr);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const int64_t* xr = xcodes.data() + t * x.cols;
       double acc = 0.0;
       for (size_t s = 0; s + 1 < cuts.size(); ++s) {
         Int128 dot = 0;
         for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
-          dot += static_cast<Int128>(xr[k]) * wr[k];
+          dot += static_cast<Int128>(xr[k]) * wr[static_cast<size_t>(k)];
         if (int32_accumulator && (dot > INT32_MAX || dot < INT32_MIN))
           throw Error("scaled_gemm", "int32 accumulator overflow at output (" + std::to_string(t) +
                                          ", " + std::to_string(n) + ")");
@@ -98,16 +149,17 @@ Matrix weight_only_gemm(const Matrix& x, const QuantizedMatrix& w) {
     throw Error("weight_only_gemm", "inner dimensions differ: " + std::to_string(x.cols) + " vs " +
                                         std::to_string(w.cols));
   const auto cuts = segments(w.cols, w.block_cols, w.block_cols);
+  std::vector<int64_t> wr(static_cast<size_t>(w.cols));
   Matrix y(x.rows, w.rows);
-  for (int64_t t = 0; t < x.rows; ++t) {
-    const auto xr = x.row(t);
-    for (int64_t n = 0; n < w.rows; ++n) {
-      const int64_t* wr = w.codes.data() + n * w.cols;
+  for (int64_t n = 0; n < w.rows; ++n) {
+    w.row_codes(n, wr);
+    for (int64_t t = 0; t < x.rows; ++t) {
+      const auto xr = x.row(t);
       double acc = 0.0;
       for (size_t s = 0; s + 1 < cuts.size(); ++s) {
         double dot = 0.0;
         for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
-          dot += xr[static_cast<size_t>(k)] * static_cast<double>(wr[k]);
+          dot += xr[static_cast<size_t>(k)] * static_cast<double>(wr[static_cast<size_t>(k)]);
         acc += dot * w.lattice * w.scale(n, cuts[s]);
       }
       y(t, n) = acc;

@@ -15,8 +15,10 @@
 // real kernel would wrap) and what an fp8/fp4 tensor core approximates (fp32 accumulation). The
 // outer sum over segments is fp64 in ascending k, so results are independent of threading.
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "reference_cpu/quant/code_store.h"
 #include "reference_cpu/quant/matrix.h"
 
 namespace qparity::reference {
@@ -24,17 +26,44 @@ namespace qparity::reference {
 struct QuantizedMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<int64_t> codes;  // row-major, rows * cols
+  // Row-major stored codes while the matrix is built (and for activations, which live briefly).
+  // compact() moves them into `packed`, in as few bits as they need (a loaded weight's form).
+  std::vector<int64_t> codes;
   double lattice = 1.0;
   int64_t block_rows = 1;  // rows sharing one scale row
   int64_t block_cols = 1;  // columns sharing one scale column
   Matrix scales;           // [ceil(rows / block_rows), ceil(cols / block_cols)]
+  CodeStore packed;
+  // Optional integer zero points, one per scale block ([scales.rows * scales.cols], row-major):
+  // code(r, c) = stored(r, c) - zero. They let asymmetric int weights keep their raw q codes
+  // (one byte for int8) instead of q - z (nine bits).
+  std::vector<int64_t> zero_points;
 
-  int64_t code(int64_t r, int64_t c) const { return codes[static_cast<size_t>(r * cols + c)]; }
+  bool compacted() const { return codes.empty() && packed.size() > 0; }
+  int64_t stored(int64_t r, int64_t c) const {
+    const int64_t i = r * cols + c;
+    return compacted() ? packed.at(i) : codes[static_cast<size_t>(i)];
+  }
+  int64_t zero(int64_t r, int64_t c) const {
+    return zero_points.empty()
+               ? 0
+               : zero_points[static_cast<size_t>((r / block_rows) * scales.cols + c / block_cols)];
+  }
+  int64_t code(int64_t r, int64_t c) const { return stored(r, c) - zero(r, c); }
   double scale(int64_t r, int64_t c) const { return scales(r / block_rows, c / block_cols); }
   double value(int64_t r, int64_t c) const {
     return static_cast<double>(code(r, c)) * lattice * scale(r, c);
   }
+  // The stored codes of row r (zero points not subtracted) into out [cols].
+  void stored_row(int64_t r, std::span<int64_t> out) const;
+  // The codes (zero points subtracted) of row r into out [cols].
+  void row_codes(int64_t r, std::span<int64_t> out) const;
+  // Every code, row-major, zero points subtracted.
+  std::vector<int64_t> code_vector() const;
+  // Moves `codes` into `packed` (after validate()); a no-op when already compact.
+  void compact();
+  // Heap bytes held by codes, zero points and scales.
+  size_t bytes() const;
 };
 
 // The code of `value` on `lattice` (value / lattice must be an integer; else an Error).

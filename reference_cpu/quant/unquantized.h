@@ -19,6 +19,7 @@ class UnquantizedLinearMethod final : public LinearMethod {
 
  protected:
   void process() override;
+  std::vector<std::string> retained_after_processing() const override { return {"weight"}; }
   Matrix do_apply(const Matrix& x, int64_t expert) const override;
   Matrix do_dequantized_weight(int64_t expert) const override;
 

@@ -124,8 +124,14 @@ void W8A16LinearMethod::process() {
   const int64_t k = s.in_features, n_all = s.out_features(), ng = k / group_;
   for (int64_t e = 0; e < s.expert_count(); ++e) {
     Expert ex;
-    ex.codes = Matrix(n_all, k);
-    ex.scales = Matrix(n_all, ng);
+    QuantizedMatrix& m = ex.weight;
+    m.rows = n_all;
+    m.cols = k;
+    m.lattice = 1.0;
+    m.block_rows = 1;
+    m.block_cols = group_;
+    m.scales = Matrix(n_all, ng);
+    m.codes.resize(static_cast<size_t>(n_all * k));
     ex.offsets = Matrix(n_all, ng);
     for (int64_t p = 0; p < s.partition_count(); ++p) {
       const int64_t row0 = s.partition_offset(p);
@@ -141,10 +147,11 @@ void W8A16LinearMethod::process() {
                                                        " at element " + std::to_string(i) +
                                                        " (scales must be finite and > 0)");
       require_finite(of, where("weight_offset", p, e));
-      const double shift = unsigned_w ? 128.0 : 0.0;
+      const int64_t shift = unsigned_w ? 128 : 0;
       for (int64_t r = 0; r < n; ++r) {
         for (int64_t c = 0; c < k; ++c)
-          ex.codes(row0 + r, c) = static_cast<double>(q[static_cast<size_t>(r * k + c)]) - shift;
+          m.codes[static_cast<size_t>((row0 + r) * k + c)] =
+              q[static_cast<size_t>(r * k + c)] - shift;
         for (int64_t j = 0; j < ng; ++j) {
           const size_t i = static_cast<size_t>(r * ng + j);
           if (unsigned_w && (of[i] < 0.0 || of[i] > 255.0))
@@ -152,39 +159,40 @@ void W8A16LinearMethod::process() {
                         "offset " + std::to_string(of[i]) + " at element " + std::to_string(i) +
                             " of an unsigned (U8) weight must be an unsigned zero point in "
                             "[0, 255]");
-          ex.scales(row0 + r, j) = sc[i];
-          ex.offsets(row0 + r, j) = of[i] - shift;
-          if (of[i] != std::floor(of[i])) ex.integral_offsets = false;
+          m.scales(row0 + r, j) = sc[i];
+          ex.offsets(row0 + r, j) = of[i] - static_cast<double>(shift);
+          if (of[i] != std::floor(of[i]) || std::fabs(of[i]) > 1e15) ex.integral_offsets = false;
         }
       }
     }
-    ex.dequantized = Matrix(n_all, k);
-    for (int64_t r = 0; r < n_all; ++r)
-      for (int64_t c = 0; c < k; ++c)
-        ex.dequantized(r, c) =
-            (ex.codes(r, c) - ex.offsets(r, c / group_)) * ex.scales(r, c / group_);
     if (ex.integral_offsets) {
-      QuantizedMatrix& m = ex.centered;
-      m.rows = n_all;
-      m.cols = k;
-      m.lattice = 1.0;
-      m.block_rows = 1;
-      m.block_cols = group_;
-      m.scales = ex.scales;
-      m.codes.resize(static_cast<size_t>(n_all * k));
-      for (int64_t r = 0; r < n_all; ++r)
-        for (int64_t c = 0; c < k; ++c)
-          m.codes[static_cast<size_t>(r * k + c)] =
-              static_cast<int64_t>(ex.codes(r, c) - ex.offsets(r, c / group_));
+      m.zero_points.resize(ex.offsets.data.size());
+      for (size_t i = 0; i < m.zero_points.size(); ++i)
+        m.zero_points[i] = static_cast<int64_t>(ex.offsets.data[i]);
     }
+    m.compact();
     ex.bias = loaded_bias(e);
     experts_.push_back(std::move(ex));
   }
 }
 
+void W8A16LinearMethod::Expert::dequantized_row(int64_t r, std::span<double> out) const {
+  const int64_t k = weight.cols, g = weight.block_cols;
+  std::vector<int64_t> q(static_cast<size_t>(k));
+  weight.stored_row(r, q);
+  for (int64_t c = 0; c < k; ++c)
+    out[static_cast<size_t>(c)] =
+        (static_cast<double>(q[static_cast<size_t>(c)]) - offsets(r, c / g)) *
+        weight.scales(r, c / g);
+}
+
 Matrix W8A16LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   const Expert& ex = experts_[static_cast<size_t>(expert)];
-  Matrix y = ex.integral_offsets ? weight_only_gemm(x, ex.centered) : matmul_nt(x, ex.dequantized);
+  Matrix y = ex.integral_offsets
+                 ? weight_only_gemm(x, ex.weight)
+                 : matmul_nt_rows(x, ex.weight.rows, [&](int64_t r, std::span<double> out) {
+                     ex.dequantized_row(r, out);
+                   });
   for (int64_t t = 0; t < y.rows; ++t)
     for (int64_t n = 0; n < y.cols; ++n)
       y(t, n) += ex.bias[static_cast<size_t>(n)];
@@ -192,7 +200,11 @@ Matrix W8A16LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
 }
 
 Matrix W8A16LinearMethod::do_dequantized_weight(int64_t expert) const {
-  return experts_[static_cast<size_t>(expert)].dequantized;
+  const Expert& ex = experts_[static_cast<size_t>(expert)];
+  Matrix w(ex.weight.rows, ex.weight.cols);
+  for (int64_t r = 0; r < w.rows; ++r)
+    ex.dequantized_row(r, w.row(r));
+  return w;
 }
 
 TensorMap W8A16LinearMethod::runtime_tensors() const {
@@ -203,9 +215,12 @@ TensorMap W8A16LinearMethod::runtime_tensors() const {
   std::vector<int64_t> codes;
   std::vector<double> scales, offsets;
   for (const Expert& ex : experts_) {
-    for (double v : ex.codes.data)
-      codes.push_back(static_cast<int64_t>(v));
-    scales.insert(scales.end(), ex.scales.data.begin(), ex.scales.data.end());
+    std::vector<int64_t> q(static_cast<size_t>(k));
+    for (int64_t r = 0; r < ex.weight.rows; ++r) {
+      ex.weight.stored_row(r, q);
+      codes.insert(codes.end(), q.begin(), q.end());
+    }
+    scales.insert(scales.end(), ex.weight.scales.data.begin(), ex.weight.scales.data.end());
     // NPU convention (q + off_rt)·s: off_rt = -offset (MindIE registers -(weight_offset)).
     for (double v : ex.offsets.data)
       offsets.push_back(-v);

@@ -73,13 +73,14 @@ class W8A16LinearMethod final : public LinearMethod {
 
  private:
   struct Expert {
-    Matrix codes;    // signed int8 codes q [N, K] (as fp64 integers)
-    Matrix scales;   // [N, K/G]
-    Matrix offsets;  // [N, K/G], file convention (q - offset)
+    // Signed int8 codes q [N, K] (U8 files shifted by -128), compact, scales [N, K/G]. With
+    // integral offsets they are the matrix's zero points, so codes() are q - offset exactly.
+    QuantizedMatrix weight;
+    Matrix offsets;  // [N, K/G], file convention (q - offset), shifted as q
     bool integral_offsets = true;
-    QuantizedMatrix centered;  // codes q - offset (valid when integral_offsets)
-    Matrix dequantized;        // (q - offset)·s [N, K]
     std::vector<double> bias;
+    // (q - offset)·s of row r, in fp64 (the non-integral-offset path decodes rows this way).
+    void dequantized_row(int64_t r, std::span<double> out) const;
   };
   int64_t group_ = 0;
   std::vector<Expert> experts_;

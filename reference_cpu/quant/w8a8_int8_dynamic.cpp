@@ -331,6 +331,7 @@ void W8A8Int8DynamicLinearMethod::process() {
       for (int64_t r = 0; r < w.rows; ++r)
         w.scales(r, 0) = max_s;
     }
+    w.compact();
     weights_.push_back(std::move(w));
 
     double in_s = 1.0;
@@ -401,7 +402,8 @@ TensorMap W8A8Int8DynamicLinearMethod::runtime_tensors() const {
   std::vector<int64_t> codes;
   std::vector<double> scales;
   for (const auto& w : weights_) {
-    codes.insert(codes.end(), w.codes.begin(), w.codes.end());
+    const auto c = w.code_vector();
+    codes.insert(codes.end(), c.begin(), c.end());
     for (int64_t r = 0; r < w.rows; ++r)
       scales.push_back(w.scales(r, 0));
   }

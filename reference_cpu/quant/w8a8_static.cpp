@@ -233,6 +233,7 @@ void W8A8StaticLinearMethod::process() {
     }
     if (rules_.input_scale_in_model_dtype)
       ex.input_scale = in(arith_of(s.model_dtype, s.prefix), ex.input_scale);
+    ex.weight.compact();
     experts_.push_back(std::move(ex));
   }
 }
@@ -302,7 +303,8 @@ TensorMap W8A8StaticLinearMethod::runtime_tensors() const {
   std::vector<int64_t> codes, qb;
   std::vector<double> in_s, in_o, deq;
   for (const Expert& ex : experts_) {
-    codes.insert(codes.end(), ex.weight.codes.begin(), ex.weight.codes.end());
+    const auto c = ex.weight.code_vector();
+    codes.insert(codes.end(), c.begin(), c.end());
     qb.insert(qb.end(), ex.quant_bias.begin(), ex.quant_bias.end());
     in_s.push_back(ex.input_scale);
     in_o.push_back(ex.input_offset);

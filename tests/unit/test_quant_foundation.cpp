@@ -4,9 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 
+#include "core/codecs/float_format.h"
 #include "error_of.h"
 #include "quant_test_util.h"
 #include "reference_cpu/quant/dialect.h"
@@ -127,8 +130,8 @@ TEST(ScaledGemm, IntegerAccumulationIsExactOnAllMaxInputs) {
   // Adversarial: every code at the int8 extreme, K = 65536, so every partial sum is a multiple
   // of 127*127 up to 2^30: an fp32 accumulator would lose the low bits long before the end.
   const int64_t k = 65536;
-  QuantizedMatrix x{1, k, std::vector<int64_t>(k, -128), 1.0, 1, k, Matrix(1, 1, 1.0)};
-  QuantizedMatrix w{2, k, std::vector<int64_t>(2 * k, 127), 1.0, 1, k, Matrix(2, 1, 1.0)};
+  QuantizedMatrix x{1, k, std::vector<int64_t>(k, -128), 1.0, 1, k, Matrix(1, 1, 1.0), {}, {}};
+  QuantizedMatrix w{2, k, std::vector<int64_t>(2 * k, 127), 1.0, 1, k, Matrix(2, 1, 1.0), {}, {}};
   for (int64_t i = 0; i < k; i += 3)
     w.codes[static_cast<size_t>(k + i)] = -128;
   const Matrix y = scaled_gemm(x, w);
@@ -152,16 +155,18 @@ TEST(ScaledGemm, SegmentsFollowBothScaleGrids) {
   // All codes 1, so y = sum over k of sx(k) * sw(k), worked by hand:
   //   sx = [1, 1, 10, 10, 100, 100], sw = [2, 2, 2, 3, 3, 3]
   //   y  = 2 + 2 + 20 + 30 + 300 + 300 = 654.
-  QuantizedMatrix x{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 2, Matrix(1, 3)};
+  QuantizedMatrix x{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 2, Matrix(1, 3), {}, {}};
   x.scales.data = {1, 10, 100};
-  QuantizedMatrix w{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 3, Matrix(1, 2)};
+  QuantizedMatrix w{1, 6, std::vector<int64_t>(6, 1), 1.0, 1, 3, Matrix(1, 2), {}, {}};
   w.scales.data = {2, 3};
   EXPECT_EQ(scaled_gemm(x, w)(0, 0), 654.0);
   // Lattice: e4m3 codes as multiples of 2^-9. 448 * 448 * 6 on lattice 2^-18 is exact.
   QuantizedMatrix a{
-      1, 6, std::vector<int64_t>(6, lattice_code(448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 1.0)};
+      1,  6, std::vector<int64_t>(6, lattice_code(448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 1.0),
+      {}, {}};
   QuantizedMatrix b{
-      1, 6, std::vector<int64_t>(6, lattice_code(-448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 0.5)};
+      1,  6, std::vector<int64_t>(6, lattice_code(-448, 0x1p-9)), 0x1p-9, 1, 6, Matrix(1, 1, 0.5),
+      {}, {}};
   EXPECT_EQ(scaled_gemm(a, b)(0, 0), -448.0 * 448.0 * 6 * 0.5);
   EXPECT_THAT(error_of([] { lattice_code(0.3, 0.5); }), HasSubstr("not on the lattice"));
 }
@@ -171,8 +176,8 @@ TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> code(-128, 127);
   std::uniform_real_distribution<double> sc(0.01, 2.0);
-  QuantizedMatrix x{5, 96, {}, 1.0, 1, 32, Matrix(5, 3)};
-  QuantizedMatrix w{7, 96, {}, 1.0, 4, 48, Matrix(2, 2)};
+  QuantizedMatrix x{5, 96, {}, 1.0, 1, 32, Matrix(5, 3), {}, {}};
+  QuantizedMatrix w{7, 96, {}, 1.0, 4, 48, Matrix(2, 2), {}, {}};
   for (int i = 0; i < 5 * 96; ++i)
     x.codes.push_back(code(rng));
   for (int i = 0; i < 7 * 96; ++i)
@@ -187,6 +192,99 @@ TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
       << test::seed_note(seed);
   w.scales = Matrix(1, 1);
   EXPECT_THAT(error_of([&] { scaled_gemm(x, w); }), HasSubstr("does not cover"));
+}
+
+// Codes in, the same codes out, for every storage kind; the kind is the narrowest that fits.
+TEST(CodeStore, EveryKindRoundTripsExactly) {
+  struct Case {
+    std::vector<int64_t> codes;
+    CodeStore::Kind kind;
+  };
+  std::vector<Case> cases;
+  std::vector<int64_t> int4, int8, fp8, e2m1, i16, i32, i64;
+  for (int64_t v = -8; v < 8; ++v)
+    int4.push_back(v);
+  for (int64_t v = -128; v < 128; ++v)
+    int8.push_back(v);
+  for (int b = 0; b < 256; ++b)  // every finite e4m3fn value on the 2^-9 lattice
+    if ((b & 0x7F) != 0x7F)
+      fp8.push_back(lattice_code(codec::e4m3fn_to_double(uint8_t(b)), 0x1p-9));
+  for (int b = 0; b < 16; ++b)
+    e2m1.push_back(lattice_code(codec::e2m1_to_double(uint8_t(b)), 0.5));
+  for (int64_t v = -32768; v < 32768; v += 7)
+    i16.push_back(v);
+  // Few distinct values take a table whatever their range; many need the full width.
+  for (int64_t i = 0; i < 300; ++i) {
+    i32.push_back(INT32_MIN + i * 14000000);
+    i64.push_back(INT64_MIN + i * 30000000000000000LL);
+  }
+  i32.push_back(INT32_MAX);
+  i64.push_back(INT64_MAX);
+  cases = {{int4, CodeStore::Kind::kOffset4},
+           {int8, CodeStore::Kind::kOffset8},
+           {fp8, CodeStore::Kind::kTable8},
+           {e2m1, CodeStore::Kind::kTable4},
+           {i16, CodeStore::Kind::kInt16},
+           {i32, CodeStore::Kind::kInt32},
+           {i64, CodeStore::Kind::kInt64},
+           {{5, 5, 5}, CodeStore::Kind::kOffset4},
+           {{INT64_MIN, 0, INT64_MAX}, CodeStore::Kind::kTable4}};
+  for (const auto& c : cases) {
+    // Odd lengths and shuffled order exercise the nibble packing.
+    std::vector<int64_t> v = c.codes;
+    v.push_back(v.front());
+    std::mt19937_64 rng(7);
+    std::shuffle(v.begin(), v.end(), rng);
+    const CodeStore s = CodeStore::pack(v);
+    EXPECT_EQ(s.kind(), c.kind) << code_store_kind_name(s.kind());
+    EXPECT_EQ(s.decode_all(), v) << code_store_kind_name(c.kind);
+    for (size_t i = 0; i < v.size(); i += 5)
+      EXPECT_EQ(s.at(static_cast<int64_t>(i)), v[i]);
+    std::vector<int64_t> mid(v.size() > 3 ? v.size() - 3 : 0);
+    s.decode(1, mid);
+    EXPECT_TRUE(std::equal(mid.begin(), mid.end(), v.begin() + 1));
+  }
+  const CodeStore s = CodeStore::pack(int8);
+  EXPECT_EQ(s.bytes(), int8.size());  // one byte per int8 code
+  EXPECT_THAT(error_of([&] { s.at(256); }), HasSubstr("outside [0, 256)"));
+}
+
+// compact() changes where the codes live, never what the GEMMs compute; zero points subtract.
+TEST(QuantizedMatrixCompact, GemmsAreBitIdenticalAndZeroPointsSubtract) {
+  const uint64_t seed = test::test_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> q(0, 15), zp(0, 15), code(-128, 127);
+  std::uniform_real_distribution<double> sc(0.01, 2.0);
+  QuantizedMatrix w{9, 64, {}, 1.0, 1, 16, Matrix(9, 4), {}, {}};
+  for (int i = 0; i < 9 * 64; ++i)
+    w.codes.push_back(q(rng));
+  for (auto& s : w.scales.data)
+    s = sc(rng);
+  for (int i = 0; i < 9 * 4; ++i)
+    w.zero_points.push_back(zp(rng));
+  QuantizedMatrix x{3, 64, {}, 1.0, 1, 64, Matrix(3, 1, 0.5), {}, {}};
+  for (int i = 0; i < 3 * 64; ++i)
+    x.codes.push_back(code(rng));
+  const Matrix xd = dequantize(x);
+  const Matrix a = scaled_gemm(x, w), b = weight_only_gemm(xd, w), d = dequantize(w);
+  EXPECT_EQ(w.code(2, 17), w.codes[2 * 64 + 17] - w.zero_points[2 * 4 + 1]);
+  QuantizedMatrix c = w;
+  c.compact();
+  EXPECT_TRUE(c.compacted());
+  EXPECT_TRUE(c.codes.empty());
+  EXPECT_EQ(c.packed.kind(), CodeStore::Kind::kOffset4);
+  EXPECT_EQ(scaled_gemm(x, c).data, a.data) << test::seed_note(seed);
+  EXPECT_EQ(weight_only_gemm(xd, c).data, b.data) << test::seed_note(seed);
+  EXPECT_EQ(dequantize(c).data, d.data);
+  EXPECT_EQ(c.code_vector(), w.code_vector());
+  EXPECT_LT(c.bytes(), w.bytes() / 4);
+  for (int64_t r = 0; r < 9; ++r)
+    for (int64_t k = 0; k < 64; ++k)
+      EXPECT_EQ(d(r, k), static_cast<double>(w.codes[static_cast<size_t>(r * 64 + k)] -
+                                             w.zero_points[static_cast<size_t>(r * 4 + k / 16)]) *
+                             w.scales(r, k / 16));
+  c.zero_points.pop_back();
+  EXPECT_THAT(error_of([&] { dequantize(c); }), HasSubstr("zero points for a scale grid"));
 }
 
 LinearShape qkv_shape() {

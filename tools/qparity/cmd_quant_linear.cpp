@@ -115,8 +115,14 @@ void run(const QuantLinearOptions& o) {
   if (x) {
     extra["qparity.y"] = f64_tensor(method->apply(*x));
     if (const auto q = method->quantize_input(*x)) {
-      extra["qparity.x_values"] = f64_tensor(dequantize(QuantizedMatrix{
-          q->rows, q->cols, q->codes, q->lattice, q->rows, q->cols, Matrix(1, 1, 1.0)}));
+      Matrix values(q->rows, q->cols);  // codes on their lattice, before the scales
+      std::vector<int64_t> row(static_cast<size_t>(q->cols));
+      for (int64_t t = 0; t < q->rows; ++t) {
+        q->row_codes(t, row);
+        for (int64_t c = 0; c < q->cols; ++c)
+          values(t, c) = static_cast<double>(row[static_cast<size_t>(c)]) * q->lattice;
+      }
+      extra["qparity.x_values"] = f64_tensor(values);
       extra["qparity.x_scales"] = f64_tensor(q->scales);
     }
   }

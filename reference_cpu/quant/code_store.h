@@ -1,0 +1,54 @@
+#pragma once
+// Integer codes kept in as few bits as they need, so that a loaded model's quantized weights cost
+// about what the checkpoint stores (ARCHITECTURE.md: memory about the checkpoint size), while the
+// GEMMs still see exact int64 codes, one decoded row at a time.
+//
+// pack() picks the narrowest of:
+//   offset-4 / offset-8: every code is base + u with u in [0, 16) / [0, 256) (int4, int8, e2m1 on
+//                        a small range; one or two bytes per two / one codes);
+//   table-4 / table-8:   at most 16 / 256 distinct codes, stored as indices into a table (fp8
+//                        e4m3 lattice codes span +-229376 but take at most 253 values; e2m1 15);
+//   int16 / int32 / int64 by range.
+// Decoding is exact: the stored form is a bijection of the codes it was built from.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace qparity::reference {
+
+class CodeStore {
+ public:
+  enum class Kind : uint8_t {
+    kEmpty,
+    kOffset4,
+    kOffset8,
+    kTable4,
+    kTable8,
+    kInt16,
+    kInt32,
+    kInt64
+  };
+
+  CodeStore() = default;
+  static CodeStore pack(std::span<const int64_t> codes);
+
+  int64_t size() const { return size_; }
+  Kind kind() const { return kind_; }
+  int64_t at(int64_t i) const;
+  // codes [begin, begin + out.size()) into out.
+  void decode(int64_t begin, std::span<int64_t> out) const;
+  std::vector<int64_t> decode_all() const;
+  // Heap bytes held (payload and table).
+  size_t bytes() const { return data_.capacity() + table_.capacity() * sizeof(int64_t); }
+
+ private:
+  Kind kind_ = Kind::kEmpty;
+  int64_t size_ = 0;
+  int64_t base_ = 0;            // offset kinds
+  std::vector<int64_t> table_;  // table kinds: index -> code
+  std::vector<uint8_t> data_;   // little-endian payload; 4-bit kinds low nibble first
+};
+
+const char* code_store_kind_name(CodeStore::Kind k);
+
+}  // namespace qparity::reference
