@@ -1,6 +1,7 @@
 #include "reference_cpu/quant/matrix.h"
 
 #include "core/error.h"
+#include "reference_cpu/quant/parallel.h"
 
 namespace qparity::reference {
 
@@ -9,33 +10,37 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w) {
     throw Error("matmul_nt", "inner dimensions differ: x has " + std::to_string(x.cols) +
                                  " columns, w has " + std::to_string(w.cols));
   Matrix y(x.rows, w.rows);
-  for (int64_t t = 0; t < x.rows; ++t) {
-    const auto xr = x.row(t);
-    for (int64_t n = 0; n < w.rows; ++n) {
+  parallel_chunks(w.rows, x.rows * w.rows * x.cols, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
       const auto wr = w.row(n);
-      double acc = 0.0;
-      for (int64_t k = 0; k < x.cols; ++k)
-        acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
-      y(t, n) = acc;
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const auto xr = x.row(t);
+        double acc = 0.0;
+        for (int64_t k = 0; k < x.cols; ++k)
+          acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
+        y(t, n) = acc;
+      }
     }
-  }
+  });
   return y;
 }
 
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row) {
-  std::vector<double> wr(static_cast<size_t>(x.cols));
   Matrix y(x.rows, n);
-  for (int64_t r = 0; r < n; ++r) {
-    row(r, wr);
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const auto xr = x.row(t);
-      double acc = 0.0;
-      for (int64_t k = 0; k < x.cols; ++k)
-        acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
-      y(t, r) = acc;
+  parallel_chunks(n, x.rows * n * x.cols, [&](int64_t r0, int64_t r1) {
+    std::vector<double> wr(static_cast<size_t>(x.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      row(r, wr);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const auto xr = x.row(t);
+        double acc = 0.0;
+        for (int64_t k = 0; k < x.cols; ++k)
+          acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
+        y(t, r) = acc;
+      }
     }
-  }
+  });
   return y;
 }
 

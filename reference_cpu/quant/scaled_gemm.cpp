@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "reference_cpu/quant/parallel.h"
 
 namespace qparity::reference {
 
@@ -109,9 +110,9 @@ Matrix dequantize(const QuantizedMatrix& m) {
   return out;
 }
 
-// Both GEMMs decode one weight row at a time (the weight stays compact) and visit outputs
-// weight-row-major; each y(t, n) is still its own fixed-order sum, so the order of visits does
-// not change a bit of the result.
+// Both GEMMs decode one weight row at a time (the weight stays compact) and split the weight rows
+// across threads; each y(t, n) is still its own fixed-order sum, so neither the order of visits
+// nor the thread count changes a bit of the result.
 Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int32_accumulator) {
   validate(x, "scaled_gemm activations");
   validate(w, "scaled_gemm weights");
@@ -121,25 +122,27 @@ Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int3
   const auto cuts = segments(x.cols, x.block_cols, w.block_cols);
   const double lat = x.lattice * w.lattice;
   const std::vector<int64_t> xcodes = x.code_vector();
-  std::vector<int64_t> wr(static_cast<size_t>(w.cols));
   Matrix y(x.rows, w.rows);
-  for (int64_t n = 0; n < w.rows; ++n) {
-    w.row_codes(n, wr);
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const int64_t* xr = xcodes.data() + t * x.cols;
-      double acc = 0.0;
-      for (size_t s = 0; s + 1 < cuts.size(); ++s) {
-        Int128 dot = 0;
-        for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
-          dot += static_cast<Int128>(xr[k]) * wr[static_cast<size_t>(k)];
-        if (int32_accumulator && (dot > INT32_MAX || dot < INT32_MIN))
-          throw Error("scaled_gemm", "int32 accumulator overflow at output (" + std::to_string(t) +
-                                         ", " + std::to_string(n) + ")");
-        acc += static_cast<double>(dot) * lat * x.scale(t, cuts[s]) * w.scale(n, cuts[s]);
+  parallel_chunks(w.rows, x.rows * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
+    std::vector<int64_t> wr(static_cast<size_t>(w.cols));
+    for (int64_t n = n0; n < n1; ++n) {
+      w.row_codes(n, wr);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const int64_t* xr = xcodes.data() + t * x.cols;
+        double acc = 0.0;
+        for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+          Int128 dot = 0;
+          for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
+            dot += static_cast<Int128>(xr[k]) * wr[static_cast<size_t>(k)];
+          if (int32_accumulator && (dot > INT32_MAX || dot < INT32_MIN))
+            throw Error("scaled_gemm", "int32 accumulator overflow at output (" +
+                                           std::to_string(t) + ", " + std::to_string(n) + ")");
+          acc += static_cast<double>(dot) * lat * x.scale(t, cuts[s]) * w.scale(n, cuts[s]);
+        }
+        y(t, n) = acc;
       }
-      y(t, n) = acc;
     }
-  }
+  });
   return y;
 }
 
@@ -149,22 +152,24 @@ Matrix weight_only_gemm(const Matrix& x, const QuantizedMatrix& w) {
     throw Error("weight_only_gemm", "inner dimensions differ: " + std::to_string(x.cols) + " vs " +
                                         std::to_string(w.cols));
   const auto cuts = segments(w.cols, w.block_cols, w.block_cols);
-  std::vector<int64_t> wr(static_cast<size_t>(w.cols));
   Matrix y(x.rows, w.rows);
-  for (int64_t n = 0; n < w.rows; ++n) {
-    w.row_codes(n, wr);
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const auto xr = x.row(t);
-      double acc = 0.0;
-      for (size_t s = 0; s + 1 < cuts.size(); ++s) {
-        double dot = 0.0;
-        for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
-          dot += xr[static_cast<size_t>(k)] * static_cast<double>(wr[static_cast<size_t>(k)]);
-        acc += dot * w.lattice * w.scale(n, cuts[s]);
+  parallel_chunks(w.rows, x.rows * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
+    std::vector<int64_t> wr(static_cast<size_t>(w.cols));
+    for (int64_t n = n0; n < n1; ++n) {
+      w.row_codes(n, wr);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const auto xr = x.row(t);
+        double acc = 0.0;
+        for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+          double dot = 0.0;
+          for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
+            dot += xr[static_cast<size_t>(k)] * static_cast<double>(wr[static_cast<size_t>(k)]);
+          acc += dot * w.lattice * w.scale(n, cuts[s]);
+        }
+        y(t, n) = acc;
       }
-      y(t, n) = acc;
     }
-  }
+  });
   return y;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "reference_cpu/quant/numeric.h"
+#include "reference_cpu/quant/parallel.h"
 #include "reference_cpu/tensor_decode.h"
 
 namespace qparity::reference {
@@ -55,20 +56,24 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
   const auto& parts = weights_[static_cast<size_t>(expert)];
   const auto& b = biases_[static_cast<size_t>(expert)];
   Matrix y(x.rows, s.out_features());
-  std::vector<double> row(static_cast<size_t>(k));
   for (int64_t p = 0; p < s.partition_count(); ++p) {
     const HostTensor& t = *parts[static_cast<size_t>(p)];
     const int64_t off = s.partition_offset(p);
-    for (int64_t n = 0; n < s.partitions[static_cast<size_t>(p)]; ++n) {
-      decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
-      for (int64_t i = 0; i < x.rows; ++i) {
-        const auto xr = x.row(i);
-        double acc = 0.0;  // ascending k, as matmul_nt
-        for (int64_t j = 0; j < k; ++j)
-          acc += xr[static_cast<size_t>(j)] * row[static_cast<size_t>(j)];
-        y(i, off + n) = acc + b[static_cast<size_t>(off + n)];
+    const int64_t np = s.partitions[static_cast<size_t>(p)];
+    // Weight rows split across threads; each output is one ascending-k sum (as matmul_nt).
+    parallel_chunks(np, x.rows * np * k, [&](int64_t n0, int64_t n1) {
+      std::vector<double> row(static_cast<size_t>(k));
+      for (int64_t n = n0; n < n1; ++n) {
+        decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
+        for (int64_t i = 0; i < x.rows; ++i) {
+          const auto xr = x.row(i);
+          double acc = 0.0;
+          for (int64_t j = 0; j < k; ++j)
+            acc += xr[static_cast<size_t>(j)] * row[static_cast<size_t>(j)];
+          y(i, off + n) = acc + b[static_cast<size_t>(off + n)];
+        }
       }
-    }
+    });
   }
   return y;
 }

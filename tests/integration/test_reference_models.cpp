@@ -19,6 +19,7 @@
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/model_loader.h"
+#include "reference_cpu/quant/parallel.h"
 
 namespace qparity::reference {
 namespace {
@@ -298,6 +299,34 @@ TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
     std::memcpy(&u, &f, 4);
     ASSERT_EQ(u & 0xFFFFu, 0u);
   }
+}
+
+// The GEMMs split weight rows across threads; every output keeps its own fixed-order sum, so the
+// thread count must not change a bit of any capture point.
+TEST_F(ReferenceModels, ThreadCountDoesNotChangeABit) {
+  const int saved = reference_threads();
+  for (const char* arch : kArchs) {
+    for (const std::string scheme : {"bf16", "w4a16-g32", "fp8-block", "w8a8-static", "nvfp4"}) {
+      const fs::path dir = scheme == "bf16" ? fp(arch) : quantized(arch, scheme);
+      std::vector<std::vector<std::pair<std::string, Matrix>>> runs;
+      for (int threads : {1, 2, 3}) {
+        set_reference_threads(threads);
+        auto m = load_model(dir);
+        Trace trace;
+        ForwardHooks hooks;
+        hooks.trace = &trace;
+        m->forward(tokens(9, m->config().vocab), hooks);
+        runs.push_back(trace.points());
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        ASSERT_EQ(runs[i].size(), runs[0].size());
+        for (size_t j = 0; j < runs[0].size(); ++j)
+          EXPECT_EQ(runs[i][j].second.data, runs[0][j].second.data)
+              << arch << "/" << scheme << " " << runs[0][j].first << " threads " << i + 1;
+      }
+    }
+  }
+  set_reference_threads(saved);
 }
 
 }  // namespace
