@@ -10,5 +10,6 @@ void add_quant_linear_command(CLI::App& app, int& rc);
 void add_make_fixture_command(CLI::App& app, int& rc);
 void add_trace_command(CLI::App& app, int& rc);
 void add_quantize_command(CLI::App& app, int& rc);
+void add_golden_command(CLI::App& app, int& rc);
 
 }  // namespace qparity::cli

@@ -1,0 +1,444 @@
+#include "golden/golden_file.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+namespace qparity::golden {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Owns one HDF5 identifier; the close function depends on its kind.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  ~Hid() {
+    if (id_ >= 0 && close_) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// HDF5 prints its own error stack to stderr by default; we report errors ourselves.
+void silence_hdf5() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+Hid check(hid_t id, herr_t (*close)(hid_t), const std::string& where, const std::string& what) {
+  if (id < 0) throw Error(where, what);
+  return Hid(id, close);
+}
+
+void check(herr_t rc, const std::string& where, const std::string& what) {
+  if (rc < 0) throw Error(where, what);
+}
+
+Hid string_type() {
+  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+void write_string_attr(hid_t obj, const std::string& name, const std::string& value,
+                       const std::string& where) {
+  const Hid type = string_type();
+  const Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Hid a =
+      check(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+            H5Aclose, where, "cannot create attribute " + name);
+  const char* p = value.c_str();
+  check(H5Awrite(a.get(), type.get(), &p), where, "cannot write attribute " + name);
+}
+
+template <typename T>
+void write_scalar_attr(hid_t obj, const std::string& name, hid_t type, T value,
+                       const std::string& where) {
+  const Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Hid a = check(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      H5Aclose, where, "cannot create attribute " + name);
+  check(H5Awrite(a.get(), type, &value), where, "cannot write attribute " + name);
+}
+
+std::string read_string_attr(hid_t obj, const std::string& name, const std::string& where) {
+  if (H5Aexists(obj, name.c_str()) <= 0) throw Error(where, "missing attribute '" + name + "'");
+  const Hid a = check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose, where,
+                      "cannot open attribute " + name);
+  const Hid ftype(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(ftype.get()) != H5T_STRING)
+    throw Error(where, "attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    const Hid type = string_type();
+    char* p = nullptr;
+    check(H5Aread(a.get(), type.get(), &p), where, "cannot read attribute " + name);
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const size_t n = H5Tget_size(ftype.get());
+  std::string s(n, '\0');
+  const Hid mtype(H5Tcopy(ftype.get()), H5Tclose);
+  check(H5Aread(a.get(), mtype.get(), s.data()), where, "cannot read attribute " + name);
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+template <typename T>
+T read_scalar_attr(hid_t obj, const std::string& name, hid_t type, const std::string& where) {
+  if (H5Aexists(obj, name.c_str()) <= 0) throw Error(where, "missing attribute '" + name + "'");
+  const Hid a = check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose, where,
+                      "cannot open attribute " + name);
+  T v{};
+  check(H5Aread(a.get(), type, &v), where, "cannot read attribute " + name);
+  return v;
+}
+
+// A chunked, shuffled, gzip-compressed dataset; chunks of whole rows, about 1 MiB each, so one
+// capture point (or a few tokens of it) reads without the rest of the file.
+void write_dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& dims,
+                   hid_t file_type, hid_t mem_type, const void* data, const std::string& where) {
+  const Hid space = check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                          H5Sclose, where, "cannot create dataspace for " + name);
+  const Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  hsize_t total = 1;
+  for (hsize_t d : dims)
+    total *= d;
+  if (total > 0) {
+    std::vector<hsize_t> chunk = dims;
+    const hsize_t row = dims.size() > 1 ? dims[1] : 1;
+    const hsize_t rows_per_chunk =
+        std::max<hsize_t>(1, (hsize_t{1} << 17) / std::max<hsize_t>(row, 1));
+    chunk[0] = std::min<hsize_t>(dims[0], rows_per_chunk);
+    check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), where,
+          "cannot chunk " + name);
+    check(H5Pset_shuffle(dcpl.get()), where, "cannot set shuffle on " + name);
+    check(H5Pset_deflate(dcpl.get(), 4), where, "cannot set gzip on " + name);
+  }
+  const Hid ds = check(H5Dcreate2(parent, name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                                  dcpl.get(), H5P_DEFAULT),
+                       H5Dclose, where, "cannot create dataset " + name);
+  if (total > 0)
+    check(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), where,
+          "cannot write dataset " + name);
+}
+
+std::vector<hsize_t> dataset_dims(hid_t ds, const std::string& where) {
+  const Hid space(H5Dget_space(ds), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw Error(where, "cannot read the dataspace");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+std::string rows_note(int64_t got, int64_t want) {
+  return "has " + std::to_string(got) + " rows, the inputs have S*T = " + std::to_string(want);
+}
+
+}  // namespace
+
+const char* to_string(PointPrecision p) {
+  return p == PointPrecision::kF32 ? "float32" : "float64";
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy) {
+  silence_hdf5();
+  const std::string where = path.string();
+  const int64_t n = g.sequences * g.seq_len;
+  if (g.sequences <= 0 || g.seq_len <= 0)
+    throw Error(where, "a golden needs at least one sequence of at least one token");
+  if (static_cast<int64_t>(g.tokens.size()) != n || static_cast<int64_t>(g.targets.size()) != n)
+    throw Error(where, "inputs/tokens and inputs/targets need S*T = " + std::to_string(n) +
+                           " entries (got " + std::to_string(g.tokens.size()) + ", " +
+                           std::to_string(g.targets.size()) + ")");
+  if (g.logits.rows != n || g.logits.cols <= 0 ||
+      static_cast<int64_t>(g.logits.data.size()) != g.logits.rows * g.logits.cols)
+    throw Error(where, "outputs/logits " + rows_note(g.logits.rows, n));
+  for (int64_t t : g.targets)
+    if (t < -1 || t >= g.logits.cols)
+      throw Error(where, "inputs/targets holds " + std::to_string(t) + ", outside [-1, vocab " +
+                             std::to_string(g.logits.cols) + ")");
+  if (static_cast<int64_t>(g.target_logprobs.size()) != n)
+    throw Error(where, "outputs/target_logprobs needs " + std::to_string(n) + " entries");
+  if (static_cast<int64_t>(g.sequence_nll.size()) != g.sequences ||
+      static_cast<int64_t>(g.sequence_ppl.size()) != g.sequences)
+    throw Error(where, "outputs/sequence_nll and sequence_ppl need one entry per sequence");
+  std::map<std::string, int> seen;
+  for (const auto& p : g.points) {
+    if (p.name.empty() || p.name.find('/') != std::string::npos)
+      throw Error(where, "capture point name '" + p.name + "' (must be non-empty, without '/')");
+    if (seen[p.name]++) throw Error(where, "capture point '" + p.name + "' given twice");
+    if (p.values.rows != n ||
+        static_cast<int64_t>(p.values.data.size()) != p.values.rows * p.values.cols)
+      throw Error(where, "points/" + p.name + " " + rows_note(p.values.rows, n));
+  }
+
+  // Build the file in memory, then land it atomically.
+  const Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  check(H5Pset_fapl_core(fapl.get(), 1 << 20, 0), where, "cannot set up the in-memory file");
+  std::vector<uint8_t> image;
+  {
+    const Hid file = check(H5Fcreate("golden-in-memory.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                           H5Fclose, where, "cannot create the HDF5 file");
+    const hid_t f = file.get();
+    const GoldenMeta& m = g.meta;
+    write_scalar_attr<int32_t>(f, "schema_version", H5T_STD_I32LE, kSchemaVersion, where);
+    const std::pair<const char*, std::string> strings[] = {
+        {"producer", m.producer},
+        {"producer_version", m.producer_version},
+        {"model", m.model},
+        {"architecture", m.architecture},
+        {"model_config_hash", m.model_config_hash},
+        {"checkpoint_hash", m.checkpoint_hash},
+        {"scheme", m.scheme},
+        {"dialect", m.dialect},
+        {"precision_mode", m.precision_mode},
+        {"input_set", m.input_set},
+        {"device", m.device},
+        {"created", m.created.empty() ? utc_now_iso8601() : m.created},
+        {"point_dtype", to_string(m.point_precision)}};
+    for (const auto& [k, v] : strings)
+      write_string_attr(f, k, v, where);
+    write_scalar_attr<uint64_t>(f, "seed", H5T_STD_U64LE, m.seed, where);
+
+    const auto s = static_cast<hsize_t>(g.sequences), t = static_cast<hsize_t>(g.seq_len);
+    const Hid inputs = check(H5Gcreate2(f, "inputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             H5Gclose, where, "cannot create group inputs");
+    write_dataset(inputs.get(), "tokens", {s, t}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.tokens.data(),
+                  where);
+    write_dataset(inputs.get(), "targets", {s, t}, H5T_STD_I64LE, H5T_NATIVE_INT64,
+                  g.targets.data(), where);
+
+    const Hid points = check(H5Gcreate2(f, "points", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             H5Gclose, where, "cannot create group points");
+    const hid_t point_type =
+        m.point_precision == PointPrecision::kF32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
+    for (size_t i = 0; i < g.points.size(); ++i) {
+      const auto& p = g.points[i];
+      write_dataset(points.get(), p.name,
+                    {static_cast<hsize_t>(p.values.rows), static_cast<hsize_t>(p.values.cols)},
+                    point_type, H5T_NATIVE_DOUBLE, p.values.data.data(), where);
+      const Hid ds(H5Dopen2(points.get(), p.name.c_str(), H5P_DEFAULT), H5Dclose);
+      write_scalar_attr<int64_t>(ds.get(), "order", H5T_STD_I64LE, static_cast<int64_t>(i), where);
+    }
+
+    const Hid outputs = check(H5Gcreate2(f, "outputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              H5Gclose, where, "cannot create group outputs");
+    write_dataset(outputs.get(), "logits",
+                  {static_cast<hsize_t>(g.logits.rows), static_cast<hsize_t>(g.logits.cols)},
+                  H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.logits.data.data(), where);
+    write_dataset(outputs.get(), "target_logprobs", {s * t}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                  g.target_logprobs.data(), where);
+    write_dataset(outputs.get(), "sequence_nll", {s}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                  g.sequence_nll.data(), where);
+    write_dataset(outputs.get(), "sequence_ppl", {s}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                  g.sequence_ppl.data(), where);
+
+    check(H5Fflush(f, H5F_SCOPE_GLOBAL), where, "cannot flush the in-memory file");
+    const ssize_t size = H5Fget_file_image(f, nullptr, 0);
+    if (size <= 0) throw Error(where, "cannot size the in-memory file image");
+    image.resize(static_cast<size_t>(size));
+    if (H5Fget_file_image(f, image.data(), image.size()) != size)
+      throw Error(where, "cannot copy the in-memory file image");
+  }
+  write_file_atomic(path, image, policy);
+}
+
+struct GoldenReader::Handle {
+  Hid file;
+};
+
+GoldenReader::GoldenReader(GoldenReader&&) noexcept = default;
+GoldenReader& GoldenReader::operator=(GoldenReader&&) noexcept = default;
+GoldenReader::~GoldenReader() = default;
+
+GoldenReader GoldenReader::open(const fs::path& path) {
+  silence_hdf5();
+  const std::string where = path.string();
+  if (!fs::exists(path)) throw Error(where, "no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where, "not an HDF5 file");
+  GoldenReader r;
+  r.path_ = path;
+  r.h_ = std::make_unique<Handle>();
+  r.h_->file = check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, where,
+                     "cannot open the HDF5 file");
+  const hid_t f = r.h_->file.get();
+  if (H5Aexists(f, "schema_version") <= 0)
+    throw Error(where, "not a qparity golden file (no schema_version attribute)");
+  const auto version = read_scalar_attr<int32_t>(f, "schema_version", H5T_NATIVE_INT32, where);
+  if (version != kSchemaVersion)
+    throw Error(where, "golden schema version " + std::to_string(version) +
+                           "; this qparity reads version " + std::to_string(kSchemaVersion));
+  std::vector<std::string> missing;
+  for (const char* d : {"inputs/tokens", "inputs/targets", "outputs/logits",
+                        "outputs/target_logprobs", "outputs/sequence_nll", "outputs/sequence_ppl"})
+    if (H5Lexists(f, d[0] == 'i' ? "inputs" : "outputs", H5P_DEFAULT) <= 0 ||
+        H5Lexists(f, d, H5P_DEFAULT) <= 0)
+      missing.push_back(d);
+  if (H5Lexists(f, "points", H5P_DEFAULT) <= 0) missing.push_back("points (group)");
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing)
+      list += (list.empty() ? "" : ", ") + m;
+    throw Error(where, "schema v1 requires " + list + " (missing)");
+  }
+  GoldenMeta& m = r.meta_;
+  m.producer = read_string_attr(f, "producer", where);
+  m.producer_version = read_string_attr(f, "producer_version", where);
+  m.model = read_string_attr(f, "model", where);
+  m.architecture = read_string_attr(f, "architecture", where);
+  m.model_config_hash = read_string_attr(f, "model_config_hash", where);
+  m.checkpoint_hash = read_string_attr(f, "checkpoint_hash", where);
+  m.scheme = read_string_attr(f, "scheme", where);
+  m.dialect = read_string_attr(f, "dialect", where);
+  m.precision_mode = read_string_attr(f, "precision_mode", where);
+  m.input_set = read_string_attr(f, "input_set", where);
+  m.device = read_string_attr(f, "device", where);
+  m.created = read_string_attr(f, "created", where);
+  const std::string pd = read_string_attr(f, "point_dtype", where);
+  if (pd != "float64" && pd != "float32")
+    throw Error(where, "point_dtype '" + pd + "' (float64 or float32)");
+  m.point_precision = pd == "float32" ? PointPrecision::kF32 : PointPrecision::kF64;
+  m.seed = read_scalar_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, where);
+
+  const auto read_ints = [&](const char* name, std::vector<int64_t>& out) {
+    const Hid ds =
+        check(H5Dopen2(f, name, H5P_DEFAULT), H5Dclose, where, std::string("cannot open ") + name);
+    const auto dims = dataset_dims(ds.get(), where + ":" + name);
+    if (dims.size() != 2) throw Error(where + ":" + name, "must be 2-D [sequences, seq_len]");
+    r.sequences_ = static_cast<int64_t>(dims[0]);
+    r.seq_len_ = static_cast<int64_t>(dims[1]);
+    out.resize(static_cast<size_t>(dims[0] * dims[1]));
+    if (!out.empty())
+      check(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+            where + ":" + name, "cannot read");
+  };
+  read_ints("inputs/targets", r.targets_);
+  const int64_t s = r.sequences_, t = r.seq_len_;
+  read_ints("inputs/tokens", r.tokens_);
+  if (s != r.sequences_ || t != r.seq_len_)
+    throw Error(where, "inputs/tokens and inputs/targets differ in shape");
+
+  // Capture points, sorted by their execution order.
+  const Hid points =
+      check(H5Gopen2(f, "points", H5P_DEFAULT), H5Gclose, where, "cannot open group points");
+  H5G_info_t info;
+  check(H5Gget_info(points.get(), &info), where, "cannot list points");
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(points.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                           nullptr, 0, H5P_DEFAULT);
+    std::string name(static_cast<size_t>(len), '\0');
+    H5Lget_name_by_idx(points.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                       name.size() + 1, H5P_DEFAULT);
+    const Hid ds = check(H5Dopen2(points.get(), name.c_str(), H5P_DEFAULT), H5Dclose, where,
+                         "cannot open points/" + name);
+    order.emplace_back(
+        read_scalar_attr<int64_t>(ds.get(), "order", H5T_NATIVE_INT64, where + ":points/" + name),
+        name);
+  }
+  std::sort(order.begin(), order.end());
+  for (auto& [o, name] : order)
+    r.point_names_.push_back(std::move(name));
+  return r;
+}
+
+bool GoldenReader::has_point(const std::string& name) const {
+  return std::find(point_names_.begin(), point_names_.end(), name) != point_names_.end();
+}
+
+namespace {
+
+Array2D read_matrix(hid_t file, const std::string& name, int64_t want_rows,
+                    const std::string& where) {
+  const std::string w = where + ":" + name;
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) throw Error(w, "no such dataset");
+  const Hid ds = check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, w, "cannot open");
+  const auto dims = dataset_dims(ds.get(), w);
+  Array2D a;
+  a.rows = dims.empty() ? 0 : static_cast<int64_t>(dims[0]);
+  a.cols = dims.size() == 2 ? static_cast<int64_t>(dims[1]) : 1;
+  if (dims.size() > 2) throw Error(w, "must be 1-D or 2-D");
+  if (want_rows >= 0 && a.rows != want_rows) throw Error(w, rows_note(a.rows, want_rows));
+  a.data.resize(static_cast<size_t>(a.rows * a.cols));
+  if (!a.data.empty())
+    check(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()), w,
+          "cannot read (values must be floating point)");
+  return a;
+}
+
+}  // namespace
+
+Array2D GoldenReader::point(const std::string& name) const {
+  if (!has_point(name)) throw Error(path_.string(), "no capture point '" + name + "'");
+  return read_matrix(h_->file.get(), "points/" + name, rows(), path_.string());
+}
+
+Array2D GoldenReader::logits() const {
+  return read_matrix(h_->file.get(), "outputs/logits", rows(), path_.string());
+}
+
+std::vector<double> GoldenReader::target_logprobs() const {
+  return read_matrix(h_->file.get(), "outputs/target_logprobs", rows(), path_.string()).data;
+}
+
+std::vector<double> GoldenReader::sequence_nll() const {
+  return read_matrix(h_->file.get(), "outputs/sequence_nll", sequences_, path_.string()).data;
+}
+
+std::vector<double> GoldenReader::sequence_ppl() const {
+  return read_matrix(h_->file.get(), "outputs/sequence_ppl", sequences_, path_.string()).data;
+}
+
+Golden GoldenReader::read_all() const {
+  Golden g;
+  g.meta = meta_;
+  g.sequences = sequences_;
+  g.seq_len = seq_len_;
+  g.tokens = tokens_;
+  g.targets = targets_;
+  for (const auto& n : point_names_)
+    g.points.push_back({n, point(n)});
+  g.logits = logits();
+  g.target_logprobs = target_logprobs();
+  g.sequence_nll = sequence_nll();
+  g.sequence_ppl = sequence_ppl();
+  return g;
+}
+
+}  // namespace qparity::golden

@@ -1,0 +1,117 @@
+#pragma once
+// Golden datasets, schema v1 (golden/SCHEMA.md is the contract; this is its C++ reader and
+// writer). One HDF5 file per (model, scheme, input set): the token inputs and targets, every
+// capture point for every token, full-precision logits, the targets' log-probabilities, per-
+// sequence NLL and perplexity, and the metadata that says what produced them. The reference
+// writes them; any engine that dumps the same layout can be compared against them.
+//
+// Writing builds the file in memory (HDF5's core driver) and lands it with write_file_atomic
+// (temp file + fsync + rename), so a reader never sees half a file and an existing golden is
+// never replaced unless the caller says so. Reading checks the schema version and the required
+// datasets, and reads one capture point without touching the others (each is its own chunked,
+// compressed dataset).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors/safetensors_writer.h"  // OverwritePolicy
+
+namespace qparity::golden {
+
+inline constexpr int kSchemaVersion = 1;
+
+// A row-major float64 array [rows, cols]: capture points are [tokens, width], logits
+// [tokens, vocab].
+struct Array2D {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<double> data;
+};
+
+// How capture points are stored: float64 (default, lossless for the reference) or float32
+// (half the size; recorded in the file, and compare reads either as float64).
+enum class PointPrecision { kF64, kF32 };
+const char* to_string(PointPrecision p);
+
+struct GoldenMeta {
+  std::string producer = "qparity-reference";
+  std::string producer_version;
+  std::string model;              // a name for the model (checkpoint directory name)
+  std::string architecture;       // "llama", "qwen3", "qwen3-moe"
+  std::string model_config_hash;  // sha256 of config.json's bytes
+  std::string checkpoint_hash;    // see checkpoint_tensor_hash()
+  std::string scheme;             // scheme id: "bf16", "w8a16-ch", ...
+  std::string dialect;            // "ideal", "vllm", ...
+  std::string precision_mode;     // "exact" | "emulate" (reference); engines name theirs
+  uint64_t seed = 0;              // seed of the synthetic inputs (0 when from a file)
+  std::string input_set;          // "synthetic:4x32:seed=1" or the token file's name
+  std::string device;             // "cpu-reference" or the GPU's name and SM ("NVIDIA H100 sm90")
+  std::string created;            // ISO 8601 UTC, set by write_golden when empty
+  PointPrecision point_precision = PointPrecision::kF64;
+};
+
+struct CapturePoint {
+  std::string name;  // ARCHITECTURE.md's names: "layers.0.attn.qkv"
+  Array2D values;    // [sequences * seq_len, width]
+};
+
+struct Golden {
+  GoldenMeta meta;
+  int64_t sequences = 0;
+  int64_t seq_len = 0;
+  std::vector<int64_t> tokens;          // [S, T]
+  std::vector<int64_t> targets;         // [S, T]: the next token, -1 at a sequence's end
+  std::vector<CapturePoint> points;     // in execution order
+  Array2D logits;                       // [S*T, vocab]
+  std::vector<double> target_logprobs;  // [S*T], log_softmax(logits)[target]; NaN where none
+  std::vector<double> sequence_nll;     // [S], mean NLL over the sequence's scored positions
+  std::vector<double> sequence_ppl;     // [S], exp(sequence_nll)
+};
+
+// Checks shapes (every point and the logits have S*T rows, targets match tokens...) and writes.
+// Errors name the file and the offending dataset.
+void write_golden(const std::filesystem::path& path, const Golden& g, OverwritePolicy policy);
+
+// Reads a golden file lazily: metadata and inputs at open, each dataset on request.
+class GoldenReader {
+ public:
+  static GoldenReader open(const std::filesystem::path& path);
+  GoldenReader(GoldenReader&&) noexcept;
+  GoldenReader& operator=(GoldenReader&&) noexcept;
+  ~GoldenReader();
+
+  const std::filesystem::path& path() const { return path_; }
+  const GoldenMeta& meta() const { return meta_; }
+  int64_t sequences() const { return sequences_; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t rows() const { return sequences_ * seq_len_; }
+  const std::vector<int64_t>& tokens() const { return tokens_; }
+  const std::vector<int64_t>& targets() const { return targets_; }
+  // Capture point names in execution order.
+  const std::vector<std::string>& point_names() const { return point_names_; }
+  bool has_point(const std::string& name) const;
+  Array2D point(const std::string& name) const;
+  Array2D logits() const;
+  std::vector<double> target_logprobs() const;
+  std::vector<double> sequence_nll() const;
+  std::vector<double> sequence_ppl() const;
+  Golden read_all() const;
+
+ private:
+  GoldenReader() = default;
+  struct Handle;
+  std::unique_ptr<Handle> h_;
+  std::filesystem::path path_;
+  GoldenMeta meta_;
+  int64_t sequences_ = 0;
+  int64_t seq_len_ = 0;
+  std::vector<int64_t> tokens_, targets_;
+  std::vector<std::string> point_names_;
+};
+
+// "2026-11-21T10:00:00Z"
+std::string utc_now_iso8601();
+
+}  // namespace qparity::golden

@@ -1,0 +1,216 @@
+#include "golden/reference_run.h"
+
+#include <cmath>
+#include <fstream>
+#include <ostream>
+#include <random>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/safetensors/checkpoint.h"
+#include "core/sha256.h"
+#include "reference_cpu/models/model_loader.h"
+#include "reference_cpu/models/trace.h"
+
+namespace qparity::golden {
+
+namespace fs = std::filesystem;
+
+TokenInputs synthetic_inputs(int64_t sequences, int64_t seq_len, int64_t vocab, uint64_t seed) {
+  if (sequences <= 0 || seq_len <= 0 || vocab <= 0)
+    throw Error("synthetic inputs", "sequences, seq_len and vocab must be > 0");
+  TokenInputs in;
+  in.sequences = sequences;
+  in.seq_len = seq_len;
+  in.seed = seed;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < sequences * seq_len; ++i)
+    in.tokens.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab)));
+  in.description = "synthetic:" + std::to_string(sequences) + "x" + std::to_string(seq_len) +
+                   ":seed=" + std::to_string(seed);
+  return in;
+}
+
+TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
+  std::ifstream f(file);
+  if (!f) throw Error(file.string(), "cannot read the token file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  for (char& c : text)
+    if (c == ',') c = ' ';
+  std::istringstream items(text);
+  TokenInputs in;
+  std::string item;
+  while (items >> item) {
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0)
+      throw Error(file.string(), "'" + item + "' is not a token id (non-negative integer)");
+    in.tokens.push_back(v);
+  }
+  const auto n = static_cast<int64_t>(in.tokens.size());
+  if (n == 0) throw Error(file.string(), "no tokens");
+  in.seq_len = seq_len > 0 ? seq_len : n;
+  if (n % in.seq_len != 0)
+    throw Error(file.string(), std::to_string(n) + " tokens do not split into sequences of " +
+                                   std::to_string(in.seq_len));
+  in.sequences = n / in.seq_len;
+  in.description = "file:" + file.filename().string();
+  return in;
+}
+
+std::vector<int64_t> next_token_targets(const TokenInputs& in) {
+  std::vector<int64_t> t(in.tokens.size(), -1);
+  for (int64_t s = 0; s < in.sequences; ++s)
+    for (int64_t i = 0; i + 1 < in.seq_len; ++i)
+      t[static_cast<size_t>(s * in.seq_len + i)] =
+          in.tokens[static_cast<size_t>(s * in.seq_len + i + 1)];
+  return t;
+}
+
+std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int64_t>& targets) {
+  std::vector<double> out(static_cast<size_t>(logits.rows), std::nan(""));
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const int64_t t = targets[static_cast<size_t>(r)];
+    if (t < 0) continue;
+    const double* row = logits.data.data() + r * logits.cols;
+    double mx = row[0];
+    for (int64_t v = 1; v < logits.cols; ++v)
+      mx = std::max(mx, row[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < logits.cols; ++v)
+      sum += std::exp(row[v] - mx);
+    out[static_cast<size_t>(r)] = row[t] - mx - std::log(sum);
+  }
+  return out;
+}
+
+Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const std::string& capture,
+                     std::ostream* progress) {
+  Golden g;
+  g.sequences = in.sequences;
+  g.seq_len = in.seq_len;
+  g.tokens = in.tokens;
+  g.targets = next_token_targets(in);
+  const int64_t vocab = model.config().vocab;
+  for (int64_t t : in.tokens)
+    if (t >= vocab)
+      throw Error("inputs", "token " + std::to_string(t) + " outside the vocabulary (" +
+                                std::to_string(vocab) + ")");
+  g.logits.cols = vocab;
+  for (int64_t s = 0; s < in.sequences; ++s) {
+    model.reset_cache();
+    reference::Trace trace(capture);
+    reference::ForwardHooks hooks;
+    hooks.trace = &trace;
+    const std::span<const int64_t> seq(in.tokens.data() + s * in.seq_len,
+                                       static_cast<size_t>(in.seq_len));
+    const reference::Matrix logits = model.forward(seq, hooks);
+    g.logits.data.insert(g.logits.data.end(), logits.data.begin(), logits.data.end());
+    g.logits.rows += logits.rows;
+    const auto& pts = trace.points();
+    if (s == 0)
+      for (const auto& [name, m] : pts)
+        g.points.push_back({name, Array2D{0, m.cols, {}}});
+    if (pts.size() != g.points.size())
+      throw Error("reference run", "sequence " + std::to_string(s) + " captured a different set " +
+                                       "of points than sequence 0");
+    for (size_t i = 0; i < pts.size(); ++i) {
+      Array2D& a = g.points[i].values;
+      const auto& m = pts[i].second;
+      if (pts[i].first != g.points[i].name || m.cols != a.cols)
+        throw Error("reference run", "capture point " + pts[i].first + " changed shape");
+      for (size_t j = 0; j < m.data.size(); ++j)
+        if (!std::isfinite(m.data[j]))
+          throw Error("reference run",
+                      pts[i].first + " is not finite at sequence " + std::to_string(s) + " row " +
+                          std::to_string(static_cast<int64_t>(j) / std::max<int64_t>(m.cols, 1)));
+      a.data.insert(a.data.end(), m.data.begin(), m.data.end());
+      a.rows += m.rows;
+    }
+    if (progress)
+      *progress << "qparity golden: sequence " << (s + 1) << "/" << in.sequences << " ("
+                << in.seq_len << " tokens)\n"
+                << std::flush;
+  }
+  for (double v : g.logits.data)
+    if (!std::isfinite(v)) throw Error("reference run", "logits are not finite");
+  g.target_logprobs = target_logprobs(g.logits, g.targets);
+  for (int64_t s = 0; s < in.sequences; ++s) {
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < in.seq_len; ++i) {
+      const double lp = g.target_logprobs[static_cast<size_t>(s * in.seq_len + i)];
+      if (std::isnan(lp)) continue;
+      sum -= lp;
+      ++n;
+    }
+    const double nll = n > 0 ? sum / static_cast<double>(n) : std::nan("");
+    g.sequence_nll.push_back(nll);
+    g.sequence_ppl.push_back(std::exp(nll));
+  }
+  g.meta.architecture = std::string(arch_name(model.config().arch));
+  g.meta.dialect = std::string(reference::to_string(model.dialect()));
+  g.meta.precision_mode = std::string(reference::to_string(model.mode()));
+  g.meta.seed = in.seed;
+  g.meta.input_set = in.description;
+  g.meta.device = "cpu-reference";
+  return g;
+}
+
+std::string plan_scheme(const QuantPlan& plan) {
+  std::string out;
+  for (const auto& [scheme, count] : plan.summary()) {
+    if (scheme == "none" || scheme == "bf16" || scheme == "kv-bf16") continue;
+    out += (out.empty() ? "" : "+") + scheme;
+  }
+  return out.empty() ? "bf16" : out;
+}
+
+Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const ReferenceRunOptions& o,
+                     std::ostream* progress) {
+  reference::LoadOptions lo;
+  lo.override_scheme = o.scheme;
+  lo.dialect = o.dialect;
+  lo.mode = o.mode;
+  auto model = reference::load_model(model_dir, lo);
+  Golden g = run_reference(*model, in, o.capture, progress);
+  g.meta.model = fs::path(model_dir).lexically_normal().filename().string();
+  if (g.meta.model.empty()) g.meta.model = fs::path(model_dir).parent_path().filename().string();
+  g.meta.model_config_hash = config_hash(model_dir);
+  g.meta.checkpoint_hash = checkpoint_tensor_hash(model_dir);
+  g.meta.scheme = o.scheme ? *o.scheme : plan_scheme(model->plan());
+  g.meta.point_precision = o.point_precision;
+  return g;
+}
+
+std::string config_hash(const fs::path& model_dir) {
+  std::ifstream f(model_dir / "config.json", std::ios::binary);
+  if (!f) throw Error((model_dir / "config.json").string(), "cannot read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Sha256 h;
+  h.update(ss.str());
+  return h.hex();
+}
+
+std::string checkpoint_tensor_hash(const fs::path& model_dir) {
+  const Checkpoint c = Checkpoint::open(model_dir);
+  Sha256 h;
+  for (const auto& [name, ref] : c.tensors()) {  // std::map: sorted by name
+    std::string head = name + "|" + std::string(dtype_name(ref.info->dtype)) + "|";
+    for (uint64_t d : ref.info->shape)
+      head += std::to_string(d) + ",";
+    h.update(head);
+    h.update(ref.bytes());
+  }
+  return h.hex();
+}
+
+}  // namespace qparity::golden

@@ -1,0 +1,63 @@
+#pragma once
+// The reference as a golden producer: runs the fp64 reference over a set of token sequences
+// (each from an empty KV cache) and collects everything schema v1 stores. Used by
+// `qparity golden make`, `qparity validate` and the accuracy tests.
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "golden/golden_file.h"
+#include "reference_cpu/models/causal_lm.h"
+
+namespace qparity::golden {
+
+// S sequences of T tokens, row-major, and where they came from.
+struct TokenInputs {
+  int64_t sequences = 0;
+  int64_t seq_len = 0;
+  std::vector<int64_t> tokens;
+  uint64_t seed = 0;
+  std::string description;  // recorded as the golden's input_set
+};
+
+// Deterministic synthetic tokens (uniform over the vocabulary, mt19937_64 from `seed`).
+TokenInputs synthetic_inputs(int64_t sequences, int64_t seq_len, int64_t vocab, uint64_t seed);
+// Token ids from a file (whitespace / comma separated), cut into sequences of seq_len (a
+// trailing partial sequence is an error naming the counts). seq_len 0: one sequence of all.
+TokenInputs file_inputs(const std::filesystem::path& file, int64_t seq_len);
+
+// The next token inside each sequence; -1 at a sequence's last position.
+std::vector<int64_t> next_token_targets(const TokenInputs& in);
+
+struct ReferenceRunOptions {
+  std::optional<std::string> scheme;  // --scheme override; else the checkpoint's own plan
+  reference::Dialect dialect = reference::Dialect::kIdeal;
+  reference::PrecisionMode mode = reference::PrecisionMode::kExact;
+  std::string capture = "*";  // capture-point glob(s)
+  PointPrecision point_precision = PointPrecision::kF64;
+};
+
+// Loads the model from `model_dir`, runs every sequence, returns the golden (progress lines on
+// `progress` when given). Non-finite values anywhere are an error naming the point and row.
+Golden run_reference(const std::filesystem::path& model_dir, const TokenInputs& inputs,
+                     const ReferenceRunOptions& options, std::ostream* progress);
+
+// The same for a model already loaded (its cache is reset per sequence).
+Golden run_reference(reference::CausalLm& model, const TokenInputs& inputs,
+                     const std::string& capture, std::ostream* progress);
+
+// The scheme id(s) a plan applies ("fp8-block", "w8a8-static+kv-int8"; "bf16" when none).
+std::string plan_scheme(const QuantPlan& plan);
+
+// sha256 of config.json's bytes, and of the checkpoint's tensors (for each, sorted by name: the
+// name, dtype, shape and bytes), so a golden names exactly the weights it came from.
+std::string config_hash(const std::filesystem::path& model_dir);
+std::string checkpoint_tensor_hash(const std::filesystem::path& model_dir);
+
+// log_softmax(logits[r])[target[r]] in fp64 (max-subtracted log-sum-exp); NaN where target < 0.
+std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int64_t>& targets);
+
+}  // namespace qparity::golden

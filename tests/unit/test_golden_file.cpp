@@ -1,0 +1,173 @@
+// Golden schema v1 I/O: round trips bit for bit, float32 points round once, shapes are checked
+// on write, version / datasets / file type on read, and nothing is overwritten unless asked.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "error_of.h"
+#include "golden/golden_file.h"
+#include "test_seed.h"
+
+namespace qparity::golden {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+using ::testing::HasSubstr;
+
+Golden sample() {
+  Golden g;
+  g.meta.producer_version = "test";
+  g.meta.model = "m";
+  g.meta.architecture = "LlamaForCausalLM";
+  g.meta.model_config_hash = std::string(64, 'a');
+  g.meta.checkpoint_hash = std::string(64, 'b');
+  g.meta.scheme = "fp8-block";
+  g.meta.dialect = "vllm";
+  g.meta.precision_mode = "exact";
+  g.meta.seed = 0xFFFFFFFFFFFFFFF1ull;  // uint64 survives
+  g.meta.input_set = "synthetic:2x3:seed=1";
+  g.meta.device = "cpu-reference";
+  g.sequences = 2;
+  g.seq_len = 3;
+  g.tokens = {5, 1, 4, 2, 2, 0};
+  g.targets = {1, 4, -1, 2, 0, -1};
+  // Out of alphabetical order on purpose: the file must keep execution order.
+  const char* names[] = {"embed", "layers.0.attn.qkv", "layers.0.residual", "final_norm"};
+  double v = 0.1;
+  for (const char* n : names) {
+    Array2D a{6, 4, {}};
+    for (int i = 0; i < 24; ++i)
+      a.data.push_back(v += 1.0 / 3.0);
+    g.points.push_back({n, a});
+  }
+  g.logits = Array2D{6, 7, {}};
+  for (int i = 0; i < 42; ++i)
+    g.logits.data.push_back(std::sin(i * 0.7) * 3.0);
+  g.target_logprobs = {-1.5, -2.25, std::nan(""), -0.5, -3.0, std::nan("")};
+  g.sequence_nll = {1.875, 1.75};
+  g.sequence_ppl = {std::exp(1.875), std::exp(1.75)};
+  return g;
+}
+
+fs::path temp_file(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_golden_" + std::to_string(test::test_seed()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+TEST(GoldenFile, RoundTripsBitForBitInExecutionOrder) {
+  const Golden g = sample();
+  const fs::path p = temp_file("rt.h5");
+  write_golden(p, g, OverwritePolicy::kRefuse);
+  const auto r = GoldenReader::open(p);
+  EXPECT_EQ(r.meta().scheme, "fp8-block");
+  EXPECT_EQ(r.meta().dialect, "vllm");
+  EXPECT_EQ(r.meta().seed, 0xFFFFFFFFFFFFFFF1ull);
+  EXPECT_EQ(r.meta().model_config_hash, g.meta.model_config_hash);
+  EXPECT_FALSE(r.meta().created.empty());
+  EXPECT_EQ(r.sequences(), 2);
+  EXPECT_EQ(r.seq_len(), 3);
+  EXPECT_EQ(r.tokens(), g.tokens);
+  EXPECT_EQ(r.targets(), g.targets);
+  EXPECT_EQ(r.point_names(), (std::vector<std::string>{"embed", "layers.0.attn.qkv",
+                                                       "layers.0.residual", "final_norm"}));
+  const Golden back = r.read_all();
+  for (size_t i = 0; i < g.points.size(); ++i)
+    EXPECT_EQ(back.points[i].values.data, g.points[i].values.data) << g.points[i].name;
+  EXPECT_EQ(back.logits.data, g.logits.data);
+  EXPECT_EQ(back.logits.cols, 7);
+  EXPECT_TRUE(std::isnan(back.target_logprobs[2]));
+  EXPECT_EQ(back.target_logprobs[4], -3.0);
+  EXPECT_EQ(back.sequence_nll, g.sequence_nll);
+  EXPECT_THAT(error_of([&] { r.point("layers.9.attn.out"); }), HasSubstr("no capture point"));
+  fs::remove_all(p.parent_path());
+}
+
+TEST(GoldenFile, Float32PointsRoundOnceAndAreRecorded) {
+  Golden g = sample();
+  g.meta.point_precision = PointPrecision::kF32;
+  const fs::path p = temp_file("f32.h5");
+  write_golden(p, g, OverwritePolicy::kRefuse);
+  const auto r = GoldenReader::open(p);
+  EXPECT_EQ(r.meta().point_precision, PointPrecision::kF32);
+  const Array2D a = r.point("layers.0.attn.qkv");
+  for (size_t i = 0; i < a.data.size(); ++i)
+    EXPECT_EQ(a.data[i], static_cast<double>(static_cast<float>(g.points[1].values.data[i])));
+  EXPECT_EQ(r.logits().data, g.logits.data);  // logits stay float64
+  fs::remove_all(p.parent_path());
+}
+
+TEST(GoldenFile, NeverOverwritesUnlessAsked) {
+  const fs::path p = temp_file("keep.h5");
+  write_golden(p, sample(), OverwritePolicy::kRefuse);
+  Golden other = sample();
+  other.meta.scheme = "nvfp4";
+  EXPECT_THAT(error_of([&] { write_golden(p, other, OverwritePolicy::kRefuse); }),
+              HasSubstr("exists"));
+  EXPECT_EQ(GoldenReader::open(p).meta().scheme, "fp8-block");
+  write_golden(p, other, OverwritePolicy::kReplace);
+  EXPECT_EQ(GoldenReader::open(p).meta().scheme, "nvfp4");
+  for (const auto& e : fs::directory_iterator(p.parent_path()))  // no temp files left behind
+    EXPECT_EQ(e.path().filename(), "keep.h5");
+  fs::remove_all(p.parent_path());
+}
+
+TEST(GoldenFile, WriterChecksShapes) {
+  const fs::path p = temp_file("bad.h5");
+  Golden g = sample();
+  g.points[2].values.rows = 5;
+  g.points[2].values.data.resize(20);
+  EXPECT_THAT(error_of([&] { write_golden(p, g, OverwritePolicy::kRefuse); }),
+              HasSubstr("points/layers.0.residual has 5 rows"));
+  g = sample();
+  g.targets[0] = 7;  // vocab is 7: targets live in [-1, 7)
+  EXPECT_THAT(error_of([&] { write_golden(p, g, OverwritePolicy::kRefuse); }),
+              HasSubstr("inputs/targets holds 7"));
+  g = sample();
+  g.points.push_back(g.points[0]);
+  EXPECT_THAT(error_of([&] { write_golden(p, g, OverwritePolicy::kRefuse); }),
+              HasSubstr("'embed' given twice"));
+  EXPECT_FALSE(fs::exists(p));
+  fs::remove_all(p.parent_path());
+}
+
+TEST(GoldenFile, ReaderChecksVersionDatasetsAndFileType) {
+  const fs::path p = temp_file("v.h5");
+  write_golden(p, sample(), OverwritePolicy::kRefuse);
+  {
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t a = H5Aopen(f, "schema_version", H5P_DEFAULT);
+    const int32_t two = 2;
+    H5Awrite(a, H5T_NATIVE_INT32, &two);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }),
+              HasSubstr("golden schema version 2; this qparity reads version 1"));
+  write_golden(p, sample(), OverwritePolicy::kReplace);
+  {
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Ldelete(f, "outputs/logits", H5P_DEFAULT);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }), HasSubstr("outputs/logits (missing)"));
+  {
+    const hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }), HasSubstr("not a qparity golden file"));
+  std::ofstream(p) << "not hdf5";
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }), HasSubstr("not an HDF5 file"));
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p.parent_path() / "none.h5"); }),
+              HasSubstr("no such file"));
+  fs::remove_all(p.parent_path());
+}
+
+}  // namespace
+}  // namespace qparity::golden

@@ -1,0 +1,136 @@
+// `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --synthetic N --seq-len T)
+//  --out FILE`: runs the fp64 reference and writes a schema-v1 golden dataset (golden/SCHEMA.md).
+// `qparity golden info FILE [--json]`: what a golden file holds (metadata, inputs, points).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "core/error.h"
+#include "golden/reference_run.h"
+#include "reference_cpu/models/model_loader.h"
+
+namespace qparity::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct MakeOptions {
+  std::string model, scheme, dialect = "ideal", mode = "exact", tokens, out, capture = "*";
+  int64_t synthetic = 0, seq_len = 0;
+  uint64_t seed = 1;
+  bool f32 = false, force = false;
+};
+
+void make(const MakeOptions& o) {
+  if (o.tokens.empty() == (o.synthetic <= 0))
+    throw Error("golden make", "give exactly one of --tokens FILE or --synthetic N");
+  if (o.synthetic > 0 && o.seq_len <= 0)
+    throw Error("golden make", "--synthetic N needs --seq-len T (tokens per sequence)");
+  if (fs::exists(o.out) && !o.force)
+    throw Error(o.out,
+                "exists; pass --force to replace it (goldens are never overwritten "
+                "silently)");
+  golden::ReferenceRunOptions ro;
+  if (!o.scheme.empty()) ro.scheme = o.scheme;
+  ro.dialect = reference::parse_dialect(o.dialect);
+  ro.mode = reference::parse_precision_mode(o.mode);
+  ro.capture = o.capture;
+  ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
+  const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
+  const golden::TokenInputs in =
+      o.synthetic > 0 ? golden::synthetic_inputs(o.synthetic, o.seq_len, cfg.vocab, o.seed)
+                      : golden::file_inputs(o.tokens, o.seq_len);
+  std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len
+            << " tokens through " << o.model << "\n";
+  golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
+  g.meta.producer_version = QPARITY_VERSION;
+  golden::write_golden(o.out, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
+  std::cerr << "qparity golden: " << g.points.size() << " capture points, logits [" << g.logits.rows
+            << ", " << g.logits.cols << "], scheme " << g.meta.scheme << " -> " << o.out << "\n";
+}
+
+void info(const std::string& file, bool json) {
+  const auto r = golden::GoldenReader::open(file);
+  const auto& m = r.meta();
+  const auto nll = r.sequence_nll();
+  const auto ppl = r.sequence_ppl();
+  if (json) {
+    Json j = {{"file", file},
+              {"schema_version", golden::kSchemaVersion},
+              {"producer", m.producer},
+              {"producer_version", m.producer_version},
+              {"model", m.model},
+              {"architecture", m.architecture},
+              {"model_config_hash", m.model_config_hash},
+              {"checkpoint_hash", m.checkpoint_hash},
+              {"scheme", m.scheme},
+              {"dialect", m.dialect},
+              {"precision_mode", m.precision_mode},
+              {"seed", m.seed},
+              {"input_set", m.input_set},
+              {"device", m.device},
+              {"created", m.created},
+              {"point_dtype", golden::to_string(m.point_precision)},
+              {"sequences", r.sequences()},
+              {"seq_len", r.seq_len()},
+              {"points", r.point_names()},
+              {"sequence_nll", nll},
+              {"sequence_ppl", ppl}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << file << ": qparity golden v" << golden::kSchemaVersion << "\n"
+            << "  producer   " << m.producer << " " << m.producer_version << " on " << m.device
+            << ", " << m.created << "\n"
+            << "  model      " << m.model << " (" << m.architecture << "), config sha256 "
+            << m.model_config_hash.substr(0, 16) << "..., tensors sha256 "
+            << m.checkpoint_hash.substr(0, 16) << "...\n"
+            << "  scheme     " << m.scheme << ", dialect " << m.dialect << ", mode "
+            << m.precision_mode << "\n"
+            << "  inputs     " << r.sequences() << " x " << r.seq_len() << " tokens ("
+            << m.input_set << ")\n"
+            << "  points     " << r.point_names().size() << " ("
+            << golden::to_string(m.point_precision) << ")\n";
+  for (size_t s = 0; s < nll.size(); ++s)
+    std::cout << "  sequence " << s << ": NLL " << nll[s] << ", PPL " << ppl[s] << "\n";
+}
+
+}  // namespace
+
+void add_golden_command(CLI::App& app, int& rc) {
+  auto* golden = app.add_subcommand("golden", "Golden HDF5 datasets (golden/SCHEMA.md)");
+  golden->require_subcommand(1);
+  auto o = std::make_shared<MakeOptions>();
+  auto* mk = golden->add_subcommand("make", "Run the fp64 reference and write a golden dataset");
+  mk->add_option("--model", o->model, "Hugging Face checkpoint directory")->required();
+  mk->add_option("--scheme", o->scheme, "override the checkpoint's quantization (scheme id)");
+  mk->add_option("--dialect", o->dialect,
+                 "ideal | compressed-tensors | vllm | sglang | msmodelslim")
+      ->capture_default_str();
+  mk->add_option("--mode", o->mode, "exact | emulate")->capture_default_str();
+  mk->add_option("--tokens", o->tokens, "file of token ids (split by --seq-len when given)");
+  mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)");
+  mk->add_option("--seq-len", o->seq_len, "tokens per sequence");
+  mk->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
+  mk->add_option("--capture", o->capture, "capture-point globs, comma-separated")
+      ->capture_default_str();
+  mk->add_flag("--f32", o->f32, "store capture points as float32 (logits stay float64)");
+  mk->add_option("--out", o->out, "golden .h5 file to write")->required();
+  mk->add_flag("--force", o->force, "replace an existing golden file");
+  mk->callback([o, &rc] {
+    make(*o);
+    rc = 0;
+  });
+  auto file = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto* inf = golden->add_subcommand("info", "What a golden file holds");
+  inf->add_option("file", *file, "golden .h5 file")->required();
+  inf->add_flag("--json", *json, "machine-readable");
+  inf->callback([file, json, &rc] {
+    info(*file, *json);
+    rc = 0;
+  });
+}
+
+}  // namespace qparity::cli
