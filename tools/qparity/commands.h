@@ -11,5 +11,6 @@ void add_make_fixture_command(CLI::App& app, int& rc);
 void add_trace_command(CLI::App& app, int& rc);
 void add_quantize_command(CLI::App& app, int& rc);
 void add_golden_command(CLI::App& app, int& rc);
+void add_compare_command(CLI::App& app, int& rc);
 
 }  // namespace qparity::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   qparity::cli::add_trace_command(app, rc);
   qparity::cli::add_quantize_command(app, rc);
   qparity::cli::add_golden_command(app, rc);
+  qparity::cli::add_compare_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

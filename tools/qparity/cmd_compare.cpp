@@ -1,0 +1,142 @@
+// `qparity compare GOLDEN CANDIDATE [--policy FILE] [--role engine|format] [--json]` and
+// `qparity bisect GOLDEN CANDIDATE --policy FILE` / `qparity bisect --candidates A B --policy F`.
+// Exit status: 0 pass, 3 the policy fails, 1 bad input, 2 usage.
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "core/error.h"
+#include "golden/compare.h"
+
+namespace qparity::cli {
+namespace {
+
+constexpr int kPolicyFails = 3;
+
+struct CompareOptions {
+  std::string golden, candidate, policy, role = "engine", device;
+  std::vector<std::string> candidates;
+  bool json = false;
+};
+
+golden::CompareReport run_compare(const std::string& gpath, const std::string& cpath,
+                                  const CompareOptions& o, golden::Policy* holder) {
+  const auto g = golden::GoldenReader::open(gpath);
+  const auto c = golden::GoldenReader::open(cpath);
+  golden::CompareOptions co;
+  if (!o.policy.empty()) {
+    *holder = golden::load_policy(o.policy);
+    co.policy = holder;
+  }
+  if (o.role != "engine" && o.role != "format")
+    throw Error("--role", "'" + o.role + "' (engine or format)");
+  co.role = o.role == "format" ? golden::PolicyRole::kFormat : golden::PolicyRole::kEngine;
+  if (!o.device.empty()) co.device = o.device;
+  return golden::compare_goldens(g, c, co);
+}
+
+int compare(const CompareOptions& o) {
+  golden::Policy policy;
+  const auto r = run_compare(o.golden, o.candidate, o, &policy);
+  if (o.json)
+    std::cout << golden::to_json(r).dump(1) << "\n";
+  else
+    std::cout << golden::to_text(r);
+  return r.pass ? 0 : kPolicyFails;
+}
+
+void print_point(const golden::PointReport& p, const char* tag, int64_t seq_len) {
+  std::cout << "  " << tag << " " << p.name << ": rel_l2 " << p.stats.rel_l2 << ", max_abs "
+            << p.stats.max_abs << ", cosine " << p.stats.cosine;
+  if (p.verdict.gated) std::cout << (p.verdict.pass ? " (within policy)" : " (FAILS policy)");
+  std::cout << "\n";
+  for (const auto& f : p.verdict.failures)
+    std::cout << "      " << f << "\n";
+  (void)seq_len;
+}
+
+int bisect(const CompareOptions& o) {
+  if (o.policy.empty()) throw Error("bisect", "needs --policy FILE (what counts as failing)");
+  std::string gpath = o.golden, cpath = o.candidate;
+  if (!o.candidates.empty()) {
+    if (o.candidates.size() != 2 || !o.golden.empty())
+      throw Error("bisect",
+                  "--candidates takes exactly two dumps (the older first) and no "
+                  "golden");
+    gpath = o.candidates[0];
+    cpath = o.candidates[1];
+  }
+  if (gpath.empty() || cpath.empty()) throw Error("bisect", "give GOLDEN CANDIDATE");
+  golden::Policy policy;
+  const auto r = run_compare(gpath, cpath, o, &policy);
+  std::cout << "bisect " << cpath << " against " << gpath << " under " << r.policy_file << " ["
+            << r.policy_section << "]\n";
+  if (r.first_failing < 0) {
+    std::cout << "every common capture point is within policy";
+    if (!r.e2e_verdict.pass) std::cout << ", but end to end fails:";
+    std::cout << "\n";
+    for (const auto& f : r.e2e_verdict.failures)
+      std::cout << "  " << f << "\n";
+    return r.pass ? 0 : kPolicyFails;
+  }
+  const auto i = static_cast<size_t>(r.first_failing);
+  const auto& bad = r.points[i];
+  std::cout << "first failing capture point (execution order): " << bad.name << "\n";
+  if (i > 0) print_point(r.points[i - 1], "before", r.seq_len);
+  print_point(bad, "FIRST ", r.seq_len);
+  if (i + 1 < r.points.size()) print_point(r.points[i + 1], "after ", r.seq_len);
+  // Worst token positions of the failing point.
+  std::vector<size_t> rows(bad.stats.row_rel_l2.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  std::stable_sort(rows.begin(), rows.end(), [&](size_t a, size_t b) {
+    return bad.stats.row_rel_l2[a] > bad.stats.row_rel_l2[b];
+  });
+  std::cout << "  worst positions (sequence:token rel_l2):";
+  for (size_t k = 0; k < std::min<size_t>(5, rows.size()); ++k)
+    std::cout << "  " << rows[k] / static_cast<size_t>(r.seq_len) << ":"
+              << rows[k] % static_cast<size_t>(r.seq_len) << " " << bad.stats.row_rel_l2[rows[k]];
+  std::cout << "\n";
+  // Local or inherited: without re-running the layer, say what the inputs looked like.
+  if (i > 0) {
+    const auto& prev = r.points[i - 1];
+    std::cout << "  the point before it is " << (prev.verdict.pass ? "within" : "outside")
+              << " policy (rel_l2 " << prev.stats.rel_l2 << " vs " << bad.stats.rel_l2
+              << " here): the error "
+              << (prev.verdict.pass ? "starts at this point" : "was already present") << "\n";
+  }
+  return kPolicyFails;
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, int& rc) {
+  auto o = std::make_shared<CompareOptions>();
+  auto* cmd = app.add_subcommand(
+      "compare", "Compare a candidate dump with a golden, point by point and end to end");
+  cmd->add_option("golden", o->golden, "golden .h5")->required();
+  cmd->add_option("candidate", o->candidate, "candidate .h5 (same schema, same inputs)")
+      ->required();
+  cmd->add_option("--policy", o->policy, "tolerance policy JSON (tests/accuracy/policies/)");
+  cmd->add_option("--role", o->role, "engine (same scheme) | format (vs unquantized)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "policy device key (default: from the candidate)");
+  cmd->add_flag("--json", o->json, "machine-readable report");
+  cmd->callback([o, &rc] { rc = compare(*o); });
+
+  auto b = std::make_shared<CompareOptions>();
+  auto* bis = app.add_subcommand(
+      "bisect", "Find the first capture point, in execution order, that leaves tolerance");
+  bis->add_option("golden", b->golden, "golden .h5");
+  bis->add_option("candidate", b->candidate, "candidate .h5");
+  bis->add_option("--candidates", b->candidates, "two candidate dumps: older, newer")->expected(2);
+  bis->add_option("--policy", b->policy, "tolerance policy JSON");
+  bis->add_option("--role", b->role, "engine | format")->capture_default_str();
+  bis->add_option("--device", b->device, "policy device key (default: from the candidate)");
+  bis->callback([b, &rc] { rc = bisect(*b); });
+}
+
+}  // namespace qparity::cli
