@@ -115,6 +115,8 @@ Json to_json(const CompareReport& r) {
               {"max_abs", number(s.max_abs)},
               {"max_rel", number(s.max_rel)},
               {"rel_l2", number(s.rel_l2)},
+              {"max_col_rel_l2", number(s.max_col_rel_l2)},
+              {"worst_col", s.worst_col},
               {"nmse", number(s.nmse)},
               {"cosine", number(s.cosine)},
               {"deepgemm_diff", number(s.deepgemm_diff)},

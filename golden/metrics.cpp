@@ -196,6 +196,8 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
   st.count = n;
   st.integer_codes = integer_codes;
   st.row_rel_l2.resize(static_cast<size_t>(rows));
+  // Per column (channel): plain long-double sums; a column has `rows` terms, few enough.
+  std::vector<LD> col_g2(static_cast<size_t>(cols), 0), col_d2(static_cast<size_t>(cols), 0);
 
   AccurateSum g2, c2, d2, cg;  // over all compared elements
   for (int64_t r = 0; r < rows; ++r) {
@@ -230,6 +232,8 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
       rc2.add(cl * cl);
       rd2.add(d * d);
       rcg.add(cl * gl);
+      col_g2[static_cast<size_t>(j)] += gl * gl;
+      col_d2[static_cast<size_t>(j)] += d * d;
     }
     const LD row_g2 = rg2.value(), row_d2 = rd2.value();
     st.row_rel_l2[static_cast<size_t>(r)] =
@@ -238,6 +242,17 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
     c2.add(rc2.value());
     d2.add(row_d2);
     cg.add(rcg.value());
+  }
+
+  st.col_rel_l2.resize(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) {
+    const double v = static_cast<double>(
+        std::sqrt(ratio_or_inf(col_d2[static_cast<size_t>(j)], col_g2[static_cast<size_t>(j)])));
+    st.col_rel_l2[static_cast<size_t>(j)] = v;
+    if (st.worst_col < 0 || v > st.max_col_rel_l2) {
+      st.max_col_rel_l2 = v;
+      st.worst_col = j;
+    }
   }
 
   const LD sg2 = g2.value(), sc2 = c2.value(), sd2 = d2.value(), scg = cg.value();

@@ -558,5 +558,20 @@ TEST(CompareRouter, BadIdsAndSizes) {
               HasSubstr("candidate ids has 3"));
 }
 
+TEST(ComparePointColumns, OneChannelFaultShowsPerColumn) {
+  // 3 rows x 4 columns; column 2 of the candidate is 1.25x the golden, the rest exact.
+  const std::vector<double> g = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<double> c = g;
+  for (int r = 0; r < 3; ++r)
+    c[static_cast<size_t>(r * 4 + 2)] *= 1.25;
+  const PointStats st = compare_point(g, c, 3, 4);
+  ASSERT_EQ(st.col_rel_l2.size(), 4u);
+  EXPECT_EQ(st.col_rel_l2[0], 0.0);
+  EXPECT_NEAR(st.col_rel_l2[2], 0.25, 1e-15);
+  EXPECT_NEAR(st.max_col_rel_l2, 0.25, 1e-15);
+  EXPECT_EQ(st.worst_col, 2);
+  EXPECT_LT(st.rel_l2, 0.12);  // diluted by the other channels
+}
+
 }  // namespace
 }  // namespace qparity::golden

@@ -1,0 +1,217 @@
+// Every tolerance policy is proven able to fail. For each tests/accuracy/policies/<scheme>.json:
+// the reference golden of a tiny fixture in that scheme (emulate mode, as an engine stores
+// activations), then candidates:
+//   - within-noise: every value moved by up to 2^-12 relative (below the derived bounds): passes;
+//   - a 1-ULP (bf16) change of every element of one layer's output (layers.1.attn.out);
+//   - a wrong scale in one output channel (channel 3 of layers.0.attn.qkv scaled by 1.25);
+//   - a swapped gate/up shard (the two halves of a layer's mlp.gate_up exchanged);
+//   - an off-by-one group index (group schemes: o_proj of layer 0 reads group g+1's scale; a real
+//     faulty checkpoint run through the reference, so the error also flows downstream);
+// each must fail the engine policy at exactly the planted capture point.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "../unit/test_seed.h"
+#include "accuracy_util.h"
+#include "core/error.h"
+#include "core/safetensors/safetensors_file.h"
+#include "core/safetensors/safetensors_writer.h"
+#include "golden/compare.h"
+
+namespace qparity::golden {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PlantedFaults : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("qparity_planted_" + std::to_string(test::test_seed()));
+    fs::create_directories(root_);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static std::string arch_for(const std::string& scheme) {
+    return scheme == "mxint4" ? "qwen3-moe" : "llama";
+  }
+
+  static TokenInputs inputs(const fs::path& dir) {
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    return synthetic_inputs(2, 16, cfg.vocab, 5);
+  }
+
+  static Golden golden_of(const fs::path& dir) {
+    ReferenceRunOptions o;
+    o.mode = reference::PrecisionMode::kEmulate;
+    return run_reference(dir, inputs(dir), o, nullptr);
+  }
+
+  // Compares `candidate` (as a GPU engine's dump) with the golden under `policy`.
+  static CompareReport judge(const fs::path& golden_file, Golden candidate, const Policy& policy) {
+    candidate.meta.producer = "planted-fault engine";
+    candidate.meta.device = "NVIDIA H100 80GB HBM3 sm90";
+    const fs::path c = root_ / "candidate.h5";
+    write_golden(c, candidate, OverwritePolicy::kReplace);
+    CompareOptions o;
+    o.policy = &policy;
+    return compare_goldens(GoldenReader::open(golden_file), GoldenReader::open(c), o);
+  }
+
+  static Array2D& point(Golden& g, const std::string& name) {
+    for (auto& p : g.points)
+      if (p.name == name) return p.values;
+    throw Error("test", "no point " + name);
+  }
+
+  static std::string first_failing(const CompareReport& r) {
+    return r.first_failing < 0 ? "(none)" : r.points[static_cast<size_t>(r.first_failing)].name;
+  }
+
+  static inline fs::path root_;
+};
+
+// v moved away from zero by one bf16 ULP (v is bf16-representable: emulate mode stores it so).
+double bump_one_bf16_ulp(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x10000u;  // sign-magnitude: +1 in the bf16 mantissa field moves away from zero
+  float g;
+  std::memcpy(&g, &u, 4);
+  return g;
+}
+
+TEST_F(PlantedFaults, EveryPolicyFailsAtThePlantedPointAndPassesNoise) {
+  const fs::path dir = fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies";
+  int policies = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    ++policies;
+    const Policy policy = load_policy(e.path());
+    const std::string scheme = policy.scheme;
+    SCOPED_TRACE(scheme);
+    const std::string arch = arch_for(scheme);
+    const fs::path ckpt = test::tiny_checkpoint(root_, arch, scheme, 11);
+    const Golden g = golden_of(ckpt);
+    const fs::path gfile = root_ / (scheme + ".golden.h5");
+    write_golden(gfile, g, OverwritePolicy::kReplace);
+    const int dense_layer = arch == "qwen3-moe" ? 1 : 0;  // qwen3-moe tiny: layer 1 is dense
+
+    {  // Within noise: passes.
+      Golden c = g;
+      uint64_t state = 0x9E3779B97F4A7C15ull;
+      const auto noise = [&] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return (static_cast<double>(state >> 11) * 0x1p-53 * 2 - 1) * 0x1p-12;
+      };
+      for (auto& p : c.points)
+        if (p.name.find("topk_ids") == std::string::npos)
+          for (double& v : p.values.data)
+            v *= 1 + noise();
+      const CompareReport r = judge(gfile, c, policy);
+      EXPECT_TRUE(r.pass) << "noise of 2^-12 failed at " << first_failing(r) << "\n" << to_text(r);
+    }
+    {  // One bf16 ULP on every element of one layer's output.
+      Golden c = g;
+      for (double& v : point(c, "layers.1.attn.out").data)
+        v = bump_one_bf16_ulp(v);
+      const CompareReport r = judge(gfile, c, policy);
+      EXPECT_FALSE(r.pass);
+      EXPECT_EQ(first_failing(r), "layers.1.attn.out");
+    }
+    {  // A wrong scale in one output channel.
+      Golden c = g;
+      Array2D& qkv = point(c, "layers.0.attn.qkv");
+      for (int64_t t = 0; t < qkv.rows; ++t)
+        qkv.data[static_cast<size_t>(t * qkv.cols + 3)] *= 1.25;
+      const CompareReport r = judge(gfile, c, policy);
+      EXPECT_FALSE(r.pass);
+      EXPECT_EQ(first_failing(r), "layers.0.attn.qkv");
+    }
+    {  // Gate and up shards swapped.
+      Golden c = g;
+      const std::string name = "layers." + std::to_string(dense_layer) + ".mlp.gate_up";
+      Array2D& gu = point(c, name);
+      const int64_t half = gu.cols / 2;
+      for (int64_t t = 0; t < gu.rows; ++t)
+        for (int64_t j = 0; j < half; ++j)
+          std::swap(gu.data[static_cast<size_t>(t * gu.cols + j)],
+                    gu.data[static_cast<size_t>(t * gu.cols + half + j)]);
+      const CompareReport r = judge(gfile, c, policy);
+      EXPECT_FALSE(r.pass);
+      EXPECT_EQ(first_failing(r), name);
+    }
+  }
+  EXPECT_GE(policies, 17) << "a policy per scheme";
+}
+
+// Rewrites one tensor of a single-file checkpoint.
+void edit_tensor(const fs::path& dir, const std::string& name,
+                 const std::function<void(const TensorInfo&, std::vector<uint8_t>&)>& edit) {
+  std::vector<std::pair<TensorInfo, std::vector<uint8_t>>> all;
+  fs::path file;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") file = e.path();
+  {
+    const auto f = SafetensorsFile::open(file);
+    for (const auto& t : f.tensors()) {
+      const auto b = f.bytes(t);
+      all.push_back({t, {b.begin(), b.end()}});
+    }
+  }
+  bool found = false;
+  for (auto& [info, bytes] : all)
+    if (info.name == name) {
+      edit(info, bytes);
+      found = true;
+    }
+  ASSERT_TRUE(found) << name;
+  std::vector<TensorToWrite> w;
+  for (const auto& [info, bytes] : all)
+    w.push_back({info.name, info.dtype, info.shape, bytes});
+  write_safetensors(file, std::move(w), std::nullopt, OverwritePolicy::kReplace);
+}
+
+TEST_F(PlantedFaults, OffByOneGroupIndexFailsAtTheLinearItFeeds) {
+  // (scheme, scale tensor of layer 0's o_proj, its file) for the group formats whose scales are
+  // plain [N, groups] tensors.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"w8a16-g64", "model.layers.0.self_attn.o_proj.weight_scale"},
+      {"w4a16-g32", "model.layers.0.self_attn.o_proj.weight_scale"}};
+  for (const auto& [scheme, tensor] : cases) {
+    SCOPED_TRACE(scheme);
+    const Policy policy =
+        load_policy(fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies" / (scheme + ".json"));
+    const fs::path good = test::tiny_checkpoint(root_, "llama", scheme, 11);
+    const fs::path bad = root_ / (scheme + ".off-by-one");
+    fs::remove_all(bad);
+    fs::copy(good, bad);
+    edit_tensor(bad, tensor, [](const TensorInfo& t, std::vector<uint8_t>& bytes) {
+      // Row-major [N, G]: every row reads group g+1's scale for group g (the last wraps to 0).
+      const size_t n = t.shape[0], groups = t.shape[1], es = bytes.size() / (n * groups);
+      std::vector<uint8_t> out(bytes.size());
+      for (size_t r = 0; r < n; ++r)
+        for (size_t g = 0; g < groups; ++g)
+          std::memcpy(&out[(r * groups + g) * es], &bytes[(r * groups + (g + 1) % groups) * es],
+                      es);
+      bytes = out;
+    });
+    const Golden g = golden_of(good);
+    const fs::path gfile = root_ / (scheme + ".golden.h5");
+    write_golden(gfile, g, OverwritePolicy::kReplace);
+    const CompareReport r = judge(gfile, golden_of(bad), policy);
+    EXPECT_FALSE(r.pass);
+    EXPECT_EQ(first_failing(r), "layers.0.attn.out");
+    // Everything before it is untouched.
+    for (int64_t i = 0; i < r.first_failing; ++i)
+      EXPECT_EQ(r.points[static_cast<size_t>(i)].stats.max_abs, 0.0)
+          << r.points[static_cast<size_t>(i)].name;
+  }
+}
+
+}  // namespace
+}  // namespace qparity::golden

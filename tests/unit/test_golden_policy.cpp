@@ -1,0 +1,129 @@
+// Tolerance policies: parsing errors name the file and key; device keys; gates judge the right
+// metric; the committed policies all parse and carry derivations.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "error_of.h"
+#include "golden/policy.h"
+
+namespace qparity::golden {
+namespace {
+
+using test::error_of;
+using ::testing::HasSubstr;
+
+const char* kPolicy = R"({
+  "scheme": "fp8-block",
+  "engine": {
+    "default": {"derivation": "d", "points": [
+        {"match": "*.topk_ids", "max_mismatches": 0},
+        {"match": "layers.*.attn.*", "max_rel_l2": 0.01, "max_col_rel_l2": 0.05},
+        {"match": "*", "max_rel_l2": 0.002, "min_cosine": 0.999}],
+      "end_to_end": {"max_kld_upper": 0.001, "min_top1_lower": 0.9}},
+    "sm90": {"derivation": "measured", "provenance": "H100 run", "points": [
+        {"match": "*", "max_rel_l2": 0.004}]}
+  },
+  "format": {"derivation": "f", "points": []}
+})";
+
+TEST(GoldenPolicy, ParsesSectionsAndPicksByDevice) {
+  const Policy p = parse_policy(kPolicy, "p.json");
+  EXPECT_EQ(p.scheme, "fp8-block");
+  EXPECT_EQ(device_key("NVIDIA H100 80GB HBM3 sm90"), "sm90");
+  EXPECT_EQ(device_key("NVIDIA H200 sm_90"), "sm90");
+  EXPECT_EQ(device_key("cpu-reference"), "cpu-reference");
+  EXPECT_EQ(device_key("some engine"), "default");
+  std::string key;
+  EXPECT_EQ(policy_section(p, PolicyRole::kEngine, "sm90", &key).provenance, "H100 run");
+  EXPECT_EQ(key, "sm90");
+  policy_section(p, PolicyRole::kEngine, "sm100", &key);
+  EXPECT_EQ(key, "default");
+  EXPECT_EQ(policy_section(p, PolicyRole::kFormat, "sm90").derivation, "f");
+}
+
+TEST(GoldenPolicy, FirstMatchingGateJudgesEachMetric) {
+  const Policy p = parse_policy(kPolicy, "p.json");
+  const PolicySection& s = p.engine.at("default");
+  PointStats st;
+  st.rel_l2 = 0.005;
+  st.cosine = 0.99999;
+  EXPECT_TRUE(judge_point(s, "layers.0.attn.qkv", st).pass);  // attn gate: 0.01
+  const Verdict v = judge_point(s, "layers.0.mlp.out", st);   // catch-all: 0.002
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.gate, "*");
+  EXPECT_THAT(v.failures.at(0), HasSubstr("rel_l2 0.005 > 0.002"));
+  st.rel_l2 = 0.001;
+  st.max_col_rel_l2 = 0.2;
+  st.worst_col = 7;
+  EXPECT_THAT(judge_point(s, "layers.0.attn.out", st).failures.at(0),
+              HasSubstr("channel 7 rel_l2 0.2 > 0.05"));
+  st.max_col_rel_l2 = 0;
+  st.nan_candidate = 1;
+  st.first_nonfinite = 12;
+  EXPECT_THAT(judge_point(s, "layers.0.attn.out", st).failures.at(0), HasSubstr("1 NaN"));
+  PointStats ids;
+  ids.integer_codes = true;
+  ids.mismatches = 1;
+  EXPECT_FALSE(judge_point(s, "layers.0.moe.topk_ids", ids).pass);
+  EXPECT_TRUE(judge_point(p.engine.at("sm90"), "x", PointStats{}).gated);
+}
+
+TEST(GoldenPolicy, EndToEndGatesUseTheConfidenceBounds) {
+  const Policy p = parse_policy(kPolicy, "p.json");
+  const PolicySection& s = p.engine.at("default");
+  EndToEnd e;
+  e.kld_mean = {0.0005, 0.0001, 0.0009};
+  e.top1 = {1.0, 0.95, 1.0};
+  EXPECT_TRUE(judge_end_to_end(s, e).pass);
+  e.kld_mean.hi = 0.0011;  // the mean is within, its upper bound is not
+  EXPECT_THAT(judge_end_to_end(s, e).failures.at(0), HasSubstr("mean KLD upper bound"));
+  e.kld_mean.hi = 0.0009;
+  e.top1.lo = 0.85;
+  EXPECT_THAT(judge_end_to_end(s, e).failures.at(0), HasSubstr("top-1 agreement lower bound"));
+  e.top1.lo = std::nan("");  // no data fails a gate rather than passing it
+  EXPECT_FALSE(judge_end_to_end(s, e).pass);
+}
+
+TEST(GoldenPolicy, BadPoliciesNameFileAndKey) {
+  EXPECT_THAT(error_of([] { parse_policy("{", "a.json"); }), HasSubstr("a.json: not valid JSON"));
+  EXPECT_THAT(error_of([] { parse_policy(R"({"scheme":"x","engine":{}})", "b.json"); }),
+              HasSubstr("'default' section"));
+  EXPECT_THAT(error_of([] {
+                parse_policy(R"({"scheme":"x","engine":{"default":{"points":[]}}})", "c.json");
+              }),
+              HasSubstr("'derivation'"));
+  EXPECT_THAT(
+      error_of([] {
+        parse_policy(
+            R"({"scheme":"x","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel":1}]}}})",
+            "d.json");
+      }),
+      HasSubstr("d.json: engine.default.points[0]: unknown key 'max_rel'"));
+  EXPECT_THAT(
+      error_of([] {
+        parse_policy(
+            R"({"scheme":"x","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel_l2":-1}]}}})",
+            "e.json");
+      }),
+      HasSubstr("'max_rel_l2' must be >= 0"));
+}
+
+TEST(GoldenPolicy, CommittedPoliciesParseWithDerivations) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(
+           std::filesystem::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies")) {
+    const Policy p = load_policy(e.path());
+    EXPECT_EQ(p.scheme + ".json", e.path().filename().string());
+    EXPECT_FALSE(p.engine.at("default").derivation.empty());
+    EXPECT_TRUE(p.engine.count("cpu-reference"));
+    EXPECT_TRUE(p.format.has_value());
+    ++n;
+  }
+  EXPECT_GE(n, 17);
+}
+
+}  // namespace
+}  // namespace qparity::golden
