@@ -9,7 +9,7 @@ required=(cmake make g++ pkg-config libhdf5-dev libeigen3-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev)
 # hdf5-tools (h5dump) is used by golden-file tests; clang + libclang-rt-dev build the libFuzzer
 # targets (QPARITY_FUZZ=ON). Missing optional packages are installed where apt can reach them.
-optional=(hdf5-tools clang libclang-rt-dev)
+optional=(hdf5-tools python3-h5py clang libclang-rt-dev)
 
 missing() {
   local p

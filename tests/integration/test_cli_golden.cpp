@@ -1,0 +1,119 @@
+// `qparity golden make / info`, `compare` and `bisect` end to end: the file h5dump and h5py read
+// (where installed), never overwritten without --force, compare's exit status and JSON, bisect
+// naming the first failing capture point.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../unit/test_seed.h"
+#include "cli_runner.h"
+#include "core/json_util.h"
+
+namespace qparity::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class CliGolden : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qparity_cli_golden_" + std::to_string(test_seed()));
+    fs::create_directories(dir_);
+    ASSERT_EQ(
+        run_cli(dir_, "make-fixture --arch qwen3 --seed 4 --out " + (dir_ / "fx").string()).status,
+        0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string make(const std::string& extra, const std::string& out) {
+    return "golden make --model " + (dir_ / "fx").string() + " --synthetic 2 --seq-len 8 --out " +
+           (dir_ / out).string() + " " + extra;
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliGolden, MakeWritesAFileOtherToolsRead) {
+  const CliRun r = run_cli(dir_, make("--mode emulate", "g.h5"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("sequence 2/2"));  // progress on stderr
+  const CliRun again = run_cli(dir_, make("--mode emulate", "g.h5"));
+  EXPECT_EQ(again.status, 1);
+  EXPECT_THAT(again.err, HasSubstr("pass --force"));
+  EXPECT_EQ(run_cli(dir_, make("--mode emulate --force", "g.h5")).status, 0);
+
+  const CliRun info = run_cli(dir_, "golden info --json " + (dir_ / "g.h5").string());
+  ASSERT_EQ(info.status, 0) << info.err;
+  const Json j = Json::parse(info.out);
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["precision_mode"], "emulate");
+  EXPECT_EQ(j["sequences"], 2);
+  EXPECT_EQ(j["points"][0], "embed");
+  EXPECT_EQ(j["points"].back(), "logits");
+
+  if (std::system("command -v h5dump >/dev/null 2>&1") == 0) {
+    const std::string cmd =
+        "h5dump -H " + (dir_ / "g.h5").string() + " > " + (dir_ / "h5dump.txt").string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    const std::string h = slurp(dir_ / "h5dump.txt");
+    EXPECT_THAT(h, HasSubstr("ATTRIBUTE \"schema_version\""));
+    EXPECT_THAT(h, HasSubstr("DATASET \"layers.0.attn.q_norm\""));
+    EXPECT_THAT(h, HasSubstr("DATASET \"logits\""));
+    EXPECT_THAT(h, HasSubstr("H5T_IEEE_F64LE"));
+  } else {
+    std::cout << "h5dump not installed: that check did not run\n";
+  }
+  std::string python;  // the first interpreter with h5py (Debian's python3-h5py is /usr/bin's)
+  for (const char* p : {"python3", "/usr/bin/python3"})
+    if (python.empty() &&
+        std::system((std::string(p) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0)
+      python = p;
+  if (!python.empty()) {
+    const std::string py =
+        python + " -c \"import h5py,sys; f=h5py.File(sys.argv[1],'r'); "
+        "assert f.attrs['schema_version']==1; "
+        "o=sorted(f['points'], key=lambda n: f['points'][n].attrs['order']); "
+        "assert o[0]=='embed' and o[-1]=='logits', o; "
+        "assert f['outputs/logits'].shape==(16, f['outputs/logits'].shape[1]); "
+        "print('h5py ok', len(o))\" " +
+        (dir_ / "g.h5").string() + " > " + (dir_ / "py.txt").string() + " 2>&1";
+    EXPECT_EQ(std::system(py.c_str()), 0) << slurp(dir_ / "py.txt");
+  } else {
+    std::cout << "h5py not installed: that check did not run\n";
+  }
+}
+
+TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
+  ASSERT_EQ(run_cli(dir_, make("--mode emulate", "emulate.h5")).status, 0);
+  ASSERT_EQ(run_cli(dir_, make("--mode exact", "exact.h5")).status, 0);
+  const std::string policy =
+      (fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json").string();
+  // Identical runs pass (as a reference rerun: cpu-reference section).
+  const CliRun same = run_cli(dir_, "compare " + (dir_ / "emulate.h5").string() + " " +
+                                        (dir_ / "emulate.h5").string() + " --policy " + policy);
+  EXPECT_EQ(same.status, 0) << same.out << same.err;
+  EXPECT_THAT(same.out, HasSubstr("[engine.cpu-reference]"));
+  // exact (fp64 activations) against the emulate golden, judged as an sm90 engine: bf16
+  // rounding of every stored activation is far outside half a ULP: exit 3, first point named.
+  const std::string args = (dir_ / "emulate.h5").string() + " " + (dir_ / "exact.h5").string() +
+                           " --policy " + policy + " --device sm90";
+  const CliRun cmp = run_cli(dir_, "compare --json " + args);
+  EXPECT_EQ(cmp.status, 3) << cmp.err;
+  const Json j = Json::parse(cmp.out);
+  EXPECT_EQ(j["pass"], false);
+  EXPECT_EQ(j["policy"]["section"], "engine.default");
+  ASSERT_TRUE(j["first_failing_point"].is_string());
+  const CliRun bis = run_cli(dir_, "bisect " + args);
+  EXPECT_EQ(bis.status, 3);
+  EXPECT_THAT(bis.out, HasSubstr("first failing capture point (execution order): " +
+                                 j["first_failing_point"].get<std::string>()));
+  EXPECT_THAT(bis.out, HasSubstr("worst positions"));
+  // Bad input: exit 1 naming the file.
+  const CliRun bad =
+      run_cli(dir_, "compare " + (dir_ / "none.h5").string() + " " + (dir_ / "exact.h5").string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("none.h5: no such file"));
+}
+
+}  // namespace
+}  // namespace qparity::test
