@@ -12,5 +12,7 @@ void add_trace_command(CLI::App& app, int& rc);
 void add_quantize_command(CLI::App& app, int& rc);
 void add_golden_command(CLI::App& app, int& rc);
 void add_compare_command(CLI::App& app, int& rc);
+void add_report_command(CLI::App& app, int& rc);
+void add_validate_command(CLI::App& app, int& rc);
 
 }  // namespace qparity::cli

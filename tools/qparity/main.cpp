@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   qparity::cli::add_quantize_command(app, rc);
   qparity::cli::add_golden_command(app, rc);
   qparity::cli::add_compare_command(app, rc);
+  qparity::cli::add_report_command(app, rc);
+  qparity::cli::add_validate_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

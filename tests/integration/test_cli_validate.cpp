@@ -1,0 +1,58 @@
+// `qparity validate` (the main job) on a subset of schemes and `qparity report`: the report set
+// exists, the JSON is the source of the md/html, the index lists every scheme, the HTML carries
+// its plots inline.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../unit/test_seed.h"
+#include "cli_runner.h"
+#include "core/json_util.h"
+
+namespace qparity::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+TEST(CliValidate, WritesTheReportSetForEachScheme) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_validate_" + std::to_string(test_seed()));
+  fs::create_directories(dir);
+  const fs::path fx = dir / "moe";
+  ASSERT_EQ(run_cli(dir, "make-fixture --arch qwen3-moe --seed 2 --out " + fx.string()).status, 0);
+  const fs::path out = dir / "reports";
+  const CliRun r = run_cli(dir, "validate --model " + fx.string() +
+                                    " --schemes fp8-block,mxint4,kv-int8 --sequences 2 "
+                                    "--seq-len 8 --out " +
+                                    out.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* s : {"fp8-block", "mxint4", "kv-int8"}) {
+    const fs::path base = out / "cpu-reference" / "moe" / s;
+    for (const char* ext : {".json", ".md", ".html"})
+      EXPECT_TRUE(fs::exists(base.string() + ext)) << base << ext;
+    const Json j = read_json_file(base.string() + ".json");
+    EXPECT_EQ(j["summary"]["scheme"], s);
+    EXPECT_EQ(j["summary"]["role"], "format");
+    EXPECT_EQ(j["compare"]["end_to_end"]["positions"], 16);
+    EXPECT_GT(j["compare"]["points"].size(), 20u);
+    const std::string html = slurp(base.string() + ".html");
+    EXPECT_THAT(html, HasSubstr("<svg"));
+    EXPECT_THAT(html, HasSubstr("top-k flip rate per MoE layer"));
+    EXPECT_THAT(slurp(base.string() + ".md"), HasSubstr("| mean KLD (95% upper) |"));
+  }
+  const std::string index = slurp(out / "index.md");
+  for (const char* s : {"[fp8-block]", "[mxint4]", "[kv-int8]"})
+    EXPECT_THAT(index, HasSubstr(s));
+  EXPECT_TRUE(fs::exists(out / "index.html"));
+  EXPECT_FALSE(fs::exists(out / ".work")) << "the work directory is removed";
+  const CliRun bad =
+      run_cli(dir, "validate --model " + fx.string() + " --schemes nope --out " + out.string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("nope"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qparity::test
