@@ -211,6 +211,50 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
   return out;
 }
 
+Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
+                           const ForwardHooks& hooks) {
+  const std::string lp = "layers." + std::to_string(l.index);
+  Matrix h = norm(x, l.input_norm);
+  store(lp + ".input_norm", h, hooks);
+  add_in_place(x, attention(l, h, pos, hooks));
+  round_stored(x);
+  Matrix h2 = norm(x, l.post_attention_norm);
+  store(lp + ".post_attn_norm", h2, hooks);
+  Matrix mlp_out;
+  if (l.mlp) {
+    if (hooks.on_linear_input) {
+      hooks.on_linear_input(l.mlp->prefix + ".gate_proj", h2);
+      hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
+    }
+    Matrix gu = l.mlp->gate_up->apply(h2);
+    store(lp + ".mlp.gate_up", gu, hooks);
+    Matrix act = silu_and_mul(gu);
+    store(lp + ".mlp.act", act, hooks);
+    if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
+    mlp_out = l.mlp->down->apply(act);
+    store(lp + ".mlp.out", mlp_out, hooks);
+  } else {
+    mlp_out = moe(*l.moe, lp, h2, hooks);
+  }
+  add_in_place(x, mlp_out);
+  store(lp + ".residual", x, hooks);
+
+  return x;
+}
+
+Matrix CausalLm::forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,
+                               const ForwardHooks& hooks) {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
+    throw Error("forward_layer", "layer " + std::to_string(layer) + " of a model with " +
+                                     std::to_string(layers_.size()));
+  if (x.cols != cfg_.hidden || static_cast<size_t>(x.rows) != positions.size())
+    throw Error("forward_layer", "hidden states [" + std::to_string(x.rows) + ", " +
+                                     std::to_string(x.cols) + "] for " +
+                                     std::to_string(positions.size()) + " positions and hidden " +
+                                     std::to_string(cfg_.hidden));
+  return run_layer(layers_[static_cast<size_t>(layer)], std::move(x), positions, hooks);
+}
+
 Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
   if (tokens.empty()) throw Error("tokens", "no tokens to run");
   if (!lm_head_) throw Error("model", "forward before the weights were loaded");
@@ -219,33 +263,8 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
     pos[i] = cached_ + static_cast<int64_t>(i);
   Matrix x = embed(tokens);
   store("embed", x, hooks);
-  for (DecoderLayer& l : layers_) {
-    const std::string lp = "layers." + std::to_string(l.index);
-    Matrix h = norm(x, l.input_norm);
-    store(lp + ".input_norm", h, hooks);
-    add_in_place(x, attention(l, h, pos, hooks));
-    round_stored(x);
-    Matrix h2 = norm(x, l.post_attention_norm);
-    store(lp + ".post_attn_norm", h2, hooks);
-    Matrix mlp_out;
-    if (l.mlp) {
-      if (hooks.on_linear_input) {
-        hooks.on_linear_input(l.mlp->prefix + ".gate_proj", h2);
-        hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
-      }
-      Matrix gu = l.mlp->gate_up->apply(h2);
-      store(lp + ".mlp.gate_up", gu, hooks);
-      Matrix act = silu_and_mul(gu);
-      store(lp + ".mlp.act", act, hooks);
-      if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
-      mlp_out = l.mlp->down->apply(act);
-      store(lp + ".mlp.out", mlp_out, hooks);
-    } else {
-      mlp_out = moe(*l.moe, lp, h2, hooks);
-    }
-    add_in_place(x, mlp_out);
-    store(lp + ".residual", x, hooks);
-  }
+  for (DecoderLayer& l : layers_)
+    x = run_layer(l, std::move(x), pos, hooks);
   Matrix f = norm(x, final_norm_);
   store("final_norm", f, hooks);
   Matrix logits = lm_head_->apply(f);

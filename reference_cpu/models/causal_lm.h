@@ -100,6 +100,11 @@ class CausalLm {
   // values to the cache; returns the logits [T, vocab].
   Matrix forward(std::span<const int64_t> tokens, const ForwardHooks& hooks = {});
   int64_t cached_tokens() const { return cached_; }
+  // Runs decoder layer `layer` alone on hidden states x [T, hidden] at `positions`, appending to
+  // that layer's KV cache only: how bisect re-runs a suspect layer on the golden's inputs to tell
+  // the layer's own error from what flowed into it.
+  Matrix forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,
+                       const ForwardHooks& hooks = {});
   void reset_cache();
 
   // --- for the loader ---
@@ -113,6 +118,8 @@ class CausalLm {
 
  private:
   Matrix embed(std::span<const int64_t> tokens) const;
+  Matrix run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
+                   const ForwardHooks& hooks);
   Matrix norm(const Matrix& x, const NormWeights& w) const;
   // Emulate mode: rounds x to the model dtype (or fp32) as an engine stores it; exact: no-op.
   void round_stored(Matrix& x, bool fp32 = false) const;

@@ -21,6 +21,8 @@
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "golden/compare.h"
+#include "golden/layer_rerun.h"
+#include "reference_cpu/models/model_loader.h"
 
 namespace qparity::golden {
 namespace {
@@ -210,6 +212,29 @@ TEST_F(PlantedFaults, OffByOneGroupIndexFailsAtTheLinearItFeeds) {
     for (int64_t i = 0; i < r.first_failing; ++i)
       EXPECT_EQ(r.points[static_cast<size_t>(i)].stats.max_abs, 0.0)
           << r.points[static_cast<size_t>(i)].name;
+    // Re-running the layers of the faulty model on the golden's inputs: layer 0 (the faulty
+    // o_proj) still fails - local; layer 1 is fine on clean inputs - its failure is inherited.
+    reference::LoadOptions lo;
+    lo.mode = reference::PrecisionMode::kEmulate;
+    auto faulty = reference::load_model(bad, lo);
+    const auto golden = GoldenReader::open(gfile);
+    const PolicySection& section = policy_section(policy, PolicyRole::kEngine, "sm90");
+    const LayerRerun own = rerun_layer_point(*faulty, golden, "layers.0.attn.out", &section);
+    ASSERT_TRUE(own.available) << own.why_not;
+    EXPECT_EQ(own.input_point, "embed");
+    EXPECT_TRUE(own.local);
+    const LayerRerun next = rerun_layer_point(*faulty, golden, "layers.1.attn.out", &section);
+    ASSERT_TRUE(next.available);
+    EXPECT_FALSE(next.local) << next.stats.rel_l2;
+    EXPECT_EQ(next.input_point, "layers.0.residual");
+    bool layer1_fails = false;  // ...while in the faulty run it does fail, inherited
+    for (const auto& p : r.points)
+      layer1_fails = layer1_fails || (p.name == "layers.1.attn.out" && !p.verdict.pass);
+    EXPECT_TRUE(layer1_fails);
+    const auto clean_model = reference::load_model(good, lo);
+    EXPECT_EQ(rerun_layer_point(*clean_model, golden, "layers.1.attn.out", &section).stats.max_abs,
+              0.0)
+        << "the reference re-run of a clean layer on golden inputs reproduces it exactly";
   }
 }
 

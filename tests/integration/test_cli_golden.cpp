@@ -108,6 +108,12 @@ TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
   EXPECT_THAT(bis.out, HasSubstr("first failing capture point (execution order): " +
                                  j["first_failing_point"].get<std::string>()));
   EXPECT_THAT(bis.out, HasSubstr("worst positions"));
+  EXPECT_THAT(bis.out, HasSubstr("give --model DIR"));
+  // With the candidate's checkpoint the failing layer is re-run on the golden's inputs: the
+  // exact-mode layer still differs from the bf16-stored golden by its own rounding: local.
+  const CliRun local = run_cli(dir_, "bisect " + args + " --model " + (dir_ / "fx").string());
+  EXPECT_EQ(local.status, 3);
+  EXPECT_THAT(local.out, HasSubstr("LOCAL: re-run on the golden's"));
   // Bad input: exit 1 naming the file.
   const CliRun bad =
       run_cli(dir_, "compare " + (dir_ / "none.h5").string() + " " + (dir_ / "exact.h5").string());

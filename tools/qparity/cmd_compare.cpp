@@ -11,6 +11,8 @@
 #include "commands.h"
 #include "core/error.h"
 #include "golden/compare.h"
+#include "golden/layer_rerun.h"
+#include "reference_cpu/models/model_loader.h"
 
 namespace qparity::cli {
 namespace {
@@ -19,6 +21,7 @@ constexpr int kPolicyFails = 3;
 
 struct CompareOptions {
   std::string golden, candidate, policy, role = "engine", device;
+  std::string model, scheme, dialect = "ideal", mode;  // bisect: the candidate as a runnable model
   std::vector<std::string> candidates;
   bool json = false;
 };
@@ -100,13 +103,33 @@ int bisect(const CompareOptions& o) {
     std::cout << "  " << rows[k] / static_cast<size_t>(r.seq_len) << ":"
               << rows[k] % static_cast<size_t>(r.seq_len) << " " << bad.stats.row_rel_l2[rows[k]];
   std::cout << "\n";
-  // Local or inherited: without re-running the layer, say what the inputs looked like.
-  if (i > 0) {
-    const auto& prev = r.points[i - 1];
-    std::cout << "  the point before it is " << (prev.verdict.pass ? "within" : "outside")
-              << " policy (rel_l2 " << prev.stats.rel_l2 << " vs " << bad.stats.rel_l2
-              << " here): the error "
-              << (prev.verdict.pass ? "starts at this point" : "was already present") << "\n";
+  // Local or inherited: re-run the layer on the golden's inputs in the candidate (the reference
+  // running the candidate's checkpoint), when we have it.
+  if (o.model.empty()) {
+    std::cout << "  local or inherited: give --model DIR (the checkpoint the candidate ran) to "
+                 "re-run this layer on the golden's inputs\n";
+    return kPolicyFails;
+  }
+  reference::LoadOptions lo;
+  if (!o.scheme.empty()) lo.override_scheme = o.scheme;
+  lo.dialect = reference::parse_dialect(o.dialect);
+  lo.mode = reference::parse_precision_mode(
+      !o.mode.empty() ? o.mode : (r.candidate.precision_mode == "emulate" ? "emulate" : "exact"));
+  auto model = reference::load_model(o.model, lo);
+  const auto g = golden::GoldenReader::open(gpath);
+  const golden::PolicySection& section = golden::policy_section(
+      policy, o.role == "format" ? golden::PolicyRole::kFormat : golden::PolicyRole::kEngine,
+      o.device.empty() ? golden::device_key(r.candidate.device) : o.device);
+  const auto rr = golden::rerun_layer_point(*model, g, bad.name, &section);
+  if (!rr.available) {
+    std::cout << "  local or inherited: cannot re-run (" << rr.why_not << ")\n";
+  } else if (rr.local) {
+    std::cout << "  LOCAL: re-run on the golden's " << rr.input_point << ", " << bad.name
+              << " still fails (rel_l2 " << rr.stats.rel_l2 << "): the layer itself is wrong\n";
+  } else {
+    std::cout << "  INHERITED: re-run on the golden's " << rr.input_point << ", " << bad.name
+              << " is within policy (rel_l2 " << rr.stats.rel_l2
+              << "): the error flowed in from earlier points\n";
   }
   return kPolicyFails;
 }
@@ -136,6 +159,11 @@ void add_compare_command(CLI::App& app, int& rc) {
   bis->add_option("--policy", b->policy, "tolerance policy JSON");
   bis->add_option("--role", b->role, "engine | format")->capture_default_str();
   bis->add_option("--device", b->device, "policy device key (default: from the candidate)");
+  bis->add_option("--model", b->model,
+                  "the candidate's checkpoint: re-run the failing layer on golden inputs");
+  bis->add_option("--scheme", b->scheme, "with --model: scheme override");
+  bis->add_option("--dialect", b->dialect, "with --model: dialect")->capture_default_str();
+  bis->add_option("--mode", b->mode, "with --model: exact | emulate (default: the candidate's)");
   bis->callback([b, &rc] { rc = bisect(*b); });
 }
 
