@@ -69,14 +69,14 @@ TEST_F(CliGolden, MakeWritesAFileOtherToolsRead) {
         std::system((std::string(p) + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0)
       python = p;
   if (!python.empty()) {
-    const std::string py =
-        python + " -c \"import h5py,sys; f=h5py.File(sys.argv[1],'r'); "
-        "assert f.attrs['schema_version']==1; "
-        "o=sorted(f['points'], key=lambda n: f['points'][n].attrs['order']); "
-        "assert o[0]=='embed' and o[-1]=='logits', o; "
-        "assert f['outputs/logits'].shape==(16, f['outputs/logits'].shape[1]); "
-        "print('h5py ok', len(o))\" " +
-        (dir_ / "g.h5").string() + " > " + (dir_ / "py.txt").string() + " 2>&1";
+    const std::string py = python +
+                           " -c \"import h5py,sys; f=h5py.File(sys.argv[1],'r'); "
+                           "assert f.attrs['schema_version']==1; "
+                           "o=sorted(f['points'], key=lambda n: f['points'][n].attrs['order']); "
+                           "assert o[0]=='embed' and o[-1]=='logits', o; "
+                           "assert f['outputs/logits'].shape==(16, f['outputs/logits'].shape[1]); "
+                           "print('h5py ok', len(o))\" " +
+                           (dir_ / "g.h5").string() + " > " + (dir_ / "py.txt").string() + " 2>&1";
     EXPECT_EQ(std::system(py.c_str()), 0) << slurp(dir_ / "py.txt");
   } else {
     std::cout << "h5py not installed: that check did not run\n";
@@ -119,6 +119,40 @@ TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
       run_cli(dir_, "compare " + (dir_ / "none.h5").string() + " " + (dir_ / "exact.h5").string());
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.err, HasSubstr("none.h5: no such file"));
+}
+
+// `bisect --git GOOD BAD -- CMD`: git bisect run with compare as the oracle. A repository of six
+// commits whose "build" writes a candidate dump: commits 1-3 the golden itself, 4-6 an exact-mode
+// run outside the bf16 engine policy; git must name commit 4.
+TEST_F(CliGolden, GitBisectFindsTheFirstBadCommit) {
+  if (std::system("command -v git >/dev/null 2>&1") != 0) GTEST_SKIP() << "git is not installed";
+  ASSERT_EQ(run_cli(dir_, make("--mode emulate", "good.h5")).status, 0);
+  ASSERT_EQ(run_cli(dir_, make("--mode exact", "bad.h5")).status, 0);
+  const fs::path repo = dir_ / "repo";
+  fs::create_directories(repo);
+  const std::string setup =
+      "cd " + repo.string() +
+      " && git init -q && git config user.email t@t && git config user.name t && echo 'cp " +
+      dir_.string() + "/$(cat state).h5 " + dir_.string() +
+      "/candidate.h5' > build.sh && for i in 1 2 3 4 5 6; do if [ $i -lt 4 ]; then echo good > "
+      "state; else echo bad > state; fi; echo $i > n; git add -A; git commit -qm c$i; done";
+  ASSERT_EQ(std::system(setup.c_str()), 0);
+  const std::string policy =
+      (fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json").string();
+  const std::string cmd = "cd " + repo.string() + " && " + QPARITY_CLI +
+                          " bisect --git HEAD~5 HEAD --policy " + policy + " --device sm90 " +
+                          (dir_ / "good.h5").string() + " " + (dir_ / "candidate.h5").string() +
+                          " -- sh build.sh > " + (dir_ / "bisect.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "bisect.txt");
+  const std::string out = slurp(dir_ / "bisect.txt");
+  EXPECT_THAT(out, HasSubstr("is the first bad commit"));
+  EXPECT_THAT(out, HasSubstr("    c4"));
+  EXPECT_THAT(out, HasSubstr("qparity bisect oracle: bad (first failing point"));
+  // The repository is left as it was (bisect reset).
+  const std::string head =
+      "cd " + repo.string() + " && git log -1 --format=%s > " + (dir_ / "head.txt").string();
+  ASSERT_EQ(std::system(head.c_str()), 0);
+  EXPECT_EQ(slurp(dir_ / "head.txt"), "c6\n");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // `qparity bisect GOLDEN CANDIDATE --policy FILE` / `qparity bisect --candidates A B --policy F`.
 // Exit status: 0 pass, 3 the policy fails, 1 bad input, 2 usage.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -23,6 +25,8 @@ struct CompareOptions {
   std::string golden, candidate, policy, role = "engine", device;
   std::string model, scheme, dialect = "ideal", mode;  // bisect: the candidate as a runnable model
   std::vector<std::string> candidates;
+  std::vector<std::string> git;      // --git GOOD BAD
+  std::vector<std::string> command;  // after --: what builds and dumps the candidate
   bool json = false;
 };
 
@@ -62,7 +66,68 @@ void print_point(const golden::PointReport& p, const char* tag, int64_t seq_len)
   (void)seq_len;
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s)
+    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// One step of `git bisect run`: build and dump with the command, then judge the dump. Exit 0
+// good, 1 bad (outside the policy), 125 skip (the command failed or produced nothing readable:
+// this commit cannot be judged).
+int bisect_oracle(const CompareOptions& o) {
+  std::string cmd;
+  for (const auto& a : o.command)
+    cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  if (std::system(cmd.c_str()) != 0) return 125;
+  try {
+    golden::Policy policy;
+    const auto r = run_compare(o.golden, o.candidate, o, &policy);
+    std::cout << "qparity bisect oracle: " << (r.pass ? "good" : "bad");
+    if (r.first_failing >= 0)
+      std::cout << " (first failing point " << r.points[static_cast<size_t>(r.first_failing)].name
+                << ")";
+    std::cout << "\n";
+    return r.pass ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "qparity bisect oracle: skip: " << e.what() << "\n";
+    return 125;
+  }
+}
+
+// `git bisect start BAD GOOD; git bisect run <this oracle>; git bisect reset`, in the current
+// directory's repository; prints git's verdict (the first bad commit).
+int git_bisect(const CompareOptions& o) {
+  if (o.git.size() != 2) throw Error("bisect --git", "takes GOOD and BAD revisions");
+  if (o.golden.empty() || o.candidate.empty() || o.command.empty() || o.policy.empty())
+    throw Error("bisect --git",
+                "usage: qparity bisect --git GOOD BAD --policy P GOLDEN CANDIDATE -- CMD...; CMD "
+                "builds and writes CANDIDATE at each commit");
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const auto run = [](const std::string& c) {
+    const int rc = std::system(c.c_str());
+    return rc;
+  };
+  if (run("git bisect start " + shell_quote(o.git[1]) + " " + shell_quote(o.git[0])) != 0)
+    throw Error("bisect --git",
+                "git bisect start failed (is this a git repository, are the "
+                "revisions valid?)");
+  std::string oracle = shell_quote(self) + " bisect-oracle --policy " + shell_quote(o.policy) +
+                       " --role " + shell_quote(o.role);
+  if (!o.device.empty()) oracle += " --device " + shell_quote(o.device);
+  oracle += " " + shell_quote(std::filesystem::absolute(o.golden).string()) + " " +
+            shell_quote(std::filesystem::absolute(o.candidate).string()) + " --";
+  for (const auto& a : o.command)
+    oracle += " " + shell_quote(a);
+  const int rc = run("git bisect run " + oracle);
+  run("git bisect reset >/dev/null 2>&1");
+  if (rc != 0) throw Error("bisect --git", "git bisect run failed");
+  return 0;
+}
+
 int bisect(const CompareOptions& o) {
+  if (!o.git.empty()) return git_bisect(o);
   if (o.policy.empty()) throw Error("bisect", "needs --policy FILE (what counts as failing)");
   std::string gpath = o.golden, cpath = o.candidate;
   if (!o.candidates.empty()) {
@@ -164,7 +229,21 @@ void add_compare_command(CLI::App& app, int& rc) {
   bis->add_option("--scheme", b->scheme, "with --model: scheme override");
   bis->add_option("--dialect", b->dialect, "with --model: dialect")->capture_default_str();
   bis->add_option("--mode", b->mode, "with --model: exact | emulate (default: the candidate's)");
+  bis->add_option("--git", b->git, "GOOD BAD: drive git bisect run with compare as the oracle")
+      ->expected(2);
+  bis->add_option("command", b->command, "(with --git, after --) builds and writes CANDIDATE");
   bis->callback([b, &rc] { rc = bisect(*b); });
+
+  auto orc = std::make_shared<CompareOptions>();
+  auto* oracle = app.add_subcommand("bisect-oracle", "one git-bisect step (used by --git)");
+  oracle->group("");  // internal: not listed in --help
+  oracle->add_option("golden", orc->golden)->required();
+  oracle->add_option("candidate", orc->candidate)->required();
+  oracle->add_option("command", orc->command)->required();
+  oracle->add_option("--policy", orc->policy)->required();
+  oracle->add_option("--role", orc->role);
+  oracle->add_option("--device", orc->device);
+  oracle->callback([orc, &rc] { rc = bisect_oracle(*orc); });
 }
 
 }  // namespace qparity::cli
