@@ -27,18 +27,10 @@ Json interval(const Interval& i) {
 }
 
 Json meta_json(const GoldenMeta& m) {
-  return {{"producer", m.producer},
-          {"producer_version", m.producer_version},
-          {"model", m.model},
-          {"architecture", m.architecture},
-          {"scheme", m.scheme},
-          {"dialect", m.dialect},
-          {"precision_mode", m.precision_mode},
-          {"device", m.device},
-          {"input_set", m.input_set},
-          {"created", m.created},
-          {"model_config_hash", m.model_config_hash},
-          {"checkpoint_hash", m.checkpoint_hash}};
+  Json j = Json::object();
+  for (const auto& [name, field] : meta_string_fields())
+    j[name] = m.*field;
+  return j;
 }
 
 }  // namespace

@@ -167,6 +167,23 @@ const char* to_string(PointPrecision p) {
   return p == PointPrecision::kF32 ? "float32" : "float64";
 }
 
+const std::vector<MetaStringField>& meta_string_fields() {
+  static const std::vector<MetaStringField> fields = {
+      {"producer", &GoldenMeta::producer},
+      {"producer_version", &GoldenMeta::producer_version},
+      {"model", &GoldenMeta::model},
+      {"architecture", &GoldenMeta::architecture},
+      {"model_config_hash", &GoldenMeta::model_config_hash},
+      {"checkpoint_hash", &GoldenMeta::checkpoint_hash},
+      {"scheme", &GoldenMeta::scheme},
+      {"dialect", &GoldenMeta::dialect},
+      {"precision_mode", &GoldenMeta::precision_mode},
+      {"input_set", &GoldenMeta::input_set},
+      {"device", &GoldenMeta::device},
+      {"created", &GoldenMeta::created}};
+  return fields;
+}
+
 std::string utc_now_iso8601() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -218,22 +235,11 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
     const hid_t f = file.get();
     const GoldenMeta& m = g.meta;
     write_scalar_attr<int32_t>(f, "schema_version", H5T_STD_I32LE, kSchemaVersion, where);
-    const std::pair<const char*, std::string> strings[] = {
-        {"producer", m.producer},
-        {"producer_version", m.producer_version},
-        {"model", m.model},
-        {"architecture", m.architecture},
-        {"model_config_hash", m.model_config_hash},
-        {"checkpoint_hash", m.checkpoint_hash},
-        {"scheme", m.scheme},
-        {"dialect", m.dialect},
-        {"precision_mode", m.precision_mode},
-        {"input_set", m.input_set},
-        {"device", m.device},
-        {"created", m.created.empty() ? utc_now_iso8601() : m.created},
-        {"point_dtype", to_string(m.point_precision)}};
-    for (const auto& [k, v] : strings)
-      write_string_attr(f, k, v, where);
+    for (const auto& [name, field] : meta_string_fields())
+      write_string_attr(
+          f, name,
+          field == &GoldenMeta::created && m.created.empty() ? utc_now_iso8601() : m.*field, where);
+    write_string_attr(f, "point_dtype", to_string(m.point_precision), where);
     write_scalar_attr<uint64_t>(f, "seed", H5T_STD_U64LE, m.seed, where);
 
     const auto s = static_cast<hsize_t>(g.sequences), t = static_cast<hsize_t>(g.seq_len);
@@ -318,18 +324,8 @@ GoldenReader GoldenReader::open(const fs::path& path) {
     throw Error(where, "schema v1 requires " + list + " (missing)");
   }
   GoldenMeta& m = r.meta_;
-  m.producer = read_string_attr(f, "producer", where);
-  m.producer_version = read_string_attr(f, "producer_version", where);
-  m.model = read_string_attr(f, "model", where);
-  m.architecture = read_string_attr(f, "architecture", where);
-  m.model_config_hash = read_string_attr(f, "model_config_hash", where);
-  m.checkpoint_hash = read_string_attr(f, "checkpoint_hash", where);
-  m.scheme = read_string_attr(f, "scheme", where);
-  m.dialect = read_string_attr(f, "dialect", where);
-  m.precision_mode = read_string_attr(f, "precision_mode", where);
-  m.input_set = read_string_attr(f, "input_set", where);
-  m.device = read_string_attr(f, "device", where);
-  m.created = read_string_attr(f, "created", where);
+  for (const auto& [name, field] : meta_string_fields())
+    m.*field = read_string_attr(f, name, where);
   const std::string pd = read_string_attr(f, "point_dtype", where);
   if (pd != "float64" && pd != "float32")
     throw Error(where, "point_dtype '" + pd + "' (float64 or float32)");

@@ -52,6 +52,14 @@ struct GoldenMeta {
   PointPrecision point_precision = PointPrecision::kF64;
 };
 
+// The string attributes of schema v1 and the GoldenMeta field each one holds, in SCHEMA.md's
+// order (point_dtype and the integer attributes are written separately).
+struct MetaStringField {
+  const char* name;
+  std::string GoldenMeta::*field;
+};
+const std::vector<MetaStringField>& meta_string_fields();
+
 struct CapturePoint {
   std::string name;  // ARCHITECTURE.md's names: "layers.0.attn.qkv"
   Array2D values;    // [sequences * seq_len, width]

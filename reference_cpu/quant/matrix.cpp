@@ -1,5 +1,7 @@
 #include "reference_cpu/quant/matrix.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "reference_cpu/quant/parallel.h"
 
@@ -9,20 +11,9 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w) {
   if (x.cols != w.cols)
     throw Error("matmul_nt", "inner dimensions differ: x has " + std::to_string(x.cols) +
                                  " columns, w has " + std::to_string(w.cols));
-  Matrix y(x.rows, w.rows);
-  parallel_chunks(w.rows, x.rows * w.rows * x.cols, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const auto wr = w.row(n);
-      for (int64_t t = 0; t < x.rows; ++t) {
-        const auto xr = x.row(t);
-        double acc = 0.0;
-        for (int64_t k = 0; k < x.cols; ++k)
-          acc += xr[static_cast<size_t>(k)] * wr[static_cast<size_t>(k)];
-        y(t, n) = acc;
-      }
-    }
+  return matmul_nt_rows(x, w.rows, [&](int64_t r, std::span<double> out) {
+    std::copy(w.row(r).begin(), w.row(r).end(), out.begin());
   });
-  return y;
 }
 
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,

@@ -56,27 +56,16 @@ void info(const std::string& file, bool json) {
   const auto nll = r.sequence_nll();
   const auto ppl = r.sequence_ppl();
   if (json) {
-    Json j = {{"file", file},
-              {"schema_version", golden::kSchemaVersion},
-              {"producer", m.producer},
-              {"producer_version", m.producer_version},
-              {"model", m.model},
-              {"architecture", m.architecture},
-              {"model_config_hash", m.model_config_hash},
-              {"checkpoint_hash", m.checkpoint_hash},
-              {"scheme", m.scheme},
-              {"dialect", m.dialect},
-              {"precision_mode", m.precision_mode},
-              {"seed", m.seed},
-              {"input_set", m.input_set},
-              {"device", m.device},
-              {"created", m.created},
-              {"point_dtype", golden::to_string(m.point_precision)},
-              {"sequences", r.sequences()},
-              {"seq_len", r.seq_len()},
-              {"points", r.point_names()},
-              {"sequence_nll", nll},
-              {"sequence_ppl", ppl}};
+    Json j = {{"file", file}, {"schema_version", golden::kSchemaVersion}};
+    for (const auto& [name, field] : golden::meta_string_fields())
+      j[name] = m.*field;
+    j["seed"] = m.seed;
+    j["point_dtype"] = golden::to_string(m.point_precision);
+    j["sequences"] = r.sequences();
+    j["seq_len"] = r.seq_len();
+    j["points"] = r.point_names();
+    j["sequence_nll"] = nll;
+    j["sequence_ppl"] = ppl;
     std::cout << j.dump(2) << "\n";
     return;
   }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/quant/scheme_registry.h"
 #include "fixtures/checkpoint_quantizer.h"
+#include "golden/reference_run.h"
 #include "reference_cpu/models/calibration.h"
 #include "tools/qparity/commands.h"
 
@@ -28,32 +29,6 @@ struct QuantizeOptions {
   bool force = false;
 };
 
-std::vector<int64_t> read_tokens(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(path, "cannot read the calibration token file");
-  std::vector<int64_t> out;
-  std::string item;
-  while (f >> item) {
-    std::stringstream ss(item);
-    std::string part;
-    while (std::getline(ss, part, ',')) {
-      if (part.empty()) continue;
-      size_t used = 0;
-      int64_t v = -1;
-      try {
-        v = std::stoll(part, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != part.size() || v < 0)
-        throw Error(path, "'" + part + "' is not a token id (non-negative integer)");
-      out.push_back(v);
-    }
-  }
-  if (out.empty()) throw Error(path, "no calibration tokens");
-  return out;
-}
-
 void run(const QuantizeOptions& o) {
   const SchemeId scheme = parse_scheme_id(o.scheme);
   const std::vector<Producer>& producers = scheme_info(scheme.kind).producers;
@@ -65,7 +40,7 @@ void run(const QuantizeOptions& o) {
   const ModelConfig cfg = load_model_config(std::filesystem::path(o.in) / "config.json");
   const std::vector<int64_t> tokens =
       o.calib.empty() ? reference::synthetic_tokens(o.calib_synthetic, cfg.vocab, o.seed)
-                      : read_tokens(o.calib);
+                      : golden::file_inputs(o.calib, 0).tokens;
   std::cerr << "quantize: calibrating on " << tokens.size() << (o.calib.empty() ? " synthetic" : "")
             << " tokens through the fp64 reference of " << o.in << "\n";
   const auto stats = fixtures::calibrate_checkpoint(o.in, tokens);
