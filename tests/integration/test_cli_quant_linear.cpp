@@ -77,7 +77,9 @@ const Case kCases[] = {
     {"fp8-block", "weight_scale", 0.05, 0.08},
     {"nvfp4", "weight_global_scale", 0.15, 0.25},
     {"mxfp4", "weight_packed", 0.3, 0.45},
-    {"mxfp8", "weight_scale", 0.08, 0.11},
+    // OCP's floor exponent rule saturates a block maximum whose mantissa is >= 1.75 to 448, up to
+    // 1/8 off; when that block holds the outlier that dominates the norm, rel L2 nears 0.125.
+    {"mxfp8", "weight_scale", 0.13, 0.15},
 };
 
 TEST_F(CliQuantLinear, EverySchemeAndDialectRoundTrips) {
