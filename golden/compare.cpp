@@ -88,6 +88,21 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
   if (kv_layers > 0)
     for (double& v : kv_sum)
       r.kv_error_by_position.push_back(v / static_cast<double>(kv_layers * g.sequences()));
+  {
+    const auto gs = g.activation_stats(), cs = c.activation_stats();
+    for (const auto& a : cs) {
+      ActivationStatsRow row{a.name, std::nullopt, a};
+      for (const auto& b : gs)
+        if (b.name == a.name) row.golden = b;
+      r.activation_stats.push_back(row);
+    }
+    for (const auto& b : gs) {
+      bool seen = false;
+      for (const auto& a : cs)
+        seen = seen || a.name == b.name;
+      if (!seen) r.activation_stats.push_back({b.name, b, std::nullopt});
+    }
+  }
   const Array2D gl = g.logits(), cl = c.logits();
   if (gl.cols != cl.cols)
     throw Error(r.candidate_file, "logits have vocab " + std::to_string(cl.cols) + ", the golden " +
@@ -142,6 +157,21 @@ Json to_json(const CompareReport& r) {
   Json kv = Json::array();
   for (double v : r.kv_error_by_position)
     kv.push_back(number(v));
+  const auto stats_json = [](const std::optional<ActivationCodeStats>& a) -> Json {
+    if (!a) return nullptr;
+    return {{"codes", a->codes},
+            {"saturated", a->saturated},
+            {"saturation_rate", a->codes > 0 ? number(static_cast<double>(a->saturated) /
+                                                      static_cast<double>(a->codes))
+                                             : Json(nullptr)},
+            {"scales", a->scales},
+            {"zero_scales", a->zero_scales}};
+  };
+  Json act = Json::array();
+  for (const auto& a : r.activation_stats)
+    act.push_back({{"name", a.name},
+                   {"golden", stats_json(a.golden)},
+                   {"candidate", stats_json(a.candidate)}});
   return {{"golden", {{"file", r.golden_file}, {"meta", meta_json(r.golden)}}},
           {"candidate", {{"file", r.candidate_file}, {"meta", meta_json(r.candidate)}}},
           {"policy", {{"file", r.policy_file}, {"section", r.policy_section}}},
@@ -171,7 +201,8 @@ Json to_json(const CompareReport& r) {
             {"pass", r.e2e_verdict.pass},
             {"failures", r.e2e_verdict.failures}}},
           {"router", router},
-          {"kv_error_by_position", kv}};
+          {"kv_error_by_position", kv},
+          {"activation_stats", act}};
 }
 
 std::string to_text(const CompareReport& r) {

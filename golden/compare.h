@@ -25,6 +25,12 @@ struct LayerRouter {
   RouterFlips flips;
 };
 
+// Activation quantization statistics of one engine layer in both files (either may lack them).
+struct ActivationStatsRow {
+  std::string name;
+  std::optional<ActivationCodeStats> golden, candidate;
+};
+
 struct CompareReport {
   std::string golden_file, candidate_file;
   GoldenMeta golden, candidate;
@@ -35,6 +41,7 @@ struct CompareReport {
   EndToEnd e2e;
   Verdict e2e_verdict;
   std::vector<LayerRouter> router;
+  std::vector<ActivationStatsRow> activation_stats;  // candidate's order, then golden-only rows
   // Mean over layers of the rope_k rows' relative L2, per position in the sequence: how the
   // keys that go into the KV cache drift with position.
   std::vector<double> kv_error_by_position;

@@ -275,6 +275,20 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
     write_dataset(outputs.get(), "sequence_ppl", {s}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
                   g.sequence_ppl.data(), where);
 
+    if (!g.activation_stats.empty()) {
+      const Hid qs = check(H5Gcreate2(f, "quant_stats", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           H5Gclose, where, "cannot create group quant_stats");
+      for (size_t i = 0; i < g.activation_stats.size(); ++i) {
+        const auto& a = g.activation_stats[i];
+        if (a.name.empty() || a.name.find('/') != std::string::npos)
+          throw Error(where, "quant_stats name '" + a.name + "' (non-empty, without '/')");
+        const int64_t v[4] = {a.codes, a.saturated, a.scales, a.zero_scales};
+        write_dataset(qs.get(), a.name, {4}, H5T_STD_I64LE, H5T_NATIVE_INT64, v, where);
+        const Hid ds(H5Dopen2(qs.get(), a.name.c_str(), H5P_DEFAULT), H5Dclose);
+        write_scalar_attr<int64_t>(ds.get(), "order", H5T_STD_I64LE, static_cast<int64_t>(i),
+                                   where);
+      }
+    }
     check(H5Fflush(f, H5F_SCOPE_GLOBAL), where, "cannot flush the in-memory file");
     const ssize_t size = H5Fget_file_image(f, nullptr, 0);
     if (size <= 0) throw Error(where, "cannot size the in-memory file image");
@@ -421,6 +435,39 @@ std::vector<double> GoldenReader::sequence_ppl() const {
   return read_matrix(h_->file.get(), "outputs/sequence_ppl", sequences_, path_.string()).data;
 }
 
+std::vector<ActivationCodeStats> GoldenReader::activation_stats() const {
+  const hid_t f = h_->file.get();
+  const std::string where = path_.string();
+  std::vector<ActivationCodeStats> out;
+  if (H5Lexists(f, "quant_stats", H5P_DEFAULT) <= 0) return out;
+  const Hid qs =
+      check(H5Gopen2(f, "quant_stats", H5P_DEFAULT), H5Gclose, where, "cannot open quant_stats");
+  H5G_info_t info;
+  check(H5Gget_info(qs.get(), &info), where, "cannot list quant_stats");
+  std::vector<std::pair<int64_t, ActivationCodeStats>> rows;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len =
+        H5Lget_name_by_idx(qs.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string name(static_cast<size_t>(len), '\0');
+    H5Lget_name_by_idx(qs.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
+                       H5P_DEFAULT);
+    const std::string w = where + ":quant_stats/" + name;
+    const Hid ds = check(H5Dopen2(qs.get(), name.c_str(), H5P_DEFAULT), H5Dclose, w, "cannot open");
+    const auto dims = dataset_dims(ds.get(), w);
+    if (dims.size() != 1 || dims[0] != 4)
+      throw Error(w, "must be int64[4]: codes, saturated, scales, zero_scales");
+    int64_t v[4];
+    check(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), w, "cannot read");
+    rows.push_back({read_scalar_attr<int64_t>(ds.get(), "order", H5T_NATIVE_INT64, w),
+                    {name, v[0], v[1], v[2], v[3]}});
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& r : rows)
+    out.push_back(std::move(r.second));
+  return out;
+}
+
 Golden GoldenReader::read_all() const {
   Golden g;
   g.meta = meta_;
@@ -434,6 +481,7 @@ Golden GoldenReader::read_all() const {
   g.target_logprobs = target_logprobs();
   g.sequence_nll = sequence_nll();
   g.sequence_ppl = sequence_ppl();
+  g.activation_stats = activation_stats();
   return g;
 }
 

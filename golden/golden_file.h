@@ -65,6 +65,17 @@ struct CapturePoint {
   Array2D values;    // [sequences * seq_len, width]
 };
 
+// Activation quantization of one engine layer over the whole run: how many codes its GEMM was
+// fed, how many sat at the format's largest magnitude (int8 -128/127, e4m3 +-448, e2m1 +-6), how
+// many scales it used and how many of those were zero (an all-zero row or group).
+struct ActivationCodeStats {
+  std::string name;  // "layers.0.attn.qkv_proj", "layers.1.moe.experts.w13"
+  int64_t codes = 0;
+  int64_t saturated = 0;
+  int64_t scales = 0;
+  int64_t zero_scales = 0;
+};
+
 struct Golden {
   GoldenMeta meta;
   int64_t sequences = 0;
@@ -76,6 +87,7 @@ struct Golden {
   std::vector<double> target_logprobs;  // [S*T], log_softmax(logits)[target]; NaN where none
   std::vector<double> sequence_nll;     // [S], mean NLL over the sequence's scored positions
   std::vector<double> sequence_ppl;     // [S], exp(sequence_nll)
+  std::vector<ActivationCodeStats> activation_stats;  // optional (quant_stats/), execution order
 };
 
 // Checks shapes (every point and the logits have S*T rows, targets match tokens...) and writes.
@@ -105,6 +117,8 @@ class GoldenReader {
   std::vector<double> target_logprobs() const;
   std::vector<double> sequence_nll() const;
   std::vector<double> sequence_ppl() const;
+  // Empty when the file has no quant_stats group (unquantized runs, engines that do not dump it).
+  std::vector<ActivationCodeStats> activation_stats() const;
   Golden read_all() const;
 
  private:

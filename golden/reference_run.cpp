@@ -1,5 +1,6 @@
 #include "golden/reference_run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <ostream>
@@ -91,6 +92,13 @@ std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int
   return out;
 }
 
+bool saturated_code(int64_t stored, double lattice) {
+  if (lattice == 1.0) return stored <= -128 || stored >= 127;           // int8
+  if (lattice == 0x1p-9) return stored == 229376 || stored == -229376;  // e4m3 448
+  if (lattice == 0.5) return stored == 12 || stored == -12;             // e2m1 6
+  return false;
+}
+
 Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const std::string& capture,
                      std::ostream* progress) {
   Golden g;
@@ -109,6 +117,22 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
     reference::Trace trace(capture);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
+    hooks.on_activation_codes = [&](const std::string& name, const reference::QuantizedMatrix& q) {
+      auto it = std::find_if(g.activation_stats.begin(), g.activation_stats.end(),
+                             [&](const ActivationCodeStats& a) { return a.name == name; });
+      if (it == g.activation_stats.end())
+        it = g.activation_stats.insert(g.activation_stats.end(), ActivationCodeStats{name});
+      std::vector<int64_t> row(static_cast<size_t>(q.cols));
+      for (int64_t r = 0; r < q.rows; ++r) {
+        q.stored_row(r, row);
+        for (int64_t c : row)
+          it->saturated += saturated_code(c, q.lattice);
+      }
+      it->codes += q.rows * q.cols;
+      it->scales += static_cast<int64_t>(q.scales.data.size());
+      for (double sc : q.scales.data)
+        it->zero_scales += sc == 0.0;
+    };
     const std::span<const int64_t> seq(in.tokens.data() + s * in.seq_len,
                                        static_cast<size_t>(in.seq_len));
     const reference::Matrix logits = model.forward(seq, hooks);

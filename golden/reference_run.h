@@ -52,6 +52,10 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& inputs,
 // The scheme id(s) a plan applies ("fp8-block", "w8a8-static+kv-int8"; "bf16" when none).
 std::string plan_scheme(const QuantPlan& plan);
 
+// Whether a stored activation code sits at its format's largest magnitude: int8 (lattice 1)
+// -128/127, e4m3 (lattice 2^-9) +-448, e2m1 (lattice 0.5) +-6.
+bool saturated_code(int64_t stored, double lattice);
+
 // sha256 of config.json's bytes, and of the checkpoint's tensors (for each, sorted by name: the
 // name, dtype, shape and bytes), so a golden names exactly the weights it came from.
 std::string config_hash(const std::filesystem::path& model_dir);

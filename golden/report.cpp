@@ -158,6 +158,14 @@ Json report_json(const CompareReport& r, const std::string& role) {
   int64_t tokens = 0;
   for (const auto& l : r.router)
     flips += static_cast<double>(l.flips.flipped), tokens += l.flips.tokens;
+  double max_sat = -1;
+  int64_t zero_scales = 0;
+  for (const auto& a : r.activation_stats)
+    if (a.candidate && a.candidate->codes > 0) {
+      max_sat = std::max(max_sat, static_cast<double>(a.candidate->saturated) /
+                                      static_cast<double>(a.candidate->codes));
+      zero_scales += a.candidate->zero_scales;
+    }
   const std::string dev = device_key(r.candidate.device);
   bool gated = r.e2e_verdict.gated;  // a policy without gates for this role judges nothing
   for (const auto& p : r.points)
@@ -187,6 +195,8 @@ Json report_json(const CompareReport& r, const std::string& role) {
       {"logits_rel_l2", number(logits_rel)},
       {"worst_point", worst},
       {"worst_point_rel_l2", number(worst_rel)},
+      {"max_activation_saturation", max_sat >= 0 ? number(max_sat) : Json(nullptr)},
+      {"activation_zero_scales", max_sat >= 0 ? Json(zero_scales) : Json(nullptr)},
       {"router_flip_rate",
        tokens > 0 ? number(flips / static_cast<double>(tokens)) : Json(nullptr)},
       {"first_failing_point", r.first_failing >= 0
@@ -224,6 +234,10 @@ std::string render_markdown(const Json& rep) {
     << fmt(num(s["worst_point_rel_l2"])) << ") |\n";
   if (!s["router_flip_rate"].is_null())
     o << "| MoE router flip rate | " << fmt(num(s["router_flip_rate"]), "%.4f") << " |\n";
+  if (s.contains("max_activation_saturation") && !s["max_activation_saturation"].is_null())
+    o << "| activation saturation (worst layer) / zero scales | "
+      << fmt(num(s["max_activation_saturation"]), "%.3g") << " / " << s["activation_zero_scales"]
+      << " |\n";
   if (!s["policy"].is_null())
     o << "| policy | " << s["policy"].get<std::string>() << ": **"
       << (s["pass"].get<bool>() ? "pass" : "FAIL") << "** |\n";
@@ -242,6 +256,16 @@ std::string render_markdown(const Json& rep) {
     for (const auto& l : c["router"])
       o << "| " << l["point"].get<std::string>() << " | " << l["flipped"] << " / " << l["tokens"]
         << " |\n";
+  }
+  if (!c["activation_stats"].empty()) {
+    o << "\n## Activation quantization per layer (this run)\n\n| layer | codes | saturated | "
+         "rate | zero scales / scales |\n|---|---|---|---|---|\n";
+    for (const auto& a : c["activation_stats"]) {
+      const Json& st = a["candidate"].is_null() ? a["golden"] : a["candidate"];
+      o << "| " << a["name"].get<std::string>() << " | " << st["codes"] << " | " << st["saturated"]
+        << " | " << fmt(num(st["saturation_rate"]), "%.3g") << " | " << st["zero_scales"] << " / "
+        << st["scales"] << " |\n";
+    }
   }
   if (!c["kv_error_by_position"].empty()) {
     o << "\n## Keys entering the KV cache: rel L2 by position (mean over layers)\n\n";
@@ -408,20 +432,25 @@ void write_index(const fs::path& root) {
         "quantized reference with the unquantized one; engine rows a candidate engine with the "
         "reference golden of its scheme.\n\n"
      << "| model | scheme | device | role | mean KLD | top-1 | Δ ln PPL | logits rel L2 | worst "
-        "point (rel L2) | router flips | policy |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "point (rel L2) | router flips | act. saturation | policy |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   html << "<!doctype html><html><head><meta charset='utf-8'><title>qparity accuracy "
           "reports</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
           "collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}.fail{color:"
           "#c0392b}</style></head><body><h1>qparity accuracy reports</h1><table><tr><th>model"
           "</th><th>scheme</th><th>device</th><th>role</th><th>mean KLD</th><th>top-1</th><th>"
           "Δ ln PPL</th><th>logits rel L2</th><th>worst point</th><th>router flips</th><th>"
-          "policy</th></tr>";
+          "act. saturation</th><th>policy</th></tr>";
   for (const Row& r : rows) {
     const Json& s = r.s;
     const std::string policy =
         s["policy"].is_null() ? "-" : (s["pass"].get<bool>() ? "pass" : "FAIL");
     const std::string flips =
         s["router_flip_rate"].is_null() ? "-" : fmt(num(s["router_flip_rate"]), "%.3f");
+    const std::string sat =
+        !s.contains("max_activation_saturation") || s["max_activation_saturation"].is_null()
+            ? "-"
+            : fmt(num(s["max_activation_saturation"]), "%.2g");
     const std::string cells[] = {
         r.model,
         r.scheme,

@@ -120,6 +120,12 @@ Matrix CausalLm::norm(const Matrix& x, const NormWeights& w) const {
   return rms_norm(x, w.weight, cfg_.rms_norm_eps, w.bias);
 }
 
+void CausalLm::observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
+                             const ForwardHooks& hooks, int64_t expert) const {
+  if (!hooks.on_activation_codes) return;
+  if (const auto q = m.quantize_input(x, expert)) hooks.on_activation_codes(name, *q);
+}
+
 Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
                            const ForwardHooks& hooks) {
   AttentionBlock& a = l.attn;
@@ -127,6 +133,7 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
   if (hooks.on_linear_input)
     for (const char* p : {".q_proj", ".k_proj", ".v_proj"})
       hooks.on_linear_input(a.prefix + p, h);
+  observe_codes(*a.qkv, lp + ".attn.qkv_proj", h, hooks);
   Matrix qkv = a.qkv->apply(h);
   store(lp + ".attn.qkv", qkv, hooks);
   const int64_t qs = cfg_.q_size(), kvs = cfg_.kv_size(), d = cfg_.head_dim;
@@ -158,6 +165,7 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
                                  cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)));
   store(lp + ".attn.core", core, hooks);
   if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
+  observe_codes(*a.o_proj, lp + ".attn.o_proj", core, hooks);
   Matrix out = a.o_proj->apply(core);
   store(lp + ".attn.out", out, hooks);
   return out;
@@ -197,11 +205,13 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       hooks.on_linear_input(ep + ".gate_proj", xe);
       hooks.on_linear_input(ep + ".up_proj", xe);
     }
+    observe_codes(*m.w13, lp + ".moe.experts.w13", xe, hooks, e);
     Matrix gu = m.w13->apply(xe, e);
     round_stored(gu);
     Matrix act = silu_and_mul(gu);
     round_stored(act);
     if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
+    observe_codes(*m.w2, lp + ".moe.experts.w2", act, hooks, e);
     Matrix y = m.w2->apply(act, e);
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c = 0; c < cfg_.hidden; ++c)
@@ -226,11 +236,13 @@ Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> p
       hooks.on_linear_input(l.mlp->prefix + ".gate_proj", h2);
       hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
     }
+    observe_codes(*l.mlp->gate_up, lp + ".mlp.gate_up_proj", h2, hooks);
     Matrix gu = l.mlp->gate_up->apply(h2);
     store(lp + ".mlp.gate_up", gu, hooks);
     Matrix act = silu_and_mul(gu);
     store(lp + ".mlp.act", act, hooks);
     if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
+    observe_codes(*l.mlp->down, lp + ".mlp.down_proj", act, hooks);
     mlp_out = l.mlp->down->apply(act);
     store(lp + ".mlp.out", mlp_out, hooks);
   } else {

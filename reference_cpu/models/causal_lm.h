@@ -49,6 +49,12 @@ struct ForwardHooks {
   std::function<void(const std::string& linear_prefix, const Matrix& input)> on_linear_input;
   std::function<void(const std::string& attention_prefix, const Matrix& keys, const Matrix& values)>
       on_kv;
+  // The activation codes each activation-quantized linear feeds its GEMM, named by engine layer
+  // under the capture-point prefix ("layers.0.attn.qkv_proj", "layers.0.mlp.down_proj",
+  // "layers.1.moe.experts.w13", ...): saturation and zero-scale statistics. Costs one more
+  // quantization of the input per linear when set.
+  std::function<void(const std::string& layer_name, const QuantizedMatrix& codes)>
+      on_activation_codes;
 };
 
 struct NormWeights {
@@ -120,6 +126,8 @@ class CausalLm {
   Matrix embed(std::span<const int64_t> tokens) const;
   Matrix run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
                    const ForwardHooks& hooks);
+  void observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
+                     const ForwardHooks& hooks, int64_t expert = 0) const;
   Matrix norm(const Matrix& x, const NormWeights& w) const;
   // Emulate mode: rounds x to the model dtype (or fp32) as an engine stores it; exact: no-op.
   void round_stored(Matrix& x, bool fp32 = false) const;

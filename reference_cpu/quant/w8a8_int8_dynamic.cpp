@@ -145,8 +145,11 @@ QuantizedMatrix quantize_int8_static(const Matrix& x, double scale, int64_t zero
     for (int64_t k = 0; k < x.cols; ++k) {
       // Integer z: clamp(round(x/s) + z) == round(clamp(x/s + z)) (compressed-tensors order).
       const double v = add_in(a, div_in(a, x(t, k), scale), z);
-      q.codes[sz(t * x.cols + k)] = quantize_int(v, r.round, -128, 127) - zero_point;
+      q.codes[sz(t * x.cols + k)] = quantize_int(v, r.round, -128, 127);
     }
+  // The raw int8 codes stay as stored (saturation is visible on them); the zero point is the
+  // matrix's, so code() and the GEMM see q - z.
+  if (zero_point != 0 && !q.scales.data.empty()) q.zero_points = {zero_point};
   return q;
 }
 

@@ -238,5 +238,18 @@ TEST_F(PlantedFaults, OffByOneGroupIndexFailsAtTheLinearItFeeds) {
   }
 }
 
+// Saturation is counted on the stored codes at each format's largest magnitude.
+TEST(ActivationSaturation, CountsTheFormatsExtremeCodes) {
+  EXPECT_TRUE(saturated_code(127, 1.0));
+  EXPECT_TRUE(saturated_code(-128, 1.0));
+  EXPECT_FALSE(saturated_code(126, 1.0));
+  EXPECT_FALSE(saturated_code(-127, 1.0));
+  EXPECT_TRUE(saturated_code(229376, 0x1p-9));  // 448 on the e4m3 lattice
+  EXPECT_TRUE(saturated_code(-229376, 0x1p-9));
+  EXPECT_FALSE(saturated_code(212992, 0x1p-9));  // 416, the next e4m3 value down
+  EXPECT_TRUE(saturated_code(12, 0.5));          // e2m1 6
+  EXPECT_FALSE(saturated_code(8, 0.5));          // e2m1 4
+}
+
 }  // namespace
 }  // namespace qparity::golden

@@ -37,6 +37,21 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
     EXPECT_EQ(j["summary"]["role"], "format");
     EXPECT_EQ(j["compare"]["end_to_end"]["positions"], 16);
     EXPECT_GT(j["compare"]["points"].size(), 20u);
+    // Activation quantization statistics exist exactly for the schemes that quantize
+    // activations (fp8-block: every linear incl. the expert stacks; mxint4 and kv-int8: none).
+    const Json& act = j["compare"]["activation_stats"];
+    if (std::string(s) == "fp8-block") {
+      ASSERT_FALSE(act.empty());
+      EXPECT_EQ(act[0]["name"], "layers.0.attn.qkv_proj");
+      EXPECT_GT(act[0]["candidate"]["codes"].get<int64_t>(), 0);
+      EXPECT_TRUE(act[0]["golden"].is_null());  // the unquantized baseline has none
+      bool experts = false;
+      for (const auto& a : act)
+        experts = experts || a["name"] == "layers.0.moe.experts.w13";
+      EXPECT_TRUE(experts);
+    } else {
+      EXPECT_TRUE(act.empty()) << s;
+    }
     const std::string html = slurp(base.string() + ".html");
     EXPECT_THAT(html, HasSubstr("<svg"));
     EXPECT_THAT(html, HasSubstr("top-k flip rate per MoE layer"));

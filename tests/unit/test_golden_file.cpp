@@ -51,6 +51,8 @@ Golden sample() {
   g.target_logprobs = {-1.5, -2.25, std::nan(""), -0.5, -3.0, std::nan("")};
   g.sequence_nll = {1.875, 1.75};
   g.sequence_ppl = {std::exp(1.875), std::exp(1.75)};
+  g.activation_stats = {{"layers.0.attn.qkv_proj", 768, 3, 6, 0},
+                        {"layers.0.attn.o_proj", 512, 0, 6, 1}};  // not alphabetical on purpose
   return g;
 }
 
@@ -85,6 +87,11 @@ TEST(GoldenFile, RoundTripsBitForBitInExecutionOrder) {
   EXPECT_TRUE(std::isnan(back.target_logprobs[2]));
   EXPECT_EQ(back.target_logprobs[4], -3.0);
   EXPECT_EQ(back.sequence_nll, g.sequence_nll);
+  ASSERT_EQ(back.activation_stats.size(), 2u);
+  EXPECT_EQ(back.activation_stats[0].name, "layers.0.attn.qkv_proj");
+  EXPECT_EQ(back.activation_stats[0].saturated, 3);
+  EXPECT_EQ(back.activation_stats[1].zero_scales, 1);
+  EXPECT_EQ(back.activation_stats[1].codes, 512);
   EXPECT_THAT(error_of([&] { r.point("layers.9.attn.out"); }), HasSubstr("no capture point"));
   fs::remove_all(p.parent_path());
 }

@@ -299,7 +299,10 @@ TEST(W8A8Int8Dyn, StaticInputsAndSglangIgnoresThem) {
       EXPECT_EQ(xq.scales(0, 0), static_cast<double>(4.0f / 255.0f));
       // codes are q - z: 0.5/s = 31.875 -> 32; -0.25/s -> -16 (-15.94); 2/s = 127.5 in exact
       // arithmetic, but s = fp32(4/255) is rounded up, so fp32 2/s = 127.49999 -> 127
-      EXPECT_EQ(xq.codes, (std::vector<int64_t>{32, -16, 127, 0}));
+      EXPECT_EQ(xq.code_vector(), (std::vector<int64_t>{32, -16, 127, 0}));
+      // Stored raw (q = code + z, z = -64), the zero point kept beside them.
+      EXPECT_EQ(xq.codes, (std::vector<int64_t>{-32, -80, 63, -64}));
+      EXPECT_EQ(xq.zero_points, (std::vector<int64_t>{-64}));
     } else {
       EXPECT_EQ(xq.scales(0, 0), static_cast<double>(2.0f / 127.0f));  // per token
     }
