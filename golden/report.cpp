@@ -462,6 +462,7 @@ void write_index(const fs::path& root) {
         fmt(num(s["logits_rel_l2"])),
         s["worst_point"].get<std::string>() + " (" + fmt(num(s["worst_point_rel_l2"])) + ")",
         flips,
+        sat,
         policy};
     md << "|";
     html << "<tr>";

@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
@@ -61,6 +63,18 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
   for (const char* s : {"[fp8-block]", "[mxint4]", "[kv-int8]"})
     EXPECT_THAT(index, HasSubstr(s));
   EXPECT_TRUE(fs::exists(out / "index.html"));
+  {  // Every index row has the header's number of cells.
+    std::istringstream lines(index);
+    std::string line;
+    long header = -1;
+    while (std::getline(lines, line)) {
+      if (line.empty() || line[0] != '|') continue;
+      const long cells = std::count(line.begin(), line.end(), '|');
+      if (header < 0) header = cells;
+      EXPECT_EQ(cells, header) << line;
+    }
+    EXPECT_GT(header, 10);
+  }
   EXPECT_FALSE(fs::exists(out / ".work")) << "the work directory is removed";
   const CliRun bad =
       run_cli(dir, "validate --model " + fx.string() + " --schemes nope --out " + out.string());
