@@ -15,11 +15,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// JSON has no Inf/NaN: those become strings.
 Json number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
+  return json_number(v);
 }
 
 Json interval(const Interval& i) {
@@ -34,6 +31,22 @@ Json meta_json(const GoldenMeta& m) {
 }
 
 }  // namespace
+
+Json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double json_double(const Json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto s = j.get<std::string>();
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+  }
+  return NAN;
+}
 
 CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                               const CompareOptions& o) {

@@ -60,6 +60,9 @@ CompareReport compare_goldens(const GoldenReader& golden, const GoldenReader& ca
                               const CompareOptions& options);
 
 Json to_json(const CompareReport& r);
+// JSON has no Inf/NaN: reports store them as "inf", "-inf", "nan"; json_double reads either form.
+Json json_number(double v);
+double json_double(const Json& j);
 // A terminal summary: one line per point (worst first failing marked), then end to end.
 std::string to_text(const CompareReport& r);
 

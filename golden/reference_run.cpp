@@ -188,6 +188,11 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
   return g;
 }
 
+std::string model_name(const fs::path& model_dir) {
+  const fs::path p = model_dir.lexically_normal();
+  return p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
+}
+
 std::string plan_scheme(const QuantPlan& plan) {
   std::string out;
   for (const auto& [scheme, count] : plan.summary()) {
@@ -205,8 +210,7 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   lo.mode = o.mode;
   auto model = reference::load_model(model_dir, lo);
   Golden g = run_reference(*model, in, o.capture, progress);
-  g.meta.model = fs::path(model_dir).lexically_normal().filename().string();
-  if (g.meta.model.empty()) g.meta.model = fs::path(model_dir).parent_path().filename().string();
+  g.meta.model = model_name(model_dir);
   g.meta.model_config_hash = config_hash(model_dir);
   g.meta.checkpoint_hash = checkpoint_tensor_hash(model_dir);
   g.meta.scheme = o.scheme ? *o.scheme : plan_scheme(model->plan());

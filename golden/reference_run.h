@@ -49,6 +49,9 @@ Golden run_reference(const std::filesystem::path& model_dir, const TokenInputs& 
 Golden run_reference(reference::CausalLm& model, const TokenInputs& inputs,
                      const std::string& capture, std::ostream* progress);
 
+// A name for the model in `model_dir`: the directory's name ("ckpt" for "runs/ckpt/").
+std::string model_name(const std::filesystem::path& model_dir);
+
 // The scheme id(s) a plan applies ("fp8-block", "w8a8-static+kv-int8"; "bf16" when none).
 std::string plan_scheme(const QuantPlan& plan);
 

@@ -15,21 +15,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Report JSON stores Inf/NaN as strings (JSON has neither); read either form back.
 double num(const Json& j) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto s = j.get<std::string>();
-    if (s == "inf") return INFINITY;
-    if (s == "-inf") return -INFINITY;
-  }
-  return NAN;
+  return json_double(j);
 }
 
 Json number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
+  return json_number(v);
 }
 
 std::string fmt(double v, const char* f = "%.3g") {

@@ -118,8 +118,7 @@ void run(const ValidateOptions& o) {
   std::vector<Target> targets;
   if (!o.model.empty()) {
     const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-    Target t{o.model, fs::path(o.model).lexically_normal().filename().string(), {}};
-    if (t.name.empty()) t.name = fs::path(o.model).parent_path().filename().string();
+    Target t{o.model, golden::model_name(o.model), {}};
     for (const auto& s : wanted)
       if (s != "mxint4" || cfg.num_experts > 0) t.schemes.push_back(s);
     targets.push_back(t);
