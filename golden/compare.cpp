@@ -85,9 +85,33 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     p.name = name;
     p.cols = a.cols;
     const bool ids = ends_with(name, ".topk_ids");
-    p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids);
+    const bool expert_out = ends_with(name, ".moe.expert_out");
+    if (expert_out || ends_with(name, ".moe.topk_weights")) {
+      // Per-slot values are compared per (token, expert) on the experts both sides chose, slots
+      // aligned by id: engines may list a token's experts in another order.
+      const std::string ids_name = name.substr(0, name.rfind('.') + 1) + "topk_ids";
+      for (const GoldenReader* f : {&g, &c})
+        if (!f->has_point(ids_name))
+          throw Error(f->path().string(), "points/" + name + " needs points/" + ids_name +
+                                              " to align expert slots; it is missing");
+      const Array2D gi = g.point(ids_name), ci = c.point(ids_name);
+      if (gi.cols <= 0 || a.cols % gi.cols != 0 || gi.cols != ci.cols)
+        throw Error(r.candidate_file, "points/" + name + " width " + std::to_string(a.cols) +
+                                          " is not a multiple of top_k " + std::to_string(gi.cols) +
+                                          " (candidate top_k " + std::to_string(ci.cols) + ")");
+      ExpertAlignment al =
+          align_expert_outputs(a.data, b.data, gi.data, ci.data, a.rows, gi.cols, a.cols / gi.cols);
+      p.stats = compare_point(al.golden, al.candidate, a.rows, a.cols, false);
+      if (expert_out) r.experts.push_back({name, al.matched, al.unmatched, std::move(al.experts)});
+    } else {
+      p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids);
+    }
+    if (ids) {
+      const RouterFlips f = compare_router(a.data, b.data, a.rows, a.cols);
+      p.stats.mismatches = f.changed_ids;  // as sets: an engine may order a token's experts freely
+      r.router.push_back({name, f});
+    }
     if (section) p.verdict = judge_point(*section, name, p.stats);
-    if (ids) r.router.push_back({name, compare_router(a.data, b.data, a.rows, a.cols)});
     if (ends_with(name, ".attn.rope_k")) {
       ++kv_layers;
       for (int64_t row = 0; row < a.rows; ++row)
@@ -167,6 +191,17 @@ Json to_json(const CompareReport& r) {
                       {"flipped", l.flips.flipped},
                       {"flip_rate", number(l.flips.flip_rate)},
                       {"first_flip", l.flips.first_flip}});
+  Json experts = Json::array();
+  for (const auto& l : r.experts) {
+    Json per = Json::array();
+    for (const auto& e : l.experts)
+      per.push_back({{"expert", e.expert},
+                     {"pairs", e.pairs},
+                     {"rel_l2", number(e.rel_l2)},
+                     {"max_abs", number(e.max_abs)}});
+    experts.push_back(
+        {{"point", l.point}, {"matched", l.matched}, {"unmatched", l.unmatched}, {"experts", per}});
+  }
   Json kv = Json::array();
   for (double v : r.kv_error_by_position)
     kv.push_back(number(v));
@@ -214,6 +249,7 @@ Json to_json(const CompareReport& r) {
             {"pass", r.e2e_verdict.pass},
             {"failures", r.e2e_verdict.failures}}},
           {"router", router},
+          {"experts", experts},
           {"kv_error_by_position", kv},
           {"activation_stats", act}};
 }
@@ -257,6 +293,15 @@ std::string to_text(const CompareReport& r) {
   for (const auto& l : r.router)
     o << "  router " << l.point << ": " << l.flips.flipped << "/" << l.flips.tokens
       << " tokens flipped\n";
+  for (const auto& l : r.experts) {
+    const ExpertError* worst = nullptr;
+    for (const auto& e : l.experts)
+      if (!worst || !(e.rel_l2 <= worst->rel_l2)) worst = &e;
+    if (worst)
+      o << "  experts " << l.point << ": worst expert " << worst->expert << " rel_l2 "
+        << worst->rel_l2 << " over " << worst->pairs << " tokens (" << l.matched
+        << " token-expert pairs compared, " << l.unmatched << " routed differently)\n";
+  }
   o << (r.pass ? "PASS" : "FAIL") << "\n";
   return o.str();
 }

@@ -25,6 +25,13 @@ struct LayerRouter {
   RouterFlips flips;
 };
 
+// A MoE layer's experts, from `layers.i.moe.expert_out` aligned on the routing (metrics.h).
+struct LayerExperts {
+  std::string point;  // "layers.3.moe.expert_out"
+  int64_t matched = 0, unmatched = 0;
+  std::vector<ExpertError> experts;
+};
+
 // Activation quantization statistics of one engine layer in both files (either may lack them).
 struct ActivationStatsRow {
   std::string name;
@@ -41,6 +48,7 @@ struct CompareReport {
   EndToEnd e2e;
   Verdict e2e_verdict;
   std::vector<LayerRouter> router;
+  std::vector<LayerExperts> experts;
   std::vector<ActivationStatsRow> activation_stats;  // candidate's order, then golden-only rows
   // Mean over layers of the rope_k rows' relative L2, per position in the sequence: how the
   // keys that go into the KV cache drift with position.

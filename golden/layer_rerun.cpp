@@ -24,7 +24,14 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
   const Array2D in = golden.point(out.input_point);
   const Array2D want = golden.point(point);
   const int64_t t = golden.seq_len();
-  Array2D got{0, want.cols, {}};
+  // Expert outputs are compared on the experts both runs chose: the router ids come along.
+  const bool experts = point.size() > 15 && point.ends_with(".moe.expert_out");
+  const std::string ids_point = experts ? point.substr(0, point.size() - 10) + "topk_ids" : "";
+  if (experts && !golden.has_point(ids_point)) {
+    out.why_not = "the golden lacks " + ids_point + ", needed to align " + point;
+    return out;
+  }
+  Array2D got{0, want.cols, {}}, got_ids{0, 0, {}};
   std::vector<int64_t> pos(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i)
     pos[static_cast<size_t>(i)] = i;
@@ -33,18 +40,33 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
     reference::Matrix x(t, in.cols);
     std::copy(in.data.begin() + s * t * in.cols, in.data.begin() + (s + 1) * t * in.cols,
               x.data.begin());
-    reference::Trace trace(point);
+    reference::Trace trace(experts ? point + "," + ids_point : point);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
     model.forward_layer(layer, std::move(x), pos, hooks);
     const reference::Matrix& p = trace.at(point);
     got.data.insert(got.data.end(), p.data.begin(), p.data.end());
     got.rows += p.rows;
+    if (experts) {
+      const reference::Matrix& ids = trace.at(ids_point);
+      got_ids.data.insert(got_ids.data.end(), ids.data.begin(), ids.data.end());
+      got_ids.cols = ids.cols;
+    }
   }
   model.reset_cache();
   out.available = true;
-  out.stats = compare_point(want.data, got.data, want.rows, want.cols,
-                            point.find("topk_ids") != std::string::npos);
+  if (experts) {
+    const Array2D want_ids = golden.point(ids_point);
+    const ExpertAlignment al =
+        align_expert_outputs(want.data, got.data, want_ids.data, got_ids.data, want.rows,
+                             want_ids.cols, want_ids.cols > 0 ? want.cols / want_ids.cols : 0);
+    out.stats = compare_point(al.golden, al.candidate, want.rows, want.cols, false);
+  } else {
+    const bool ids = point.find("topk_ids") != std::string::npos;
+    out.stats = compare_point(want.data, got.data, want.rows, want.cols, ids);
+    if (ids)  // as sets, like compare_goldens
+      out.stats.mismatches = compare_router(want.data, got.data, want.rows, want.cols).changed_ids;
+  }
   if (section) out.verdict = judge_point(*section, point, out.stats);
   out.local = !out.verdict.pass;
   return out;

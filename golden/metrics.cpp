@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstddef>
 #include <iomanip>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -407,6 +409,9 @@ RouterFlips compare_router(std::span<const double> golden_ids,
     }
     std::sort(g.begin(), g.end());
     std::sort(c.begin(), c.end());
+    std::vector<int64_t> missing;
+    std::set_difference(g.begin(), g.end(), c.begin(), c.end(), std::back_inserter(missing));
+    out.changed_ids += static_cast<int64_t>(missing.size());
     if (g != c) {
       ++out.flipped;
       if (out.first_flip < 0) out.first_flip = t;
@@ -415,6 +420,73 @@ RouterFlips compare_router(std::span<const double> golden_ids,
   out.flip_rate =
       tokens > 0 ? static_cast<double>(out.flipped) / static_cast<double>(tokens) : kNaN;
   return out;
+}
+
+ExpertAlignment align_expert_outputs(std::span<const double> golden_out,
+                                     std::span<const double> candidate_out,
+                                     std::span<const double> golden_ids,
+                                     std::span<const double> candidate_ids, int64_t tokens,
+                                     int64_t k, int64_t width) {
+  constexpr const char* kWhere = "align_expert_outputs";
+  const int64_t n_ids = shape_elements(kWhere, tokens, k, "k");
+  check_pair_sizes(kWhere, "golden ids", golden_ids.size(), "candidate ids", candidate_ids.size(),
+                   tokens, k, n_ids);
+  if (width < 0) throw Error(kWhere, "width " + std::to_string(width) + " < 0");
+  const int64_t row = k * width;
+  const int64_t n = shape_elements(kWhere, tokens, row, "k * width");
+  check_pair_sizes(kWhere, "golden outputs", golden_out.size(), "candidate outputs",
+                   candidate_out.size(), tokens, row, n);
+  ExpertAlignment a;
+  a.golden.assign(static_cast<size_t>(n), 0.0);
+  a.candidate.assign(static_cast<size_t>(n), 0.0);
+  struct Acc {
+    long double err = 0, ref = 0;
+    double max_abs = 0;
+    int64_t pairs = 0;
+  };
+  std::map<int64_t, Acc> acc;
+  std::vector<int64_t> g(static_cast<size_t>(k)), c(static_cast<size_t>(k));
+  std::vector<bool> used(static_cast<size_t>(k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t s = 0; s < k; ++s) {
+      const size_t i = static_cast<size_t>(t * k + s);
+      g[static_cast<size_t>(s)] = router_id(kWhere, "golden ids", golden_ids[i], t, s);
+      c[static_cast<size_t>(s)] = router_id(kWhere, "candidate ids", candidate_ids[i], t, s);
+    }
+    std::fill(used.begin(), used.end(), false);
+    for (int64_t s = 0; s < k; ++s) {
+      int64_t match = -1;
+      for (int64_t u = 0; u < k && match < 0; ++u)
+        if (!used[static_cast<size_t>(u)] && c[static_cast<size_t>(u)] == g[static_cast<size_t>(s)])
+          match = u;
+      if (match < 0) {
+        ++a.unmatched;
+        continue;
+      }
+      used[static_cast<size_t>(match)] = true;
+      ++a.matched;
+      Acc& e = acc[g[static_cast<size_t>(s)]];
+      ++e.pairs;
+      const size_t dst = static_cast<size_t>(t * row + s * width);
+      const size_t src = static_cast<size_t>(t * row + match * width);
+      for (int64_t j = 0; j < width; ++j) {
+        const double x = golden_out[dst + static_cast<size_t>(j)];
+        const double y = candidate_out[src + static_cast<size_t>(j)];
+        a.golden[dst + static_cast<size_t>(j)] = x;
+        a.candidate[dst + static_cast<size_t>(j)] = y;
+        const long double d = static_cast<long double>(y) - x;
+        e.err += d * d;
+        e.ref += static_cast<long double>(x) * x;
+        // A NaN stays NaN in max_abs (compare_point counts non-finite values per point).
+        const double ad = std::fabs(y - x);
+        e.max_abs = std::isnan(ad) || std::isnan(e.max_abs) ? kNaN : std::max(e.max_abs, ad);
+      }
+    }
+  }
+  for (const auto& [id, e] : acc)
+    a.experts.push_back(
+        {id, e.pairs, e.ref > 0 ? static_cast<double>(std::sqrt(e.err / e.ref)) : kNaN, e.max_abs});
+  return a;
 }
 
 double percentile(std::vector<double> v, double q) {

@@ -73,7 +73,9 @@
 // ---- Router (compare_router) ----------------------------------------------------------------
 // A token flips when its top-k ids, compared as sorted lists (i.e. as sets; a multiset if a row
 // repeats an id, e.g. -1 padding), differ between golden and candidate. flip_rate = flipped /
-// tokens (NaN when tokens == 0). Ids must be finite integer-valued doubles.
+// tokens (NaN when tokens == 0). changed_ids counts, over all tokens, the golden ids missing from
+// the candidate's multiset: a router id point's "mismatches" (slot order is free). Ids must be
+// finite integer-valued doubles.
 //
 // Errors (qparity::Error, where = the function name): sizes that do not match rows x cols
 // (message names both sizes and the shape), negative shapes, NaN/Inf logits (names the row and
@@ -146,11 +148,39 @@ struct RouterFlips {
   int64_t flipped = 0;   // tokens whose SET of top-k expert ids differs
   double flip_rate = 0;  // flipped / tokens
   int64_t first_flip = -1;
+  int64_t changed_ids = 0;  // golden (token, slot) ids the candidate's set for that token lacks
 };
 
 // topk ids [tokens, k] as doubles holding integers (that is how capture points store them).
 RouterFlips compare_router(std::span<const double> golden_ids,
                            std::span<const double> candidate_ids, int64_t tokens, int64_t k);
+
+// ---- MoE expert outputs (align_expert_outputs) ------------------------------------------------
+// `layers.i.moe.expert_out` holds, per token, the k routed experts' outputs before the routing
+// weight, [tokens, k * width], slot s in the order of that token's topk_ids. Golden and candidate
+// may list the same experts in another slot order, and may route a token to other experts. The
+// alignment moves each candidate slot to the golden slot of the same expert; slots whose expert
+// the other side did not choose are zeroed on BOTH sides (a routing flip is the router's error,
+// reported by compare_router, not the expert's). Per expert: the matched (token, expert) pairs,
+// relative L2 over them (NaN when the golden rows are all zero) and max abs.
+struct ExpertError {
+  int64_t expert = 0;
+  int64_t pairs = 0;
+  double rel_l2 = 0;
+  double max_abs = 0;
+};
+
+struct ExpertAlignment {
+  std::vector<double> golden, candidate;  // [tokens, k * width], golden slot order
+  std::vector<ExpertError> experts;       // ascending id; experts with a matched pair
+  int64_t matched = 0, unmatched = 0;     // (token, golden slot) pairs
+};
+
+ExpertAlignment align_expert_outputs(std::span<const double> golden_out,
+                                     std::span<const double> candidate_out,
+                                     std::span<const double> golden_ids,
+                                     std::span<const double> candidate_ids, int64_t tokens,
+                                     int64_t k, int64_t width);
 
 // The q-quantile (q in [0, 1]) by llama.cpp's rule (perplexity.cpp, kl_divergence(): lambda
 // percentile): sort ascending, h = q * (n - 1), linear interpolation between v[floor h] and

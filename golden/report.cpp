@@ -149,6 +149,15 @@ Json report_json(const CompareReport& r, const std::string& role) {
   int64_t tokens = 0;
   for (const auto& l : r.router)
     flips += static_cast<double>(l.flips.flipped), tokens += l.flips.tokens;
+  double worst_expert_rel = -1;
+  std::string worst_expert;
+  for (const auto& l : r.experts)
+    for (const auto& x : l.experts)
+      if (!(x.rel_l2 <= worst_expert_rel)) {
+        worst_expert_rel = x.rel_l2;
+        worst_expert =
+            l.point.substr(0, l.point.size() - 10) + "experts." + std::to_string(x.expert);
+      }
   double max_sat = -1;
   int64_t zero_scales = 0;
   for (const auto& a : r.activation_stats)
@@ -190,6 +199,8 @@ Json report_json(const CompareReport& r, const std::string& role) {
       {"activation_zero_scales", max_sat >= 0 ? Json(zero_scales) : Json(nullptr)},
       {"router_flip_rate",
        tokens > 0 ? number(flips / static_cast<double>(tokens)) : Json(nullptr)},
+      {"worst_expert", worst_expert.empty() ? Json(nullptr) : Json(worst_expert)},
+      {"worst_expert_rel_l2", worst_expert.empty() ? Json(nullptr) : number(worst_expert_rel)},
       {"first_failing_point", r.first_failing >= 0
                                   ? Json(r.points[static_cast<size_t>(r.first_failing)].name)
                                   : Json(nullptr)}};
@@ -225,6 +236,9 @@ std::string render_markdown(const Json& rep) {
     << fmt(num(s["worst_point_rel_l2"])) << ") |\n";
   if (!s["router_flip_rate"].is_null())
     o << "| MoE router flip rate | " << fmt(num(s["router_flip_rate"]), "%.4f") << " |\n";
+  if (s.contains("worst_expert") && !s["worst_expert"].is_null())
+    o << "| worst MoE expert (rel L2, routing-aligned) | " << s["worst_expert"].get<std::string>()
+      << " (" << fmt(num(s["worst_expert_rel_l2"])) << ") |\n";
   if (s.contains("max_activation_saturation") && !s["max_activation_saturation"].is_null())
     o << "| activation saturation (worst layer) / zero scales | "
       << fmt(num(s["max_activation_saturation"]), "%.3g") << " / " << s["activation_zero_scales"]
@@ -247,6 +261,20 @@ std::string render_markdown(const Json& rep) {
     for (const auto& l : c["router"])
       o << "| " << l["point"].get<std::string>() << " | " << l["flipped"] << " / " << l["tokens"]
         << " |\n";
+  }
+  if (c.contains("experts") && !c["experts"].empty()) {
+    o << "\n## MoE experts (outputs before the routing weight, on the experts both sides "
+         "chose)\n\n| layer | compared / routed differently | expert: rel L2 (tokens) |\n"
+         "|---|---|---|\n";
+    for (const auto& l : c["experts"]) {
+      o << "| " << l["point"].get<std::string>() << " | " << l["matched"] << " / " << l["unmatched"]
+        << " | ";
+      int i = 0;
+      for (const auto& x : l["experts"])
+        o << (i++ ? ", " : "") << x["expert"] << ": " << fmt(num(x["rel_l2"])) << " (" << x["pairs"]
+          << ")";
+      o << " |\n";
+    }
   }
   if (!c["activation_stats"].empty()) {
     o << "\n## Activation quantization per layer (this run)\n\n| layer | codes | saturated | "
@@ -359,6 +387,19 @@ std::string render_html(const Json& rep) {
   if (!flips.empty())
     o << "<h2>MoE router</h2>"
       << svg_bars("top-k flip rate per MoE layer", fl, flips, false, "flip rate");
+  if (c.contains("experts"))
+    for (const auto& l : c["experts"]) {
+      std::vector<std::string> el;
+      std::vector<double> er;
+      for (const auto& x : l["experts"]) {
+        el.push_back("expert " + std::to_string(x["expert"].get<int64_t>()) + " (" +
+                     std::to_string(x["pairs"].get<int64_t>()) + " tokens)");
+        er.push_back(num(x["rel_l2"]));
+      }
+      if (!er.empty())
+        o << svg_bars(l["point"].get<std::string>() + ": rel L2 per expert (routing-aligned)", el,
+                      er, true, "rel L2 (log10)");
+    }
   o << "<h2>Capture points</h2><table><tr><th>point</th><th>rel L2</th><th>worst channel</th>"
        "<th>cosine</th><th>SQNR dB</th><th>verdict</th></tr>";
   for (const auto& p : c["points"]) {

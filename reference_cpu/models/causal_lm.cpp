@@ -189,13 +189,19 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
   // Hugging Face's loop: for each expert in ascending id, its tokens' outputs times their routing
   // weight are added into the result (index_add_), so a token's sum runs in expert-id order.
   Matrix out(t_count, cfg_.hidden);
+  // Each expert's own output per (token, slot), before the routing weight: what compare aligns
+  // by expert id to give a per-expert error.
+  const std::string eo_name = lp + ".moe.expert_out";
+  const bool want_eo = hooks.trace && hooks.trace->wants(eo_name);
+  Matrix expert_out(want_eo ? t_count : 0, want_eo ? k * cfg_.hidden : 0);
   for (int64_t e = 0; e < cfg_.num_experts; ++e) {
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, slots;
     std::vector<double> w;
     for (int64_t t = 0; t < t_count; ++t)
       for (int64_t j = 0; j < k; ++j)
         if (static_cast<int64_t>(ids(t, j)) == e) {
           rows.push_back(t);
+          slots.push_back(j);
           w.push_back(weights(t, j));
         }
     if (rows.empty()) continue;
@@ -213,10 +219,15 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
     if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
     observe_codes(*m.w2, lp + ".moe.experts.w2", act, hooks, e);
     Matrix y = m.w2->apply(act, e);
+    round_stored(y);  // the expert's down_proj output is a stored (model-dtype) tensor
     for (size_t i = 0; i < rows.size(); ++i)
-      for (int64_t c = 0; c < cfg_.hidden; ++c)
+      for (int64_t c = 0; c < cfg_.hidden; ++c) {
         out(rows[i], c) += y(static_cast<int64_t>(i), c) * w[i];
+        if (want_eo)
+          expert_out(rows[i], slots[i] * cfg_.hidden + c) = y(static_cast<int64_t>(i), c);
+      }
   }
+  if (want_eo) hooks.trace->record(eo_name, expert_out);
   store(lp + ".moe.out", out, hooks);
   return out;
 }

@@ -151,6 +151,101 @@ TEST_F(PlantedFaults, EveryPolicyFailsAtThePlantedPointAndPassesNoise) {
   EXPECT_GE(policies, 17) << "a policy per scheme";
 }
 
+// The format role's gates (what a format may do to the model) fail too: the gated point scaled
+// by 1 + 1.5x its bound fails there; by 1 + 0.5x its bound passes.
+TEST_F(PlantedFaults, EveryFormatGateFailsAtItsPoint) {
+  const fs::path ckpt = test::tiny_checkpoint(root_, "llama", "bf16", 11);
+  const Golden g = golden_of(ckpt);
+  const fs::path gfile = root_ / "format.golden.h5";
+  write_golden(gfile, g, OverwritePolicy::kReplace);
+  int gated = 0;
+  for (const auto& e :
+       fs::directory_iterator(fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies")) {
+    if (e.path().extension() != ".json") continue;
+    const Policy policy = load_policy(e.path());
+    SCOPED_TRACE(policy.scheme);
+    ASSERT_TRUE(policy.format.has_value());
+    ASSERT_FALSE(policy.format->points.empty()) << "every scheme's format role has a gate";
+    const PointGate& gate = policy.format->points.front();
+    ASSERT_TRUE(gate.max_rel_l2.has_value());
+    const std::string name = gate.match == "*" ? "layers.0.attn.qkv" : gate.match;
+    for (const double k : {1.5, 0.5}) {
+      Golden c = g;
+      for (double& v : point(c, name).data)
+        v *= 1 + k * *gate.max_rel_l2;
+      c.meta.device = "cpu-reference";
+      const fs::path cf = root_ / "format.candidate.h5";
+      write_golden(cf, c, OverwritePolicy::kReplace);
+      CompareOptions o;
+      o.policy = &policy;
+      o.role = PolicyRole::kFormat;
+      const CompareReport r = compare_goldens(GoldenReader::open(gfile), GoldenReader::open(cf), o);
+      if (k > 1) {
+        EXPECT_FALSE(r.pass);
+        EXPECT_EQ(first_failing(r), name);
+      } else if (gate.match != "*") {  // bf16's "*" gate is 1e-12: any change fails
+        EXPECT_TRUE(r.pass) << to_text(r);
+      }
+    }
+    ++gated;
+  }
+  EXPECT_GE(gated, 17);
+}
+
+// MoE: an engine may list a token's experts in another slot order (passes); one expert whose
+// output is off by 1.25 fails at that layer's expert_out, and the per-expert table names it.
+TEST_F(PlantedFaults, OneFaultyExpertIsNamedAndSlotOrderIsFree) {
+  const Policy policy =
+      load_policy(fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json");
+  const fs::path ckpt = test::tiny_checkpoint(root_, "qwen3-moe", "bf16", 11);
+  const Golden g = golden_of(ckpt);
+  const fs::path gfile = root_ / "moe-experts.golden.h5";
+  write_golden(gfile, g, OverwritePolicy::kReplace);
+  Golden base = g;
+  const Array2D ids = point(base, "layers.0.moe.topk_ids");
+  const int64_t k = ids.cols, width = point(base, "layers.0.moe.expert_out").cols / k;
+  ASSERT_GE(k, 2);
+  {  // Slots reversed for every token, consistently in ids, weights and outputs.
+    Golden c = g;
+    for (const char* name :
+         {"layers.0.moe.topk_ids", "layers.0.moe.topk_weights", "layers.0.moe.expert_out"}) {
+      Array2D& a = point(c, name);
+      const int64_t w = a.cols / k;
+      for (int64_t t = 0; t < a.rows; ++t)
+        for (int64_t s = 0; s < k / 2; ++s)
+          for (int64_t j = 0; j < w; ++j)
+            std::swap(a.data[static_cast<size_t>(t * a.cols + s * w + j)],
+                      a.data[static_cast<size_t>(t * a.cols + (k - 1 - s) * w + j)]);
+    }
+    const CompareReport r = judge(gfile, c, policy);
+    EXPECT_TRUE(r.pass) << to_text(r);
+    ASSERT_EQ(r.experts.size(), 1u);
+    EXPECT_EQ(r.experts[0].unmatched, 0);
+    for (const auto& e : r.experts[0].experts)
+      EXPECT_EQ(e.rel_l2, 0.0) << "expert " << e.expert;
+  }
+  {  // The expert of token 0's first slot computes 1.25x its output.
+    Golden c = g;
+    const int64_t faulty = static_cast<int64_t>(ids.data[0]);
+    Array2D& out = point(c, "layers.0.moe.expert_out");
+    for (int64_t t = 0; t < out.rows; ++t)
+      for (int64_t s = 0; s < k; ++s)
+        if (static_cast<int64_t>(ids.data[static_cast<size_t>(t * k + s)]) == faulty)
+          for (int64_t j = 0; j < width; ++j)
+            out.data[static_cast<size_t>(t * out.cols + s * width + j)] *= 1.25;
+    const CompareReport r = judge(gfile, c, policy);
+    EXPECT_FALSE(r.pass);
+    EXPECT_EQ(first_failing(r), "layers.0.moe.expert_out");
+    ASSERT_EQ(r.experts.size(), 1u);
+    for (const auto& e : r.experts[0].experts) {
+      if (e.expert == faulty)
+        EXPECT_NEAR(e.rel_l2, 0.25, 1e-12);
+      else
+        EXPECT_EQ(e.rel_l2, 0.0) << "expert " << e.expert;
+    }
+  }
+}
+
 // Rewrites one tensor of a single-file checkpoint.
 void edit_tensor(const fs::path& dir, const std::string& name,
                  const std::function<void(const TensorInfo&, std::vector<uint8_t>&)>& edit) {

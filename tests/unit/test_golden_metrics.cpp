@@ -528,6 +528,7 @@ TEST(CompareRouter, SetSemantics) {
   EXPECT_EQ(f.flipped, 1);
   EXPECT_EQ(f.first_flip, 1);
   EXPECT_DOUBLE_EQ(f.flip_rate, 0.25);
+  EXPECT_EQ(f.changed_ids, 1);  // token 1: expert 4 became 5
 
   const RouterFlips same = compare_router(g, g, 4, 2);
   EXPECT_EQ(same.flipped, 0);
@@ -537,6 +538,7 @@ TEST(CompareRouter, SetSemantics) {
   // Repeated ids (e.g. -1 padding) compare as multisets.
   const std::vector<double> pad_g = {3, -1, -1}, pad_c = {-1, 3, 3};
   EXPECT_EQ(compare_router(pad_g, pad_c, 1, 3).flipped, 1);
+  EXPECT_EQ(compare_router(pad_g, pad_c, 1, 3).changed_ids, 1);  // one -1 became a second 3
   EXPECT_EQ(compare_router(pad_g, std::vector<double>{-1, -1, 3}, 1, 3).flipped, 0);
 
   EXPECT_TRUE(std::isnan(compare_router({}, {}, 0, 8).flip_rate));
@@ -556,6 +558,51 @@ TEST(CompareRouter, BadIdsAndSizes) {
                 compare_router(g, std::vector<double>{1, 2, 3}, 2, 2);
               }),
               HasSubstr("candidate ids has 3"));
+}
+
+// ---- align_expert_outputs ----------------------------------------------------------------------
+
+TEST(AlignExpertOutputs, SlotOrderIsIgnoredAndFlipsAreLeftOut) {
+  // 2 tokens, top-2, width 2. Token 0: golden experts (3, 1), candidate (1, 3) - same set, other
+  // order; expert 3's output is off by (0, 1). Token 1: golden (1, 0), candidate (1, 2) - expert 0
+  // flipped to 2: that slot is zeroed on both sides; expert 1 matches exactly.
+  const std::vector<double> gi = {3, 1, 1, 0}, ci = {1, 3, 1, 2};
+  const std::vector<double> g = {/*t0 e3*/ 1, 2, /*t0 e1*/ 5, 6,
+                                 /*t1 e1*/ 7, 8, /*t1 e0*/ 9, 9};
+  const std::vector<double> c = {/*t0 e1*/ 5, 6, /*t0 e3*/ 1, 3,
+                                 /*t1 e1*/ 7, 8, /*t1 e2*/ 4, 4};
+  const ExpertAlignment a = align_expert_outputs(g, c, gi, ci, 2, 2, 2);
+  EXPECT_EQ(a.matched, 3);
+  EXPECT_EQ(a.unmatched, 1);
+  EXPECT_EQ(a.golden, (std::vector<double>{1, 2, 5, 6, 7, 8, 0, 0}));
+  EXPECT_EQ(a.candidate, (std::vector<double>{1, 3, 5, 6, 7, 8, 0, 0}));
+  ASSERT_EQ(a.experts.size(), 2u);  // experts 1 and 3: expert 0 never matched
+  EXPECT_EQ(a.experts[0].expert, 1);
+  EXPECT_EQ(a.experts[0].pairs, 2);
+  EXPECT_EQ(a.experts[0].rel_l2, 0.0);
+  EXPECT_EQ(a.experts[1].expert, 3);
+  EXPECT_EQ(a.experts[1].pairs, 1);
+  EXPECT_NEAR(a.experts[1].rel_l2, 1 / std::sqrt(5.0), 1e-15);
+  EXPECT_EQ(a.experts[1].max_abs, 1.0);
+}
+
+TEST(AlignExpertOutputs, RepeatedIdsPairOnceAndNaNIsKept) {
+  // Padding id -1 twice on both sides pairs slot by slot; a NaN stays visible in max_abs.
+  const std::vector<double> gi = {-1, -1}, ci = {-1, -1};
+  const std::vector<double> g = {1, 2}, c = {kNaN, 2};
+  const ExpertAlignment a = align_expert_outputs(g, c, gi, ci, 1, 2, 1);
+  EXPECT_EQ(a.matched, 2);
+  ASSERT_EQ(a.experts.size(), 1u);
+  EXPECT_EQ(a.experts[0].pairs, 2);
+  EXPECT_TRUE(std::isnan(a.experts[0].max_abs));
+}
+
+TEST(AlignExpertOutputs, BadShapesAndIdsAreErrors) {
+  const std::vector<double> ids = {0, 1}, three = {1, 2, 3}, two = {1, 2}, half = {0, 0.5};
+  EXPECT_THAT(error_of([&] { align_expert_outputs(three, three, ids, ids, 1, 2, 2); }),
+              HasSubstr("golden outputs"));
+  EXPECT_THAT(error_of([&] { align_expert_outputs(two, two, ids, half, 1, 2, 1); }),
+              HasSubstr("candidate ids"));
 }
 
 TEST(ComparePointColumns, OneChannelFaultShowsPerColumn) {
