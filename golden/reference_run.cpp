@@ -92,6 +92,25 @@ std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int
   return out;
 }
 
+void fill_scores(Golden& g) {
+  g.target_logprobs = target_logprobs(g.logits, g.targets);
+  g.sequence_nll.clear();
+  g.sequence_ppl.clear();
+  for (int64_t s = 0; s < g.sequences; ++s) {
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < g.seq_len; ++i) {
+      const double lp = g.target_logprobs[static_cast<size_t>(s * g.seq_len + i)];
+      if (std::isnan(lp)) continue;
+      sum -= lp;
+      ++n;
+    }
+    const double nll = n > 0 ? sum / static_cast<double>(n) : std::nan("");
+    g.sequence_nll.push_back(nll);
+    g.sequence_ppl.push_back(std::exp(nll));
+  }
+}
+
 bool saturated_code(int64_t stored, double lattice) {
   if (lattice == 1.0) return stored <= -128 || stored >= 127;           // int8
   if (lattice == 0x1p-9) return stored == 229376 || stored == -229376;  // e4m3 448
@@ -165,20 +184,7 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
   }
   for (double v : g.logits.data)
     if (!std::isfinite(v)) throw Error("reference run", "logits are not finite");
-  g.target_logprobs = target_logprobs(g.logits, g.targets);
-  for (int64_t s = 0; s < in.sequences; ++s) {
-    double sum = 0.0;
-    int64_t n = 0;
-    for (int64_t i = 0; i < in.seq_len; ++i) {
-      const double lp = g.target_logprobs[static_cast<size_t>(s * in.seq_len + i)];
-      if (std::isnan(lp)) continue;
-      sum -= lp;
-      ++n;
-    }
-    const double nll = n > 0 ? sum / static_cast<double>(n) : std::nan("");
-    g.sequence_nll.push_back(nll);
-    g.sequence_ppl.push_back(std::exp(nll));
-  }
+  fill_scores(g);
   g.meta.architecture = std::string(arch_name(model.config().arch));
   g.meta.dialect = std::string(reference::to_string(model.dialect()));
   g.meta.precision_mode = std::string(reference::to_string(model.mode()));

@@ -64,6 +64,9 @@ bool saturated_code(int64_t stored, double lattice);
 std::string config_hash(const std::filesystem::path& model_dir);
 std::string checkpoint_tensor_hash(const std::filesystem::path& model_dir);
 
+// From g.logits and g.targets: target_logprobs, and per sequence the mean NLL over its scored
+// positions and the perplexity exp(NLL). Any producer (the reference, an engine) finishes with it.
+void fill_scores(Golden& g);
 // log_softmax(logits[r])[target[r]] in fp64 (max-subtracted log-sum-exp); NaN where target < 0.
 std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int64_t>& targets);
 

@@ -292,9 +292,17 @@ TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
   a->reset_cache();
   const Matrix exact = a->forward(t);
   const Matrix emul = e->forward(t, hooks);
-  const double d = test::relative_l2(emul, exact);
-  EXPECT_GT(d, 0.0);
-  EXPECT_LT(d, 5e-2);
+  EXPECT_GT(test::relative_l2(emul, exact), 0.0);
+  // How far bf16 storage moves the logits is bounded on a dense model only: in a MoE model a
+  // rounding can flip a router decision, which changes a token's output discontinuously (the
+  // tiny MoE fixture moved 5.7e-2 on one seed of 40).
+  {
+    auto dense = load_model(fp("qwen3"));
+    auto dense_emul = load_model(fp("qwen3"), o);
+    const double d = test::relative_l2(dense_emul->forward(t), dense->forward(t));
+    EXPECT_GT(d, 0.0);
+    EXPECT_LT(d, 5e-2);
+  }
   for (const char* p : {"layers.0.residual", "layers.0.attn.core", "final_norm"})
     for (double v : trace.at(p).data)
       ASSERT_EQ(v, static_cast<double>(static_cast<float>(v))) << p << " not bf16";  // bf16 ⊂ fp32

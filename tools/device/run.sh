@@ -1,38 +1,71 @@
 #!/usr/bin/env bash
-# One device call does everything that needs the GPU image: build (CUDA included), regenerate the
-# torch-written safetensors fixture, run every ctest label (gpu tests run for real there), and
-# compute-sanitizer over the gpu tests. Results land in $OUT (fetched back by the device tool).
+# Device work in stages, so each call stays under the device tool's 10-minute limit; the build
+# directory persists between calls on a warm machine. Results land in $OUT.
+#   bash tools/device/run.sh [STAGE...]     default: build test sanitize crosscheck peer bench
+#   build      configure + build everything (CUDA included), -j16
+#   test       the torch-written fixture, every ctest label (gpu tests run for real), JUnit XML;
+#              CTEST_ARGS="-L gpu" narrows it
+#   sanitize   compute-sanitizer memcheck + racecheck over the gpu tests
+#   crosscheck quantization cross-checks against torch / ml_dtypes
+#   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
+#   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
 set -uo pipefail
 OUT=${OUT:-/tmp/qparity-out}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize crosscheck peer bench)
+want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+rc=0
 log "device"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
-log "configure + build"
-cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a > "$OUT/configure.log" 2>&1 \
-  || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build build-device -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
-log "torch fixture"
-python3 tools/device/make_torch_safetensors_fixture.py "$OUT/torch_saved.safetensors" \
-  && mkdir -p tests/data && cp "$OUT/torch_saved.safetensors" tests/data/torch_saved.safetensors
-log "ctest (all labels)"
-ctest --test-dir build-device -j8 --output-on-failure --output-junit "$OUT/ctest-junit.xml" > "$OUT/ctest.log" 2>&1
-rc=$?
-tail -25 "$OUT/ctest.log"
-log "gpu tests verbose"
-for t in build-device/tests/gpu/test_*; do [ -x "$t" ] && "$t" 2>&1 | tail -6; done
-log "compute-sanitizer"
-for tool in memcheck racecheck; do
-  for t in build-device/tests/gpu/test_*; do
-    [ -x "$t" ] || continue
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" > "$OUT/sanitizer-$tool-$(basename "$t").log" 2>&1
-    echo "$tool $(basename "$t"): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$(basename "$t").log" | tail -1)"
+if want build; then
+  log "configure + build"
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a > "$OUT/configure.log" 2>&1 \
+    || { tail -40 "$OUT/configure.log"; exit 1; }
+  cmake --build build-device -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+fi
+if want test; then
+  log "torch fixture"
+  python3 tools/device/make_torch_safetensors_fixture.py "$OUT/torch_saved.safetensors" \
+    && mkdir -p tests/data && cp "$OUT/torch_saved.safetensors" tests/data/torch_saved.safetensors
+  log "ctest (all labels)"
+  # shellcheck disable=SC2086
+  ctest --test-dir build-device -j8 ${CTEST_ARGS:-} --output-on-failure --output-junit "$OUT/ctest-junit.xml" > "$OUT/ctest.log" 2>&1 || rc=1
+  tail -25 "$OUT/ctest.log"
+  log "gpu tests verbose"
+  for t in build-device/tests/gpu/test_*; do [ -x "$t" ] && "$t" > "$OUT/$(basename "$t").log" 2>&1; tail -12 "$OUT/$(basename "$t").log"; done
+  grep -hE "worst point|bit-identical" "$OUT"/test_gpu_engine.log
+fi
+if want sanitize; then
+  log "compute-sanitizer (engine tests on the tiny fixtures)"
+  for tool in memcheck racecheck; do
+    for t in build-device/tests/gpu/test_*; do
+      [ -x "$t" ] || continue
+      filter='*'
+      [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*'
+      # racecheck does not model the TMA / mbarrier synchronization of cuBLASLt's sm90 "nvjet"
+      # GEMM kernels and reports hazards inside them; those (NVIDIA's) kernels are excluded, ours
+      # are all checked. The unfiltered count is printed below for the record.
+      excl=(); [ "$tool" = racecheck ] && excl=(--kernel-name-exclude kns=nvjet)
+      compute-sanitizer --tool "$tool" "${excl[@]}" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$OUT/sanitizer-$tool-$(basename "$t").log" 2>&1
+      src=$?
+      [ $src -ne 0 ] && rc=1
+      echo "$tool $(basename "$t") [$filter]: rc=$src $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$(basename "$t").log" | tail -1)"
+    done
   done
-done
-log "quantization cross-checks (torch / ml_dtypes peers)"
-python3 tools/device/crosscheck_quant.py build-device/tools/qparity/qparity "$OUT" > "$OUT/crosscheck_quant.log" 2>&1
-xrc=$?
-cat "$OUT/crosscheck_quant.log" | tail -40
-[ $rc -eq 0 ] && rc=$xrc
+  echo "racecheck test_gpu_kernels unfiltered (cuBLASLt included): $(compute-sanitizer --tool racecheck build-device/tests/gpu/test_gpu_kernels 2>&1 | grep -E 'RACECHECK SUMMARY')"
+fi
+if want crosscheck; then
+  log "quantization cross-checks (torch / ml_dtypes peers)"
+  python3 tools/device/crosscheck_quant.py build-device/tools/qparity/qparity "$OUT" > "$OUT/crosscheck_quant.log" 2>&1 || rc=1
+  tail -40 "$OUT/crosscheck_quant.log"
+fi
+if want bench; then
+  log "bench: engine against the copy bandwidth, then HF transformers on the same shapes"
+  build-device/bench/bench_engine --json "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.log"
+  python3 tools/device/bench_hf.py --json "$OUT/bench_hf.json" 2>&1 | grep -v Warning | tee "$OUT/bench_hf.log"
+fi
+if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
 QP=build-device/tools/qparity/qparity
 POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.moe.out,layers.*.residual,final_norm,logits'
@@ -53,4 +86,5 @@ for arch in llama qwen3 qwen3-moe; do
     done
   done
 done
+fi
 exit $rc

@@ -62,8 +62,12 @@ def engine_default(family, half_step):
 def section_engine_default(scheme, family, half_step, desc):
     t = engine_default(family, half_step)
     deriv = (
-        f"{scheme} ({desc}), engine vs the reference golden of the same scheme in emulate mode. "
-        "bf16 storage: fp32 accumulation order flips the bf16 rounding of ~sqrt(K)*2^-16 of "
+        f"{scheme} ({desc}), engine vs the reference golden of the same scheme in emulate mode, "
+        "layer-local (each layer run on the golden's own inputs: `qparity engine run --local`): "
+        "a point then carries one layer's own error. A free run's points also carry upstream "
+        "error, amplified layer after layer by the model (measured x4-x6 per layer on the "
+        "random-weight fixtures), which these bounds do not model: free runs are judged end to "
+        "end. bf16 storage: fp32 accumulation order flips the bf16 rounding of ~sqrt(K)*2^-16 of "
         "elements by one ULP (2^-8 relative), RMS ~1.2e-4 per op for K = 4096; bound: half a bf16 "
         "ULP in RMS, 2^-9 = 1.95e-3, which still catches a one-ULP shift of a whole tensor "
         "(>= 2^-8 = 3.9e-3).")

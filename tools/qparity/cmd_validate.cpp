@@ -21,6 +21,10 @@
 #include "golden/reference_run.h"
 #include "golden/report.h"
 #include "reference_cpu/models/calibration.h"
+#ifdef QPARITY_HAS_ENGINE
+#include "gpu_engine/device_info.h"
+#include "gpu_engine/engine_golden.h"
+#endif
 
 namespace qparity::cli {
 namespace {
@@ -37,6 +41,7 @@ struct ValidateOptions {
   int64_t sequences = 4, seq_len = 32, calib_tokens = 64;
   uint64_t seed = 7;
   bool keep_work = false;
+  bool no_engine = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -115,6 +120,59 @@ std::vector<std::string> validate_one(const Target& t, const ValidateOptions& o,
       fs::remove(gfile);
     }
   }
+#ifdef QPARITY_HAS_ENGINE
+  // Engine against the reference, when a GPU is here: the bf16 model (the engine's quantized
+  // linear methods are not built yet), the reference golden in emulate mode, the engine policy.
+  std::string why;
+  if (!o.no_engine && gpu::query_device(0, &why)) {
+    const auto te = std::chrono::steady_clock::now();
+    golden::ReferenceRunOptions er = ro;
+    er.mode = reference::PrecisionMode::kEmulate;
+    golden::Golden ref = golden::run_reference(t.dir, in, er, nullptr);
+    ref.meta.model = t.name;
+    const fs::path rfile = work / (t.name + ".bf16.emulate.h5");
+    write_golden(rfile, ref, OverwritePolicy::kReplace);
+    gpu::EngineOptions eo;
+    eo.max_tokens = std::max<int64_t>(o.seq_len * o.sequences, o.seq_len);
+    eo.max_seqs = std::max<int64_t>(o.sequences, 1);
+    eo.max_context = o.seq_len + 1;
+    gpu::Engine e(gpu::load_gpu_model(t.dir, nullptr), eo);
+    golden::Policy policy;
+    const fs::path pfile = fs::path(o.policies) / "bf16.json";
+    const bool have_policy = !o.policies.empty() && fs::exists(pfile);
+    if (have_policy) policy = golden::load_policy(pfile);
+    const auto ref_reader = golden::GoldenReader::open(rfile);
+    // Layer-local: each layer on the reference's own inputs, judged point by point.
+    golden::Golden local = gpu::engine_golden_local(e, ref_reader, "*", nullptr);
+    local.meta.model = t.name;
+    local.meta.point_precision = golden::PointPrecision::kF32;
+    const fs::path lfile = work / (t.name + ".bf16.engine-local.h5");
+    write_golden(lfile, local, OverwritePolicy::kReplace);
+    golden::CompareOptions co;
+    if (have_policy) co.policy = &policy;
+    const auto r = golden::compare_goldens(ref_reader, golden::GoldenReader::open(lfile), co);
+    const auto files = golden::write_report(golden::report_json(r, "engine"), o.out);
+    // Free run: the engine on its own from the tokens; reported with its end-to-end numbers,
+    // not gated point by point (upstream error is amplified by the model, layer after layer).
+    golden::Golden cand = gpu::engine_golden(e, in, "*", true, nullptr);
+    cand.meta.model = t.name;
+    cand.meta.scheme = "bf16-free-run";
+    cand.meta.point_precision = golden::PointPrecision::kF32;
+    const fs::path cfile = work / (t.name + ".bf16.engine.h5");
+    write_golden(cfile, cand, OverwritePolicy::kReplace);
+    const auto fr = golden::compare_goldens(ref_reader, golden::GoldenReader::open(cfile), {});
+    golden::write_report(golden::report_json(fr, "engine"), o.out);
+    std::cerr << "qparity validate: " << t.name << " bf16 on " << local.meta.device
+              << ": engine vs reference, layer-local " << (r.pass ? "pass" : "FAIL")
+              << "; free run mean KLD " << fr.e2e.kld_mean.value << ", top-1 " << fr.e2e.top1.value
+              << " (" << seconds_since(te) << " s) -> " << files.md.string() << "\n";
+    if (!r.pass) failed.push_back(t.name + "/bf16 engine (layer-local) on " + local.meta.device);
+    std::cerr << "qparity validate: the GPU engine runs unquantized checkpoints only; the "
+                 "quantized schemes have format rows, no engine rows\n";
+  } else if (!o.no_engine) {
+    std::cerr << "qparity validate: no engine rows (" << why << ")\n";
+  }
+#endif
   std::cerr << "qparity validate: " << t.name << " done in " << seconds_since(t0) << " s\n";
   return failed;
 }
@@ -160,7 +218,7 @@ bool run(const ValidateOptions& o) {
   std::cerr << "qparity validate: reports in " << o.out << " (index.md, index.html), "
             << seconds_since(t0) << " s\n";
   for (const auto& f : failed)
-    std::cerr << "qparity validate: outside the format policy: " << f << "\n";
+    std::cerr << "qparity validate: outside its policy: " << f << "\n";
   return failed.empty();
 }
 
@@ -184,6 +242,7 @@ void add_validate_command(CLI::App& app, int& rc) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
   cmd->add_flag("--keep-work", o->keep_work, "keep quantized checkpoints and goldens in .work/");
+  cmd->add_flag("--no-engine", o->no_engine, "skip the engine-vs-reference rows on a GPU machine");
   cmd->callback([o, &rc] {
     // 3: a format did worse than its policy allows (reports are written either way).
     rc = run(*o) ? 0 : 3;

@@ -1,0 +1,385 @@
+#include "gpu_engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/embedding.h"
+#include "gpu_engine/kernels/moe_dispatch.h"
+#include "gpu_engine/kernels/moe_routing.h"
+#include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/rms_norm.h"
+#include "gpu_engine/kernels/rope.h"
+#include "gpu_engine/kernels/sampling.h"
+#include "reference_cpu/models/trace.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+enum class Elem { kBf16, kF32, kI32 };
+
+// Copies a [rows, cols] view (row stride `stride` elements) of a device tensor to the trace as
+// doubles, when the trace wants that point. Synchronous: capture is for dumps, not serving.
+void capture(reference::Trace* trace, const std::string& name, const void* dev, Elem e,
+             int64_t rows, int64_t cols, int64_t stride, cudaStream_t stream) {
+  if (!trace || !trace->wants(name)) return;
+  const size_t es = e == Elem::kBf16 ? 2 : 4;
+  std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * es);
+  QPARITY_CUDA_CHECK(cudaMemcpy2DAsync(
+      host.data(), static_cast<size_t>(cols) * es, dev, static_cast<size_t>(stride) * es,
+      static_cast<size_t>(cols) * es, static_cast<size_t>(rows), cudaMemcpyDeviceToHost, stream));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  reference::Matrix m(rows, cols);
+  for (size_t i = 0; i < m.data.size(); ++i) {
+    if (e == Elem::kBf16) {
+      __nv_bfloat16 b;
+      std::memcpy(&b, host.data() + 2 * i, 2);
+      m.data[i] = static_cast<double>(__bfloat162float(b));
+    } else if (e == Elem::kF32) {
+      float f;
+      std::memcpy(&f, host.data() + 4 * i, 4);
+      m.data[i] = f;
+    } else {
+      int32_t v;
+      std::memcpy(&v, host.data() + 4 * i, 4);
+      m.data[i] = v;
+    }
+  }
+  trace->record(name, m);
+}
+
+std::string lp(int64_t layer) {
+  return "layers." + std::to_string(layer);
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
+    : model_(std::move(model)), options_(o) {
+  const ModelConfig& c = model_->cfg;
+  if (o.max_tokens <= 0 || o.max_seqs <= 0 || o.max_context <= 0 || o.block_size <= 0)
+    throw Error("engine", "max_tokens, max_seqs, max_context and block_size must be > 0");
+  QPARITY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KvCacheShape ks;
+  ks.block_size = o.block_size;
+  ks.max_seqs = o.max_seqs;
+  ks.max_blocks_per_seq = (o.max_context + o.block_size - 1) / o.block_size;
+  ks.num_blocks = ks.max_seqs * ks.max_blocks_per_seq;
+  cache_ = std::make_unique<PagedKvCache>(c, ks);
+  gemm_ = std::make_unique<BlasLtGemm>();
+  const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
+  const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  inputs_ = DeviceBuffer<int32_t>(3 * t);
+  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), 3 * t * 4));
+  next_ids_ = DeviceBuffer<int32_t>(t);
+  x_ = Bf16Buffer(t * h);
+  h_ = Bf16Buffer(t * h);
+  qkv_ = Bf16Buffer(t * qkv);
+  core_ = Bf16Buffer(t * static_cast<size_t>(c.q_size()));
+  attn_out_ = Bf16Buffer(t * h);
+  mlp_out_ = Bf16Buffer(t * h);
+  const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
+  gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
+  act_ = Bf16Buffer(t * std::max<size_t>(inter, 1));
+  logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab));
+  for (const auto& l : model_->layers)
+    any_moe_ = any_moe_ || l.moe;
+  if (any_moe_) {
+    const size_t k = static_cast<size_t>(c.num_experts_per_tok),
+                 mi = static_cast<size_t>(c.moe_intermediate_size);
+    router_logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.num_experts));
+    topk_weights_ = DeviceBuffer<float>(t * k);
+    topk_ids_ = DeviceBuffer<int32_t>(t * k);
+    moe_rows_ = DeviceBuffer<int32_t>(t * k);
+    moe_dest_ = DeviceBuffer<int32_t>(t * k);
+    moe_x_ = Bf16Buffer(t * k * h);
+    moe_gate_up_ = Bf16Buffer(t * k * 2 * mi);
+    moe_act_ = Bf16Buffer(t * k * mi);
+    moe_y_ = Bf16Buffer(t * k * h);
+    moe_slots_ = Bf16Buffer(t * k * h);
+  }
+}
+
+Engine::~Engine() {
+  for (auto& [n, g] : graphs_)
+    cudaGraphExecDestroy(g);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (pinned_inputs_) cudaFreeHost(pinned_inputs_);
+}
+
+void Engine::prepare(const Batch& b) {
+  const int64_t t = b.size();
+  if (t == 0 || t > options_.max_tokens)
+    throw Error("engine batch", std::to_string(t) + " tokens; a forward takes 1.." +
+                                    std::to_string(options_.max_tokens));
+  if (b.slots.size() != b.tokens.size() || b.positions.size() != b.tokens.size())
+    throw Error("engine batch", "tokens, slots and positions differ in length");
+  for (int64_t i = 0; i < t; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    if (b.tokens[u] < 0 || b.tokens[u] >= model_->cfg.vocab)
+      throw Error("engine batch", "token " + std::to_string(i) + " has id " +
+                                      std::to_string(b.tokens[u]) + ", outside the vocabulary (" +
+                                      std::to_string(model_->cfg.vocab) + ")");
+    if (b.positions[u] < 0 || b.positions[u] >= options_.max_context)
+      throw Error("engine batch", "token " + std::to_string(i) + " at position " +
+                                      std::to_string(b.positions[u]) + ", outside [0, " +
+                                      std::to_string(options_.max_context) + ")");
+    cache_->reserve(b.slots[u], b.positions[u] + 1);  // checks the slot
+  }
+  cache_->sync(stream_);
+  // The previous forward's upload is done: forward() and forward_graph() synchronize the stream.
+  std::copy(b.tokens.begin(), b.tokens.end(), pinned_inputs_);
+  std::copy(b.slots.begin(), b.slots.end(), pinned_inputs_ + t);
+  std::copy(b.positions.begin(), b.positions.end(), pinned_inputs_ + 2 * t);
+  QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get(), pinned_inputs_, static_cast<size_t>(3 * t) * 4,
+                                     cudaMemcpyHostToDevice, stream_));
+}
+
+void Engine::forward(const Batch& b, reference::Trace* capture_to) {
+  prepare(b);
+  run(b.size(), capture_to);
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Engine::forward_graph(const Batch& b) {
+  if (any_moe_) {
+    forward(b);
+    return;
+  }
+  prepare(b);
+  const int64_t t = b.size();
+  auto it = graphs_.find(t);
+  if (it == graphs_.end()) {
+    // Everything run() launches reads its inputs from the device buffers prepare() filled, so
+    // the captured graph replays correctly for any tokens, slots and positions of this size.
+    cudaGraph_t g;
+    QPARITY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    run(t, nullptr);
+    QPARITY_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    cudaGraphExec_t exec;
+    QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    QPARITY_CUDA_CHECK(cudaGraphDestroy(g));
+    it = graphs_.emplace(t, exec).first;
+  }
+  QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Engine::run(int64_t t, reference::Trace* tr) {
+  const ModelConfig& c = model_->cfg;
+  launch_embedding({tokens_dev(t), model_->embed.get(), x_.get(), nullptr, t, c.vocab, c.hidden},
+                   stream_);
+  capture(tr, "embed", x_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    run_layer(l, t, tr, l > 0);
+  close_residual(t, tr, model_->final_norm.get(), h_.get());
+  capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  gemm_->nt(h_.get(), model_->lm_head, logits_.get(), GemmOut::kF32, t, c.vocab, c.hidden, stream_);
+  capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+}
+
+// The last layer's MLP output joins the residual stream inside the next norm (fused add):
+// x += mlp_out (bf16), out = norm(x) with `weight`. Captures layers.<last>.residual.
+void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16* weight,
+                            __nv_bfloat16* out) {
+  const ModelConfig& c = model_->cfg;
+  const int64_t hd = c.hidden;
+  launch_rms_norm({mlp_out_.get(), x_.get(), x_.get(), weight, out, t, 1, hd, hd,
+                   static_cast<float>(c.rms_norm_eps)},
+                  stream_);
+  capture(tr, lp(last_layer_) + ".residual", x_.get(), Elem::kBf16, t, hd, hd, stream_);
+}
+
+void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_residual) {
+  const ModelConfig& c = model_->cfg;
+  const GpuModel& m = *model_;
+  const int64_t hd = c.hidden, q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cudaStream_t s = stream_;
+  const GpuLayerWeights& w = m.layers[static_cast<size_t>(l)];
+  const std::string p = lp(l);
+  if (pending_residual)  // the previous layer's MLP output joins the residual stream here
+    close_residual(t, tr, w.input_norm.get(), h_.get());
+  else
+    launch_rms_norm({x_.get(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps},
+                    s);
+  last_layer_ = l;
+  capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+  gemm_->nt(h_.get(), w.qkv.get(), qkv_.get(), GemmOut::kBf16, t, qkv_w, hd, s);
+  capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
+  __nv_bfloat16* qp = qkv_.get();
+  __nv_bfloat16* kp = qkv_.get() + q;
+  if (c.has_qk_norm) {
+    launch_rms_norm(
+        {qp, nullptr, nullptr, w.q_norm.get(), qp, t, c.num_heads, c.head_dim, qkv_w, eps}, s);
+    capture(tr, p + ".attn.q_norm", qp, Elem::kBf16, t, q, qkv_w, s);
+    launch_rms_norm(
+        {kp, nullptr, nullptr, w.k_norm.get(), kp, t, c.num_kv_heads, c.head_dim, qkv_w, eps}, s);
+    capture(tr, p + ".attn.k_norm", kp, Elem::kBf16, t, kv, qkv_w, s);
+  }
+  // q and k heads are adjacent in the qkv row: one launch rotates both.
+  launch_rope({qp, positions_dev(t), m.inv_freq.get(), t, c.num_heads + c.num_kv_heads, c.head_dim,
+               qkv_w, m.rope_scaling},
+              s);
+  capture(tr, p + ".attn.rope_q", qp, Elem::kBf16, t, q, qkv_w, s);
+  capture(tr, p + ".attn.rope_k", kp, Elem::kBf16, t, kv, qkv_w, s);
+  const KvCacheShape& ks = cache_->shape();
+  launch_kv_cache_write({kp, qkv_.get() + q + kv, qkv_w, qkv_w, cache_->k(l), cache_->v(l),
+                         cache_->block_table(), slots_dev(t), positions_dev(t), t, c.num_kv_heads,
+                         c.head_dim, ks.block_size, ks.max_blocks_per_seq, ks.num_blocks},
+                        s);
+  launch_paged_attention(
+      {qp, qkv_w, cache_->k(l), cache_->v(l), cache_->block_table(), slots_dev(t), positions_dev(t),
+       core_.get(), q, t, c.num_heads, c.num_kv_heads, c.head_dim, ks.block_size,
+       ks.max_blocks_per_seq, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))},
+      s);
+  capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s);
+  gemm_->nt(core_.get(), w.o_proj.get(), attn_out_.get(), GemmOut::kBf16, t, hd, q, s);
+  capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
+  launch_rms_norm(
+      {attn_out_.get(), x_.get(), x_.get(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
+  capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+  if (w.moe) {
+    moe_layer(l, t, tr);
+  } else {
+    const int64_t in = c.intermediate;
+    gemm_->nt(h_.get(), w.gate_up.get(), gate_up_.get(), GemmOut::kBf16, t, 2 * in, hd, s);
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
+    launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
+    gemm_->nt(act_.get(), w.down.get(), mlp_out_.get(), GemmOut::kBf16, t, hd, in, s);
+    capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+  }
+}
+
+// Router GEMM (fp32 logits) and top-k on the device; the ids come to the host, which groups the
+// (token, slot) pairs by expert; then one gather of all experts' rows, a GEMM per expert with
+// tokens (a loop of cuBLASLt calls: no grouped kernel yet), one SiLU-and-mul, a GEMM per expert,
+// one scatter into per-slot outputs and the weighted combine.
+void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
+  const ModelConfig& c = model_->cfg;
+  const GpuLayerWeights& w = model_->layers[static_cast<size_t>(l)];
+  const int64_t hd = c.hidden, e = c.num_experts, k = c.num_experts_per_tok,
+                mi = c.moe_intermediate_size;
+  const std::string p = lp(l);
+  cudaStream_t s = stream_;
+  gemm_->nt(h_.get(), w.router.get(), router_logits_.get(), GemmOut::kF32, t, e, hd, s);
+  capture(tr, p + ".moe.router_logits", router_logits_.get(), Elem::kF32, t, e, e, s);
+  launch_moe_routing(
+      {router_logits_.get(), topk_ids_.get(), topk_weights_.get(), t, e, k, c.norm_topk_prob}, s);
+  capture(tr, p + ".moe.topk_ids", topk_ids_.get(), Elem::kI32, t, k, k, s);
+  capture(tr, p + ".moe.topk_weights", topk_weights_.get(), Elem::kF32, t, k, k, s);
+  std::vector<int32_t> ids(static_cast<size_t>(t * k));
+  QPARITY_CUDA_CHECK(
+      cudaMemcpyAsync(ids.data(), topk_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<int32_t> rows, dest;
+  std::vector<int64_t> first(static_cast<size_t>(e + 1), 0);
+  for (int64_t x = 0; x < e; ++x) {
+    first[static_cast<size_t>(x)] = static_cast<int64_t>(rows.size());
+    for (int64_t i = 0; i < t * k; ++i)
+      if (ids[static_cast<size_t>(i)] == x) {
+        rows.push_back(static_cast<int32_t>(i / k));
+        dest.push_back(static_cast<int32_t>(i));
+      }
+  }
+  first[static_cast<size_t>(e)] = static_cast<int64_t>(rows.size());
+  if (static_cast<int64_t>(rows.size()) != t * k)
+    throw Error(p + ".moe", "the router returned an expert id outside [0, " + std::to_string(e) +
+                                ") (NaN router logits?)");
+  const int64_t n = t * k;
+  QPARITY_CUDA_CHECK(
+      cudaMemcpyAsync(moe_rows_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
+  QPARITY_CUDA_CHECK(
+      cudaMemcpyAsync(moe_dest_.get(), dest.data(), dest.size() * 4, cudaMemcpyHostToDevice, s));
+  launch_gather_rows({h_.get(), moe_rows_.get(), moe_x_.get(), n, hd, t}, s);
+  for (int64_t x = 0; x < e; ++x) {
+    const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
+    if (cnt == 0) continue;
+    gemm_->nt(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd, moe_gate_up_.get() + a * 2 * mi,
+              GemmOut::kBf16, cnt, 2 * mi, hd, s);
+  }
+  launch_silu_and_mul({moe_gate_up_.get(), moe_act_.get(), n, mi}, s);
+  for (int64_t x = 0; x < e; ++x) {
+    const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
+    if (cnt == 0) continue;
+    gemm_->nt(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd,
+              GemmOut::kBf16, cnt, hd, mi, s);
+  }
+  launch_scatter_rows({moe_y_.get(), moe_dest_.get(), moe_slots_.get(), n, hd, n}, s);
+  capture(tr, p + ".moe.expert_out", moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd, s);
+  launch_moe_combine(
+      {moe_slots_.get(), topk_ids_.get(), topk_weights_.get(), mlp_out_.get(), t, k, hd}, s);
+  capture(tr, p + ".moe.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+}
+
+void Engine::forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
+                           reference::Trace* capture_to) {
+  const ModelConfig& c = model_->cfg;
+  if (layer < 0 || layer >= c.num_layers)
+    throw Error("engine layer", "layer " + std::to_string(layer) + " of a model with " +
+                                    std::to_string(c.num_layers));
+  upload_input(input, b, "engine layer");
+  run_layer(layer, b.size(), capture_to, false);
+  // The layer's residual output: the fused add with the next norm's weight into scratch.
+  const __nv_bfloat16* next = layer + 1 < c.num_layers
+                                  ? model_->layers[static_cast<size_t>(layer + 1)].input_norm.get()
+                                  : model_->final_norm.get();
+  close_residual(b.size(), capture_to, next, h_.get());
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Engine::upload_input(const std::vector<double>& input, const Batch& b, const char* what) {
+  const int64_t hd = model_->cfg.hidden;
+  if (static_cast<int64_t>(input.size()) != b.size() * hd)
+    throw Error(what, "the input has " + std::to_string(input.size()) +
+                          " values, the batch needs " + std::to_string(b.size()) + " x " +
+                          std::to_string(hd));
+  prepare(b);
+  std::vector<__nv_bfloat16> x(input.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(input[i]))
+      throw Error(what, "input value " + std::to_string(i) + " is not finite");
+    x[i] = __double2bfloat16(input[i]);  // golden values from an emulate-mode run are exact
+  }
+  QPARITY_CUDA_CHECK(
+      cudaMemcpyAsync(x_.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream_));
+}
+
+void Engine::forward_final(const std::vector<double>& input, const Batch& b,
+                           reference::Trace* capture_to) {
+  const ModelConfig& c = model_->cfg;
+  upload_input(input, b, "engine final");
+  const int64_t t = b.size(), hd = c.hidden;
+  launch_rms_norm({x_.get(), nullptr, nullptr, model_->final_norm.get(), h_.get(), t, 1, hd, hd,
+                   static_cast<float>(c.rms_norm_eps)},
+                  stream_);
+  capture(capture_to, "final_norm", h_.get(), Elem::kBf16, t, hd, hd, stream_);
+  gemm_->nt(h_.get(), model_->lm_head, logits_.get(), GemmOut::kF32, t, c.vocab, hd, stream_);
+  capture(capture_to, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> Engine::logits_host(int64_t rows) const {
+  std::vector<float> out(static_cast<size_t>(rows * model_->cfg.vocab));
+  QPARITY_CUDA_CHECK(cudaMemcpy(out.data(), logits_.get(), out.size() * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+std::vector<int32_t> Engine::greedy(int64_t rows) {
+  launch_argmax({logits_.get(), next_ids_.get(), rows, model_->cfg.vocab}, stream_);
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  QPARITY_CUDA_CHECK(cudaMemcpyAsync(ids.data(), next_ids_.get(), ids.size() * 4,
+                                     cudaMemcpyDeviceToHost, stream_));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ids;
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,115 @@
+#pragma once
+// The GPU engine's forward pass over a paged KV cache. One forward takes any mix of tokens from
+// any sequences (a prefill chunk, decode steps of many sequences, both): token i belongs to
+// sequence slot slots[i] at position positions[i] and attends to that slot's positions
+// 0..positions[i] (its own K/V written first). So prefill, decode and continuous batching are all
+// the same call; sequences come and go by slot (cache().release(slot)).
+//
+// Precision: bf16 activations and weights; every linear is a cuBLASLt GEMM with fp32
+// accumulation rounded once to bf16 (router logits and logits kept in fp32); norms, RoPE,
+// SiLU-and-mul, attention and the MoE combine compute in fp32 (RoPE in fp64) and round once, the
+// reference's emulate-mode rule: each capture point is one bf16 rounding of the exact value of
+// its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical
+// results run to run; a token's attention does not depend on the rest of the batch (GEMM
+// algorithms may differ with the batch's token count, within the bf16 policy).
+//
+// Capture: with a reference::Trace, every capture point it wants (ARCHITECTURE.md's names, plus
+// layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
+// golden schema come from the same forward that serves.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "gpu_engine/gpu_model.h"
+#include "gpu_engine/kernels/gemm.h"
+#include "gpu_engine/kv_cache.h"
+
+namespace qparity::reference {
+class Trace;
+}
+
+namespace qparity::gpu {
+
+struct EngineOptions {
+  int64_t max_tokens = 2048;  // tokens per forward (longer prefills go in chunks)
+  int64_t max_seqs = 64;
+  int64_t max_context = 4096;
+  int64_t block_size = 16;
+};
+
+struct Batch {
+  std::vector<int32_t> tokens, slots, positions;  // one entry per token
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<GpuModel> model, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& config() const { return model_->cfg; }
+  const GpuModel& model() const { return *model_; }
+  PagedKvCache& cache() { return *cache_; }
+  cudaStream_t stream() const { return stream_; }
+  const EngineOptions& options() const { return options_; }
+
+  // Validates the batch (token ids in the vocabulary, slots and positions in range: a
+  // qparity::Error naming the token otherwise), reserves cache blocks, runs every layer. Returns
+  // with the logits [T, V] (fp32) in logits() and the stream synchronized.
+  void forward(const Batch& b, reference::Trace* capture = nullptr);
+  // A decode step through a CUDA graph, one per batch size, captured on first use (dense models;
+  // MoE layers route through the host and run eagerly). Same results as forward().
+  void forward_graph(const Batch& b);
+
+  // One decoder layer on given inputs (input [T, H] row-major, e.g. a golden's embed or
+  // layers.<i-1>.residual rows): captures that layer's points, its residual output included.
+  // What bisect needs to tell a layer's own error from what flowed into it.
+  void forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
+                     reference::Trace* capture);
+
+  // The model's head on given inputs (the last layer's residual rows): final_norm and logits.
+  void forward_final(const std::vector<double>& input, const Batch& b, reference::Trace* capture);
+
+  const float* logits() const { return logits_.get(); }
+  std::vector<float> logits_host(int64_t rows) const;
+  // argmax of each of the last forward's first `rows` logit rows (device kernel).
+  std::vector<int32_t> greedy(int64_t rows);
+
+ private:
+  void prepare(const Batch& b);
+  void upload_input(const std::vector<double>& input, const Batch& b, const char* what);
+  void run(int64_t t, reference::Trace* capture);
+  void run_layer(int64_t layer, int64_t t, reference::Trace* capture, bool pending_residual);
+  void close_residual(int64_t t, reference::Trace* capture, const __nv_bfloat16* weight,
+                      __nv_bfloat16* out);
+  void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
+
+  std::unique_ptr<GpuModel> model_;
+  EngineOptions options_;
+  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<BlasLtGemm> gemm_;
+  cudaStream_t stream_ = nullptr;
+  // Activations, sized for max_tokens.
+  // One upload per forward: [tokens | slots | positions] of the batch, packed, from pinned memory.
+  DeviceBuffer<int32_t> inputs_, next_ids_;
+  int32_t* pinned_inputs_ = nullptr;
+  const int32_t* tokens_dev(int64_t) const { return inputs_.get(); }
+  const int32_t* slots_dev(int64_t t) const { return inputs_.get() + t; }
+  const int32_t* positions_dev(int64_t t) const { return inputs_.get() + 2 * t; }
+  Bf16Buffer x_, h_, qkv_, core_, attn_out_, gate_up_, act_, mlp_out_;
+  DeviceBuffer<float> logits_;
+  // MoE scratch.
+  DeviceBuffer<float> router_logits_, topk_weights_;
+  DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_;
+  Bf16Buffer moe_x_, moe_gate_up_, moe_act_, moe_y_, moe_slots_;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
+  bool any_moe_ = false;
+  int64_t last_layer_ = 0;  // the layer whose MLP output is pending (close_residual names it)
+};
+
+}  // namespace qparity::gpu

@@ -1,0 +1,151 @@
+#include "gpu_engine/engine_golden.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+
+#include "core/error.h"
+#include "gpu_engine/device_info.h"
+#include "reference_cpu/models/trace.h"
+
+namespace qparity::gpu {
+
+void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::Golden& g);
+
+std::string device_name() {
+  std::string why;
+  const auto d = query_device(0, &why);
+  if (!d) throw Error("engine", "no usable CUDA device: " + why);
+  return d->name + " " + d->sm();
+}
+
+// Sequences per forward: as many whole sequences as fit in max_tokens.
+golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std::string& capture,
+                             bool want_points, std::ostream* progress) {
+  golden::Golden g;
+  g.sequences = in.sequences;
+  g.seq_len = in.seq_len;
+  g.tokens = in.tokens;
+  g.targets = golden::next_token_targets(in);
+  const int64_t per = std::clamp<int64_t>(e.options().max_tokens / std::max<int64_t>(in.seq_len, 1),
+                                          1, e.options().max_seqs);
+  if (in.seq_len > e.options().max_tokens || in.seq_len > e.options().max_context)
+    throw Error("engine run", "sequences of " + std::to_string(in.seq_len) +
+                                  " tokens exceed --max-tokens / the context");
+  reference::Trace trace(want_points ? capture : "");
+  const int64_t vocab = e.config().vocab;
+  g.logits.cols = vocab;
+  for (int64_t s0 = 0; s0 < in.sequences; s0 += per) {
+    const int64_t n = std::min(per, in.sequences - s0);
+    Batch b;
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t i = 0; i < in.seq_len; ++i) {
+        b.tokens.push_back(
+            static_cast<int32_t>(in.tokens[static_cast<size_t>((s0 + s) * in.seq_len + i)]));
+        b.slots.push_back(static_cast<int32_t>(s));
+        b.positions.push_back(static_cast<int32_t>(i));
+      }
+    e.forward(b, want_points ? &trace : nullptr);
+    const std::vector<float> l = e.logits_host(b.size());
+    g.logits.data.insert(g.logits.data.end(), l.begin(), l.end());
+    g.logits.rows += b.size();
+    for (int64_t s = 0; s < n; ++s)
+      e.cache().release(static_cast<int32_t>(s));
+    if (progress)
+      *progress << "qparity engine: sequences " << s0 + 1 << ".." << s0 + n << "/" << in.sequences
+                << "\n";
+  }
+  for (size_t i = 0; i < g.logits.data.size(); ++i)
+    if (!std::isfinite(g.logits.data[i]))
+      throw Error("engine run", "logit " + std::to_string(i % static_cast<size_t>(vocab)) +
+                                    " of row " + std::to_string(i / static_cast<size_t>(vocab)) +
+                                    " is not finite");
+  for (const auto& [name, m] : trace.points()) {
+    g.points.push_back({name, golden::Array2D{m.rows, m.cols, m.data}});
+  }
+  golden::fill_scores(g);
+  fill_meta(e, in.seed, in.description, g);
+  return g;
+}
+
+void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::Golden& g) {
+  const std::string model = e.model().dir.string();
+  g.meta.producer = "qparity-gpu-engine";
+  g.meta.model = golden::model_name(model);
+  g.meta.architecture = std::string(arch_name(e.config().arch));
+  g.meta.model_config_hash = golden::config_hash(model);
+  g.meta.checkpoint_hash = golden::checkpoint_tensor_hash(model);
+  g.meta.scheme = "bf16";
+  g.meta.dialect = "ideal";
+  g.meta.precision_mode = "bf16-engine";
+  g.meta.seed = seed;
+  g.meta.input_set = input_set;
+  g.meta.device = device_name();
+}
+
+golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
+                                   const std::string& capture, std::ostream* progress) {
+  const ModelConfig& c = e.config();
+  const int64_t s_count = ref.sequences(), t = ref.seq_len();
+  if (t > e.options().max_tokens || t > e.options().max_context)
+    throw Error(ref.path().string(), "sequences of " + std::to_string(t) +
+                                         " tokens exceed the engine's max_tokens / context");
+  golden::Golden g;
+  g.sequences = s_count;
+  g.seq_len = t;
+  g.tokens = ref.tokens();
+  g.targets = ref.targets();
+  g.logits.cols = c.vocab;
+  reference::Trace trace(capture);
+  const auto batch_of = [&](int64_t s) {
+    Batch b;
+    for (int64_t i = 0; i < t; ++i) {
+      b.tokens.push_back(static_cast<int32_t>(g.tokens[static_cast<size_t>(s * t + i)]));
+      b.slots.push_back(0);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    return b;
+  };
+  const auto input_rows = [&](const golden::Array2D& a, int64_t s) {
+    const auto first = a.data.begin() + s * t * a.cols;
+    return std::vector<double>(first, first + t * a.cols);
+  };
+  // embed: a bit copy of the table rows, taken from a full forward's first point.
+  {
+    reference::Trace embed("embed");
+    for (int64_t s = 0; s < s_count; ++s) {
+      e.forward(batch_of(s), trace.wants("embed") ? &embed : nullptr);
+      e.cache().release(0);
+    }
+    if (const auto* m = embed.find("embed")) trace.record("embed", *m);
+  }
+  for (int64_t l = 0; l <= c.num_layers; ++l) {
+    const std::string input = l == 0 ? "embed" : "layers." + std::to_string(l - 1) + ".residual";
+    if (!ref.has_point(input))
+      throw Error(ref.path().string(), "lacks points/" + input +
+                                           ", needed for a layer-local run (golden make "
+                                           "--capture must keep it)");
+    const golden::Array2D x = ref.point(input);
+    for (int64_t s = 0; s < s_count; ++s) {
+      if (l < c.num_layers) {
+        e.forward_layer(l, input_rows(x, s), batch_of(s), &trace);
+      } else {
+        e.forward_final(input_rows(x, s), batch_of(s), &trace);
+        const std::vector<float> lg = e.logits_host(t);
+        g.logits.data.insert(g.logits.data.end(), lg.begin(), lg.end());
+        g.logits.rows += t;
+      }
+      e.cache().release(0);
+    }
+    if (progress && l < c.num_layers)
+      *progress << "qparity engine: layer " << l << " on the golden's inputs\n";
+  }
+  for (const auto& [name, m] : trace.points()) {
+    g.points.push_back({name, golden::Array2D{m.rows, m.cols, m.data}});
+  }
+  golden::fill_scores(g);
+  fill_meta(e, ref.meta().seed, "layer-local:" + ref.meta().input_set, g);
+  return g;
+}
+
+}  // namespace qparity::gpu

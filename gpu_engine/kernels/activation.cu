@@ -1,0 +1,31 @@
+#include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/launch_check.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+__global__ void silu_and_mul_kernel(SiluAndMulParams p) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.rows * p.inter) return;
+  const int64_t t = idx / p.inter, j = idx % p.inter;
+  const float g = __bfloat162float(p.gate_up[t * 2 * p.inter + j]);
+  const float u = __bfloat162float(p.gate_up[t * 2 * p.inter + p.inter + j]);
+  p.out[idx] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+}
+
+}  // namespace
+
+void launch_silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream) {
+  constexpr const char* k = "silu_and_mul";
+  require(p.gate_up && p.out, k, "gate_up and out are required");
+  require(p.rows >= 0 && p.inter > 0, k, "rows >= 0, inter > 0");
+  const int64_t n = p.rows * p.inter;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  silu_and_mul_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                        stream>>>(p);
+  check_launch(k);
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,29 @@
+#include "gpu_engine/kernels/embedding.h"
+#include "gpu_engine/kernels/launch_check.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+__global__ void embedding_kernel(EmbeddingParams p) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = p.ids[t];
+  const bool ok = id >= 0 && id < p.vocab;
+  if (!ok && threadIdx.x == 0 && p.bad_ids) atomicAdd(p.bad_ids, 1);
+  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x)
+    p.out[t * p.hidden + j] = ok ? p.table[static_cast<int64_t>(id) * p.hidden + j]
+                                 : __float2bfloat16_rn(__int_as_float(0x7fc00000));
+}
+
+}  // namespace
+
+void launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
+  constexpr const char* k = "embedding";
+  require(p.ids && p.table && p.out, k, "ids, table and out are required");
+  require(p.tokens >= 0 && p.vocab > 0 && p.hidden > 0, k, "tokens >= 0, vocab > 0, hidden > 0");
+  if (p.tokens == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
+  check_launch(k);
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,24 @@
+#pragma once
+// Embedding gather: out[t] = table[ids[t]] (bf16 rows copied bit for bit). An id outside
+// [0, vocab) writes a NaN row and counts itself in *bad_ids (device int, optional), so a bad
+// token is visible in the output and to the caller rather than reading another row.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+struct EmbeddingParams {
+  const int32_t* ids = nullptr;          // [tokens]
+  const __nv_bfloat16* table = nullptr;  // [vocab, hidden]
+  __nv_bfloat16* out = nullptr;          // [tokens, hidden]
+  int32_t* bad_ids = nullptr;            // optional device counter
+  int64_t tokens = 0;
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+};
+
+void launch_embedding(const EmbeddingParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu

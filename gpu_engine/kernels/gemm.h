@@ -1,0 +1,44 @@
+#pragma once
+// bf16 GEMM through cuBLASLt, the layout every linear of the engine uses:
+//   C[M, N] = A[M, K] · B[N, K]^T     (row-major; B is the weight as checkpoints store it)
+// fp32 accumulation (CUBLAS_COMPUTE_32F), C rounded once to bf16 (or kept fp32). The algorithm
+// for each (M, N, K, output) comes from cuBLASLt's heuristic once and is then reused, so one
+// shape always runs the same algorithm: bit-identical run to run.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace qparity::gpu {
+
+enum class GemmOut { kBf16, kF32 };
+
+class BlasLtGemm {
+ public:
+  explicit BlasLtGemm(size_t workspace_bytes = size_t{32} << 20);
+  ~BlasLtGemm();
+  BlasLtGemm(const BlasLtGemm&) = delete;
+  BlasLtGemm& operator=(const BlasLtGemm&) = delete;
+
+  // Pointers 16-byte aligned, K a multiple of 8 (16-byte rows for cuBLASLt's tensor-core paths).
+  void nt(const __nv_bfloat16* a, const __nv_bfloat16* b, void* c, GemmOut out, int64_t m,
+          int64_t n, int64_t k, cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOut out);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, Plan> plans_;
+};
+
+}  // namespace qparity::gpu

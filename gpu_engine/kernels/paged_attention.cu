@@ -1,0 +1,193 @@
+#include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/paged_attention.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+__device__ __forceinline__ int64_t cache_offset(const int32_t* block_table, int64_t max_blocks,
+                                                int64_t block_size, int64_t kv_heads,
+                                                int64_t head_dim, int32_t s, int64_t p, int64_t h) {
+  // 32-bit division: positions and block sizes fit (the launchers bound them).
+  const int32_t pos = static_cast<int32_t>(p), bs = static_cast<int32_t>(block_size);
+  const int32_t j = pos / bs;
+  const int64_t block = block_table[s * max_blocks + j];
+  return ((block * block_size + (pos - j * bs)) * kv_heads + h) * head_dim;
+}
+
+__global__ void kv_cache_write_kernel(KvCacheWriteParams p) {
+  const int64_t i = blockIdx.x;
+  const int64_t width = p.num_kv_heads * p.head_dim;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    const int64_t h = e / p.head_dim, d = e % p.head_dim;
+    const int64_t o = cache_offset(p.block_table, p.max_blocks_per_seq, p.block_size,
+                                   p.num_kv_heads, p.head_dim, p.seq[i], p.pos[i], h) +
+                      d;
+    p.k_cache[o] = p.k[i * p.k_stride + e];
+    p.v_cache[o] = p.v[i * p.v_stride + e];
+  }
+}
+
+constexpr int kWarps = 8;       // warps per (token, head) block, each taking every 8th key group
+constexpr int kKeys = 4;        // keys per warp iteration: four loads in flight, one softmax update
+constexpr int kMaxPerLane = 8;  // head_dim <= 256
+
+// One block per (token, head). Warp w takes key groups w, w + kWarps, ...; a group is kKeys
+// consecutive positions, whose K and V rows are all loaded before any is used (memory-level
+// parallelism, the decode bottleneck). The summation order depends only on the token's position,
+// never on the batch: prefill and decode, alone or batched, give the same bits.
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAttentionParams p) {
+  const int64_t i = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t kv_h = h / (p.num_heads / p.num_kv_heads);
+  const int32_t s = p.seq[i];
+  const int64_t last = p.pos[i];
+  float q[kPerLane], acc[kPerLane];
+  const __nv_bfloat16* qp = p.q + i * p.q_stride + h * p.head_dim;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    q[j] = __bfloat162float(qp[lane + 32 * j]) * p.scale;
+    acc[j] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int64_t base = static_cast<int64_t>(warp) * kKeys; base <= last; base += kWarps * kKeys) {
+    float kv[kKeys][kPerLane], vv[kKeys][kPerLane], dot[kKeys];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const int64_t key = base + u;
+      if (key <= last) {
+        const int64_t o = cache_offset(p.block_table, p.max_blocks_per_seq, p.block_size,
+                                       p.num_kv_heads, p.head_dim, s, key, kv_h);
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          kv[u][j] = __bfloat162float(p.k_cache[o + lane + 32 * j]);
+          vv[u][j] = __bfloat162float(p.v_cache[o + lane + 32 * j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+          kv[u][j] = vv[u][j] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      dot[u] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        dot[u] += q[j] * kv[u][j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u)
+        dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      if (base + u <= last) m_new = fmaxf(m_new, dot[u]);
+    const float corr = expf(m - m_new);  // exp(-inf) = 0 before the first key
+    float e[kKeys];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      e[u] = base + u <= last ? expf(dot[u] - m_new) : 0.f;
+    l *= corr;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      l += e[u];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      float a = acc[j] * corr;
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u)
+        a += e[u] * vv[u][j];
+      acc[j] = a;
+    }
+    m = m_new;
+  }
+  // Merge the warps' partial softmax states in warp order.
+  __shared__ float sm[kWarps], sl[kWarps];
+  __shared__ float sacc[kWarps][kMaxPerLane * 32];
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    sacc[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  float mm = -INFINITY;
+  for (int w = 0; w < kWarps; ++w)
+    mm = fmaxf(mm, sm[w]);
+  float ll = 0.f;
+  for (int w = 0; w < kWarps; ++w)
+    if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
+  __nv_bfloat16* op = p.out + i * p.out_stride + h * p.head_dim;
+  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float v = 0.f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
+    op[d] = __float2bfloat16_rn(v / ll);
+  }
+}
+
+}  // namespace
+
+void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream) {
+  constexpr const char* k = "kv_cache_write";
+  require(p.k && p.v && p.k_cache && p.v_cache && p.block_table && p.seq && p.pos, k,
+          "every pointer is required");
+  require(p.tokens >= 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.block_size > 0 &&
+              p.max_blocks_per_seq > 0 && p.num_blocks > 0,
+          k, "positive sizes");
+  require(p.k_stride >= p.num_kv_heads * p.head_dim && p.v_stride >= p.num_kv_heads * p.head_dim, k,
+          "k / v stride < num_kv_heads * head_dim");
+  if (p.tokens == 0) return;
+  kv_cache_write_kernel<<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
+  check_launch(k);
+}
+
+void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+  constexpr const char* k = "paged_attention";
+  require(p.q && p.k_cache && p.v_cache && p.block_table && p.seq && p.pos && p.out, k,
+          "every pointer is required");
+  require(p.head_dim % 32 == 0 && p.head_dim > 0 && p.head_dim <= 32 * kMaxPerLane, k,
+          "head_dim " + std::to_string(p.head_dim) + " must be a multiple of 32 in [32, 256]");
+  require(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0, k,
+          "num_heads must be a positive multiple of num_kv_heads");
+  require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
+  require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
+          "q / out stride < num_heads * head_dim");
+  require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");
+  if (p.tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads));
+  switch (p.head_dim / 32) {
+    case 1:
+      paged_attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 2:
+      paged_attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 3:
+      paged_attention_kernel<3><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 4:
+      paged_attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 5:
+      paged_attention_kernel<5><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 6:
+      paged_attention_kernel<6><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    case 7:
+      paged_attention_kernel<7><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+    default:
+      paged_attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+      break;
+  }
+  check_launch(k);
+}
+
+}  // namespace qparity::gpu

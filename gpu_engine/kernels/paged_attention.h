@@ -1,0 +1,55 @@
+#pragma once
+// Causal attention over a paged KV cache, for prefill and decode alike (one kernel, so a prefill
+// and the decode steps that follow see the same arithmetic), with grouped-query heads.
+//
+// Cache: k_cache and v_cache [num_blocks, block_size, num_kv_heads, head_dim] bf16. Sequence s's
+// position p lives in block block_table[s * max_blocks_per_seq + p / block_size], slot
+// p % block_size. launch_kv_cache_write stores new tokens' K and V there; launch_paged_attention
+// then lets token i (sequence seq[i], position pos[i]) attend to positions 0..pos[i] of its
+// sequence.
+//
+// Precision: q.k in fp32 from bf16 inputs, softmax online in fp32 (running max, exp, running
+// sum), probabilities times V accumulated in fp32, the output rounded once to bf16 - the
+// flash-attention semantics, not HF eager's (which rounds scores and probabilities to bf16).
+// Keys are visited in a fixed order independent of the batch: a token's output does not depend
+// on what else is in the batch, and runs are bit-identical.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+struct KvCacheWriteParams {
+  const __nv_bfloat16* k = nullptr;  // token i's K heads at k + i * k_stride
+  const __nv_bfloat16* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;
+  __nv_bfloat16* k_cache = nullptr;
+  __nv_bfloat16* v_cache = nullptr;
+  const int32_t* block_table = nullptr;
+  const int32_t* seq = nullptr;  // [tokens]
+  const int32_t* pos = nullptr;  // [tokens]
+  int64_t tokens = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t block_size = 0, max_blocks_per_seq = 0, num_blocks = 0;
+};
+
+struct PagedAttentionParams {
+  const __nv_bfloat16* q = nullptr;  // token i, head h at q + i * q_stride + h * head_dim
+  int64_t q_stride = 0;
+  const __nv_bfloat16* k_cache = nullptr;
+  const __nv_bfloat16* v_cache = nullptr;
+  const int32_t* block_table = nullptr;
+  const int32_t* seq = nullptr;
+  const int32_t* pos = nullptr;
+  __nv_bfloat16* out = nullptr;  // token i, head h at out + i * out_stride + h * head_dim
+  int64_t out_stride = 0;
+  int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t block_size = 0, max_blocks_per_seq = 0;
+  float scale = 0;  // 1/sqrt(head_dim) for Llama / Qwen3
+};
+
+void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream);
+// head_dim a multiple of 32, at most 256.
+void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu

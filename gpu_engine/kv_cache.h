@@ -1,0 +1,55 @@
+#pragma once
+// Paged KV cache: per layer, K and V pools of num_blocks blocks of block_size positions
+// ([num_blocks, block_size, num_kv_heads, head_dim] bf16), and a block table mapping each
+// sequence slot's positions to blocks (row s: block of positions [j * block_size, (j+1) *
+// block_size)). Blocks come from one free list shared by all slots, so sequences of different
+// lengths share the pool (continuous batching); release() returns a finished sequence's blocks.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/config/model_config.h"
+#include "gpu_engine/device_buffer.h"
+
+namespace qparity::gpu {
+
+struct KvCacheShape {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t max_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+};
+
+class PagedKvCache {
+ public:
+  PagedKvCache(const ModelConfig& cfg, const KvCacheShape& shape);
+
+  // Slot s gets blocks for positions [0, length). Throws qparity::Error ("kv cache") naming the
+  // slot when the pool or the slot's table row is exhausted.
+  void reserve(int32_t slot, int64_t length);
+  void release(int32_t slot);
+  int64_t reserved(int32_t slot) const;  // positions slot s has blocks for
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Copies the host block table to the device when it changed (stream-ordered).
+  void sync(cudaStream_t stream);
+
+  __nv_bfloat16* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
+  __nv_bfloat16* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
+  const int32_t* block_table() const { return table_dev_.get(); }
+  const KvCacheShape& shape() const { return shape_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  KvCacheShape shape_;
+  std::vector<DeviceBuffer<__nv_bfloat16>> k_, v_;
+  std::vector<int32_t> table_;      // [max_seqs, max_blocks_per_seq], -1 = none
+  std::vector<int64_t> blocks_of_;  // per slot
+  std::vector<int32_t> free_;
+  DeviceBuffer<int32_t> table_dev_;
+  bool dirty_ = true;
+  size_t bytes_ = 0;
+};
+
+}  // namespace qparity::gpu

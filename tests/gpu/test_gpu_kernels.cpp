@@ -1,0 +1,440 @@
+// Every engine kernel against the fp64 reference op (reference_cpu/layers) on fresh random
+// bf16-representable inputs, outputs poisoned with NaN first so an element a kernel fails to
+// write fails the test. Judged by ||out - ref|| / ||ref|| where ref is the fp64 op rounded once to
+// bf16, against kFlipBound (kernel_test_util.h says why that number). Launcher checks (bad
+// shapes, missing pointers) run without a GPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "../unit/error_of.h"
+#include "../unit/test_seed.h"
+#include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/embedding.h"
+#include "gpu_engine/kernels/gemm.h"
+#include "gpu_engine/kernels/moe_dispatch.h"
+#include "gpu_engine/kernels/moe_routing.h"
+#include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/rms_norm.h"
+#include "gpu_engine/kernels/rope.h"
+#include "gpu_test.h"
+#include "kernel_test_util.h"
+#include "reference_cpu/layers/activation.h"
+#include "reference_cpu/layers/attention.h"
+#include "reference_cpu/layers/moe_router.h"
+#include "reference_cpu/layers/rms_norm.h"
+#include "reference_cpu/layers/rope.h"
+
+namespace qparity {
+namespace {
+
+using gpu::DeviceBuffer;
+using reference::Matrix;
+using test::Bf16;
+using test::kFlipBound;
+using test::random_bf16;
+using test::rel_l2;
+using test::round_bf16;
+using test::to_doubles;
+using ::testing::HasSubstr;
+
+class GpuKernels : public test::GpuTest {
+ protected:
+  std::mt19937_64 rng{test::test_seed()};
+};
+
+TEST_F(GpuKernels, RmsNormPlainFusedAndPerHead) {
+  const int64_t t = 37, h = 1024;
+  std::vector<Bf16> hx, hr, hw;
+  const Matrix x = random_bf16(rng, t, h, 1.0, hx), res = random_bf16(rng, t, h, 4.0, hr);
+  Matrix wm = random_bf16(rng, 1, h, 0.3, hw);
+  const std::vector<double> w = wm.data;
+  DeviceBuffer<Bf16> dx(hx), dr(hr), dw(hw), out(hx.size()), rout(hx.size());
+  {  // plain
+    out.poison();
+    gpu::RmsNormParams p{dx.get(), nullptr, nullptr, dw.get(), out.get(), t, 1, h, h, 1e-6f};
+    gpu::launch_rms_norm(p, nullptr);
+    const double e =
+        rel_l2(to_doubles(out.download()), round_bf16(reference::rms_norm(x, w, 1e-6).data));
+    EXPECT_LE(e, kFlipBound) << e;
+  }
+  {  // fused residual add: h = bf16(x + res) is the new residual, and what is normalized
+    out.poison();
+    rout.poison();
+    gpu::RmsNormParams p{dx.get(), dr.get(), rout.get(), dw.get(), out.get(), t, 1, h, h, 1e-6f};
+    gpu::launch_rms_norm(p, nullptr);
+    Matrix sum = x;
+    for (size_t i = 0; i < sum.data.size(); ++i)
+      sum.data[i] += res.data[i];
+    sum.data = round_bf16(sum.data);
+    // The sum of two bf16 numbers rounds identically in fp32 and fp64: exact.
+    EXPECT_EQ(to_doubles(rout.download()), sum.data);
+    const double e =
+        rel_l2(to_doubles(out.download()), round_bf16(reference::rms_norm(sum, w, 1e-6).data));
+    EXPECT_LE(e, kFlipBound) << e;
+  }
+  {  // Qwen3 q_norm: every head of the q part of a fused qkv row, in place
+    const int64_t heads = 8, d = 128, kv = 2 * 2 * d, width = heads * d + kv;
+    std::vector<Bf16> hq, hwq;
+    const Matrix qkv = random_bf16(rng, t, width, 2.0, hq);
+    const Matrix wq = random_bf16(rng, 1, d, 0.5, hwq);
+    DeviceBuffer<Bf16> dq(hq), dwq(hwq);
+    gpu::RmsNormParams p{dq.get(), nullptr, nullptr, dwq.get(), dq.get(),
+                         t,        heads,   d,       width,     1e-6f};
+    gpu::launch_rms_norm(p, nullptr);
+    const std::vector<double> got = to_doubles(dq.download());
+    Matrix q(t, heads * d), got_q(t, heads * d), got_rest(t, kv), want_rest(t, kv);
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t c = 0; c < heads * d; ++c)
+        q(r, c) = qkv(r, c), got_q(r, c) = got[static_cast<size_t>(r * width + c)];
+      for (int64_t c = 0; c < kv; ++c)
+        want_rest(r, c) = qkv(r, heads * d + c),
+                     got_rest(r, c) = got[static_cast<size_t>(r * width + heads * d + c)];
+    }
+    const double e =
+        rel_l2(got_q.data, round_bf16(reference::rms_norm_heads(q, d, wq.data, 1e-6).data));
+    EXPECT_LE(e, kFlipBound) << e;
+    EXPECT_EQ(got_rest.data, want_rest.data) << "k and v are left alone";
+  }
+}
+
+ModelConfig rope_config(int64_t head_dim, bool llama3) {
+  ModelConfig c;
+  c.head_dim = head_dim;
+  c.rope_theta = llama3 ? 500000.0 : 1000000.0;
+  if (llama3) {
+    c.rope_scaling.type = RopeType::kLlama3;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+  }
+  return c;
+}
+
+TEST_F(GpuKernels, RopeDefaultAndLlama3) {
+  for (const bool llama3 : {false, true}) {
+    SCOPED_TRACE(llama3 ? "llama3" : "default");
+    const int64_t t = 64, heads = 4, d = 128, stride = heads * d + 64;
+    const reference::Rope rope(rope_config(d, llama3));
+    std::vector<Bf16> hx;
+    const Matrix x = random_bf16(rng, t, stride, 1.0, hx);
+    std::vector<int32_t> pos(static_cast<size_t>(t));
+    std::vector<int64_t> pos64(pos.size());
+    std::uniform_int_distribution<int32_t> pd(0, 100000);  // long-context angles too
+    for (size_t i = 0; i < pos.size(); ++i)
+      pos[i] = pd(rng), pos64[i] = pos[i];
+    DeviceBuffer<Bf16> dx(hx);
+    DeviceBuffer<int32_t> dp(pos);
+    DeviceBuffer<double> di(rope.inv_freq());
+    gpu::launch_rope({dx.get(), dp.get(), di.get(), t, heads, d, stride, 1.0}, nullptr);
+    const std::vector<double> got = to_doubles(dx.download());
+    Matrix want(t, heads * d), g(t, heads * d);
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t c = 0; c < heads * d; ++c)
+        want(r, c) = x(r, c), g(r, c) = got[static_cast<size_t>(r * stride + c)];
+    rope.apply(want, heads, pos64);
+    // fp64 on both sides: only libm's and CUDA's sin/cos (each within an fp64 ULP or two) differ.
+    const double e = rel_l2(g.data, round_bf16(want.data));
+    EXPECT_LE(e, kFlipBound) << e;
+    for (int64_t r = 0; r < t; ++r)  // the tail past the heads is untouched
+      for (int64_t c = heads * d; c < stride; ++c)
+        ASSERT_EQ(got[static_cast<size_t>(r * stride + c)], x(r, c));
+  }
+}
+
+TEST_F(GpuKernels, SiluAndMul) {
+  const int64_t t = 33, inter = 3072;
+  std::vector<Bf16> hg;
+  const Matrix gu = random_bf16(rng, t, 2 * inter, 2.0, hg);
+  DeviceBuffer<Bf16> dg(hg), out(static_cast<size_t>(t * inter));
+  out.poison();
+  gpu::launch_silu_and_mul({dg.get(), out.get(), t, inter}, nullptr);
+  const double e = rel_l2(to_doubles(out.download()), round_bf16(reference::silu_and_mul(gu).data));
+  EXPECT_LE(e, kFlipBound) << e;
+}
+
+TEST_F(GpuKernels, EmbeddingGatherIsExactAndFlagsBadIds) {
+  const int64_t vocab = 1000, hidden = 256;
+  std::vector<Bf16> ht;
+  const Matrix table = random_bf16(rng, vocab, hidden, 1.0, ht);
+  const std::vector<int32_t> ids = {0, 999, 5, 5, -1, 1000, 17};
+  DeviceBuffer<Bf16> dt(ht), out(ids.size() * hidden);
+  DeviceBuffer<int32_t> di(ids), bad(std::vector<int32_t>{0});
+  out.poison();
+  gpu::launch_embedding(
+      {di.get(), dt.get(), out.get(), bad.get(), static_cast<int64_t>(ids.size()), vocab, hidden},
+      nullptr);
+  const std::vector<double> got = to_doubles(out.download());
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t j = 0; j < hidden; ++j) {
+      const double g = got[t * hidden + static_cast<size_t>(j)];
+      if (ids[t] < 0 || ids[t] >= vocab)
+        ASSERT_TRUE(std::isnan(g)) << "token " << t;
+      else
+        ASSERT_EQ(g, table(ids[t], j)) << "token " << t;
+    }
+  EXPECT_EQ(bad.download()[0], 2);
+}
+
+TEST_F(GpuKernels, GemmMatchesTheFp64ProductForEveryShapeKind) {
+  gpu::BlasLtGemm gemm;
+  // decode (M = 1, 8), prefill, a non-power-of-two N, a long K
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1024, 1024}, {8, 3072, 1024}, {128, 1536, 2048}, {77, 1000, 4096}}) {
+    SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+    std::vector<Bf16> ha, hb;
+    const Matrix a = random_bf16(rng, m, k, 1.0, ha), b = random_bf16(rng, n, k, 0.05, hb);
+    DeviceBuffer<Bf16> da(ha), db(hb), dc(static_cast<size_t>(m * n));
+    DeviceBuffer<float> df(static_cast<size_t>(m * n));
+    dc.poison();
+    df.poison();
+    gemm.nt(da.get(), db.get(), dc.get(), gpu::GemmOut::kBf16, m, n, k, nullptr);
+    gemm.nt(da.get(), db.get(), df.get(), gpu::GemmOut::kF32, m, n, k, nullptr);
+    const Matrix want = reference::matmul_nt(a, b);
+    const double e = rel_l2(to_doubles(dc.download()), round_bf16(want.data));
+    EXPECT_LE(e, kFlipBound) << e;
+    const std::vector<float> f = df.download();
+    // fp32 output: only the fp32 accumulation, ~sqrt(K) 2^-24 relative per element.
+    const double ef = rel_l2(std::vector<double>(f.begin(), f.end()), want.data);
+    EXPECT_LE(ef, 16 * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -24)) << ef;
+    // Same shape, same algorithm: bit-identical on a rerun.
+    DeviceBuffer<Bf16> dc2(static_cast<size_t>(m * n));
+    gemm.nt(da.get(), db.get(), dc2.get(), gpu::GemmOut::kBf16, m, n, k, nullptr);
+    const auto c1 = dc.download(), c2 = dc2.download();
+    ASSERT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(Bf16)), 0);
+  }
+}
+
+// Three sequences of different lengths in one paged cache with shuffled blocks: every token's
+// output against the fp64 causal attention of its sequence; then a decode step (the last token of
+// each sequence alone) reproduces the prefill row bit for bit.
+TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
+  const int64_t heads = 8, kv_heads = 2, d = 128, block = 16;
+  const std::vector<int64_t> lens = {1, 37, 130};
+  const int64_t max_blocks = 16, num_blocks = 3 * max_blocks;
+  std::vector<int32_t> table(static_cast<size_t>(3 * max_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int32_t> seq, pos;
+  for (int32_t s = 0; s < 3; ++s)
+    for (int32_t p = 0; p < lens[static_cast<size_t>(s)]; ++p)
+      seq.push_back(s), pos.push_back(p);
+  const int64_t tokens = static_cast<int64_t>(seq.size());
+  const int64_t qkv_w = (heads + 2 * kv_heads) * d;
+  std::vector<Bf16> hqkv;
+  const Matrix qkv = random_bf16(rng, tokens, qkv_w, 1.0, hqkv);
+  DeviceBuffer<Bf16> dqkv(hqkv), kc(static_cast<size_t>(num_blocks * block * kv_heads * d)),
+      vc(kc.size()), out(static_cast<size_t>(tokens * heads * d));
+  DeviceBuffer<int32_t> dt(table), ds(seq), dp(pos);
+  kc.poison();
+  vc.poison();
+  out.poison();
+  const float scale = 1.f / std::sqrt(static_cast<float>(d));
+  gpu::KvCacheWriteParams w{dqkv.get() + heads * d,
+                            dqkv.get() + (heads + kv_heads) * d,
+                            qkv_w,
+                            qkv_w,
+                            kc.get(),
+                            vc.get(),
+                            dt.get(),
+                            ds.get(),
+                            dp.get(),
+                            tokens,
+                            kv_heads,
+                            d,
+                            block,
+                            max_blocks,
+                            num_blocks};
+  gpu::launch_kv_cache_write(w, nullptr);
+  gpu::PagedAttentionParams a{dqkv.get(), qkv_w,     kc.get(),   vc.get(), dt.get(), ds.get(),
+                              dp.get(),   out.get(), heads * d,  tokens,   heads,    kv_heads,
+                              d,          block,     max_blocks, scale};
+  gpu::launch_paged_attention(a, nullptr);
+  const std::vector<double> got = to_doubles(out.download());
+  int64_t row0 = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    const int64_t n = lens[s];
+    Matrix q(n, heads * d), k(n, kv_heads * d), v(n, kv_heads * d), g(n, heads * d);
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      p[static_cast<size_t>(r)] = r;
+      for (int64_t c = 0; c < heads * d; ++c)
+        q(r, c) = qkv(row0 + r, c), g(r, c) = got[static_cast<size_t>((row0 + r) * heads * d + c)];
+      for (int64_t c = 0; c < kv_heads * d; ++c)
+        k(r, c) = qkv(row0 + r, heads * d + c), v(r, c) = qkv(row0 + r, (heads + kv_heads) * d + c);
+    }
+    const Matrix want = reference::causal_attention(q, k, v, p, p, heads, kv_heads, d,
+                                                    1.0 / std::sqrt(static_cast<double>(d)));
+    const double e = rel_l2(g.data, round_bf16(want.data));
+    EXPECT_LE(e, kFlipBound) << "sequence " << s << ": " << e;
+    row0 += n;
+  }
+  // Decode: the last token of each sequence, alone in the batch.
+  std::vector<int32_t> dseq = {0, 1, 2}, dpos;
+  std::vector<int64_t> last_rows;
+  row0 = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    dpos.push_back(static_cast<int32_t>(lens[s] - 1));
+    last_rows.push_back(row0 + lens[s] - 1);
+    row0 += lens[s];
+  }
+  std::vector<Bf16> hq;
+  for (const int64_t r : last_rows)
+    hq.insert(hq.end(), hqkv.begin() + r * qkv_w, hqkv.begin() + r * qkv_w + heads * d);
+  DeviceBuffer<Bf16> dq(hq), dout(static_cast<size_t>(3 * heads * d));
+  DeviceBuffer<int32_t> dds(dseq), ddp(dpos);
+  dout.poison();
+  gpu::PagedAttentionParams dec = a;
+  dec.q = dq.get();
+  dec.q_stride = heads * d;
+  dec.seq = dds.get();
+  dec.pos = ddp.get();
+  dec.out = dout.get();
+  dec.tokens = 3;
+  gpu::launch_paged_attention(dec, nullptr);
+  const std::vector<Bf16> decoded = dout.download(), prefill = out.download();
+  for (size_t s = 0; s < 3; ++s)
+    ASSERT_EQ(std::memcmp(&decoded[s * heads * d], &prefill[last_rows[s] * heads * d],
+                          heads * d * sizeof(Bf16)),
+              0)
+        << "decode differs from prefill for sequence " << s;
+}
+
+TEST_F(GpuKernels, MoeRoutingMatchesTheReferenceAndBreaksTiesLow) {
+  const int64_t t = 200, e = 128, k = 8;
+  std::vector<Bf16> hb;
+  const Matrix logits = random_bf16(rng, t, e, 2.0, hb);
+  const std::vector<float> hl(logits.data.begin(), logits.data.end());
+  for (const bool norm : {true, false}) {
+    DeviceBuffer<float> dl(hl);
+    DeviceBuffer<int32_t> ids(static_cast<size_t>(t * k));
+    DeviceBuffer<float> w(static_cast<size_t>(t * k));
+    ids.poison();
+    w.poison();
+    gpu::launch_moe_routing({dl.get(), ids.get(), w.get(), t, e, k, norm}, nullptr);
+    const auto gi = ids.download();
+    const auto gw = w.download();
+    const reference::Routing want = reference::route_topk(logits, k, norm);
+    const Matrix probs = reference::router_softmax(logits);
+    for (int64_t r = 0; r < t; ++r) {
+      // Where two probabilities are within fp32 resolution the order may legitimately differ;
+      // bf16 logits make exact ties possible, and those the rule fixes (lower index first).
+      std::vector<double> pr(probs.row(r).begin(), probs.row(r).end());
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t want_id = want.ids[static_cast<size_t>(r)][static_cast<size_t>(j)];
+        const int32_t got_id = gi[static_cast<size_t>(r * k + j)];
+        ASSERT_TRUE(got_id >= 0 && got_id < e) << "token " << r << " slot " << j << ": " << got_id;
+        if (got_id != want_id) {
+          EXPECT_NEAR(pr[static_cast<size_t>(got_id)], pr[static_cast<size_t>(want_id)],
+                      1e-6 * pr[static_cast<size_t>(want_id)])
+              << "token " << r << " slot " << j;
+        }
+        EXPECT_NEAR(gw[static_cast<size_t>(r * k + j)],
+                    want.weights[static_cast<size_t>(r)][static_cast<size_t>(j)],
+                    2e-6 * want.weights[static_cast<size_t>(r)][static_cast<size_t>(j)] + 1e-12);
+      }
+    }
+  }
+  // Exact ties: equal logits everywhere pick experts 0..k-1 in order.
+  std::vector<float> flat(static_cast<size_t>(e), 0.5f);
+  DeviceBuffer<float> dl(flat);
+  DeviceBuffer<int32_t> ids(static_cast<size_t>(k));
+  DeviceBuffer<float> w(static_cast<size_t>(k));
+  gpu::launch_moe_routing({dl.get(), ids.get(), w.get(), 1, e, k, true}, nullptr);
+  const auto gi = ids.download();
+  for (int32_t j = 0; j < k; ++j)
+    EXPECT_EQ(gi[static_cast<size_t>(j)], j);
+  for (const float x : w.download())
+    EXPECT_FLOAT_EQ(x, 1.f / static_cast<float>(k));
+}
+
+// Gather and scatter are bit copies; the combine is the routing-weighted sum of a token's expert
+// outputs in ascending expert id, rounded once.
+TEST_F(GpuKernels, MoeGatherScatterCombine) {
+  const int64_t t = 50, k = 4, h = 512, experts = 16;
+  std::vector<Bf16> hs;
+  const Matrix slots = random_bf16(rng, t * k, h, 1.0, hs);
+  std::vector<int32_t> ids(static_cast<size_t>(t * k));
+  std::vector<float> w(ids.size());
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  for (int64_t r = 0; r < t; ++r) {
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t j = 0; j < k; ++j)
+      ids[static_cast<size_t>(r * k + j)] = all[static_cast<size_t>(j)],
+                                      w[static_cast<size_t>(r * k + j)] = u(rng);
+  }
+  DeviceBuffer<Bf16> ds(hs), out(static_cast<size_t>(t * h));
+  DeviceBuffer<int32_t> di(ids);
+  DeviceBuffer<float> dw(w);
+  out.poison();
+  gpu::launch_moe_combine({ds.get(), di.get(), dw.get(), out.get(), t, k, h}, nullptr);
+  std::vector<double> want(static_cast<size_t>(t * h), 0.0);
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t c = 0; c < h; ++c)
+        want[static_cast<size_t>(r * h + c)] +=
+            static_cast<double>(w[static_cast<size_t>(r * k + j)]) * slots(r * k + j, c);
+  const double e = rel_l2(to_doubles(out.download()), round_bf16(want));
+  EXPECT_LE(e, kFlipBound) << e;
+
+  // Gather rows 7, 0, 7 of the slots, scatter them back to rows 1, 2, 3 of a fresh buffer.
+  const std::vector<int32_t> rows = {7, 0, 7}, dest = {1, 2, 3};
+  DeviceBuffer<int32_t> dr(rows), dd(dest);
+  DeviceBuffer<Bf16> g(3 * static_cast<size_t>(h)), back(4 * static_cast<size_t>(h));
+  g.poison();
+  back.poison();
+  gpu::launch_gather_rows({ds.get(), dr.get(), g.get(), 3, h, t * k}, nullptr);
+  gpu::launch_scatter_rows({g.get(), dd.get(), back.get(), 3, h, 4}, nullptr);
+  const std::vector<double> got = to_doubles(back.download());
+  for (size_t i = 0; i < 3; ++i)
+    for (int64_t c = 0; c < h; ++c)
+      ASSERT_EQ(got[(dest[i]) * static_cast<size_t>(h) + static_cast<size_t>(c)],
+                slots(rows[i], c));
+  for (int64_t c = 0; c < h; ++c)
+    ASSERT_TRUE(std::isnan(got[static_cast<size_t>(c)])) << "row 0 was not a destination";
+}
+
+// Launchers refuse bad parameters before touching the device: these run on CI without a GPU.
+TEST(KernelLaunchers, RejectBadParametersByName) {
+  using test::error_of;
+  EXPECT_THAT(error_of([] { gpu::launch_rms_norm({}, nullptr); }), HasSubstr("rms_norm"));
+  Bf16* fake = reinterpret_cast<Bf16*>(uintptr_t{256});
+  EXPECT_THAT(
+      error_of([&] {
+        gpu::launch_rms_norm({fake, nullptr, nullptr, fake, fake, 4, 1, 64, 32, 1e-6f}, nullptr);
+      }),
+      HasSubstr("row_stride 32 < vectors_per_row * dim"));
+  const int32_t* ip = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  const float* fp = reinterpret_cast<const float*>(uintptr_t{256});
+  const double* dp = reinterpret_cast<const double*>(uintptr_t{256});
+  EXPECT_THAT(error_of([&] {
+                gpu::launch_rope({fake, ip, dp, 4, 2, 63, 200, 1.0}, nullptr);
+              }),
+              HasSubstr("head_dim 63 must be positive and even"));
+  gpu::PagedAttentionParams a{fake, 1024, fake, fake, ip,  ip, ip, fake,
+                              1024, 1,    8,    3,    128, 16, 4,  0.1f};
+  EXPECT_THAT(error_of([&] { gpu::launch_paged_attention(a, nullptr); }),
+              HasSubstr("multiple of num_kv_heads"));
+  a.num_kv_heads = 2;
+  a.head_dim = 96 + 16;
+  EXPECT_THAT(error_of([&] { gpu::launch_paged_attention(a, nullptr); }),
+              HasSubstr("multiple of 32"));
+  EXPECT_THAT(error_of([&] {
+                gpu::launch_moe_routing(
+                    {fp, const_cast<int32_t*>(ip), const_cast<float*>(fp), 1, 8, 9, true},
+                    nullptr);
+              }),
+              HasSubstr("top_k 9"));
+}
+
+}  // namespace
+}  // namespace qparity

@@ -1,0 +1,322 @@
+// `qparity engine run --model DIR (--tokens FILE | --synthetic N --seq-len T) [--dump FILE]`:
+//   the GPU engine over token sequences (each from an empty cache; as many per forward as fit),
+//   teacher-forced: per-sequence NLL / perplexity on stdout, and with --dump every capture point
+//   in the golden schema, so compare / bisect / report read it like any golden.
+//   With --local GOLDEN: a layer-local dump (every layer on the golden's own inputs), what the
+//   per-point gates of a policy judge; a free run is judged end to end.
+// `qparity engine layer --model DIR --golden FILE --layer N [--policy P]`: re-runs one layer on
+//   the golden's own inputs (embed or layers.<N-1>.residual) and judges that layer's points:
+//   exit 3 when the layer fails on clean inputs (its own error), 0 when it passes (an error seen
+//   downstream in a full run was inherited).
+// `qparity engine generate --model DIR --prompts FILE --max-new N [--temperature --top-p --seed]`:
+//   continuous batching: every prompt (one per line, token ids) prefilled, then all live
+//   sequences decode together, one token each per step, through CUDA graphs (dense models); a
+//   finished sequence frees its slot and cache blocks for the next prompt.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "golden/compare.h"
+#include "golden/reference_run.h"
+#include "gpu_engine/device_info.h"
+#include "gpu_engine/engine.h"
+#include "gpu_engine/engine_golden.h"
+#include "gpu_engine/sampler.h"
+#include "reference_cpu/models/trace.h"
+
+namespace qparity::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_tokens,
+                                         int64_t max_seqs, int64_t max_context) {
+  gpu::EngineOptions eo;
+  eo.max_tokens = max_tokens;
+  eo.max_seqs = max_seqs;
+  eo.max_context = max_context;
+  return std::make_unique<gpu::Engine>(gpu::load_gpu_model(model, &std::cerr), eo);
+}
+
+struct RunOptions {
+  std::string model, tokens, dump, capture = "*", local;
+  int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
+  uint64_t seed = 1;
+  bool force = false, f32 = false;
+};
+
+void run(const RunOptions& o) {
+  if (o.local.empty() && o.tokens.empty() == (o.synthetic <= 0))
+    throw Error("engine run", "give exactly one of --tokens FILE, --synthetic N or --local GOLDEN");
+  if (!o.dump.empty() && fs::exists(o.dump) && !o.force)
+    throw Error(o.dump, "exists; pass --force to replace it");
+  auto e = make_engine(o.model, o.max_tokens, 8, 4096);
+  if (!o.local.empty()) {
+    if (o.dump.empty()) throw Error("engine run", "--local needs --dump FILE");
+    const auto ref = golden::GoldenReader::open(o.local);
+    golden::Golden g = gpu::engine_golden_local(*e, ref, o.capture, &std::cerr);
+    g.meta.producer_version = QPARITY_VERSION;
+    g.meta.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
+    golden::write_golden(o.dump, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
+    std::cerr << "qparity engine: layer-local dump, " << g.points.size() << " capture points -> "
+              << o.dump << "\n";
+    return;
+  }
+  const golden::TokenInputs in =
+      o.synthetic > 0 ? golden::synthetic_inputs(o.synthetic, o.seq_len, e->config().vocab, o.seed)
+                      : golden::file_inputs(o.tokens, o.seq_len);
+  golden::Golden g = gpu::engine_golden(*e, in, o.capture, !o.dump.empty(), &std::cerr);
+  for (int64_t s = 0; s < g.sequences; ++s)
+    std::cout << "sequence " << s << ": NLL " << g.sequence_nll[static_cast<size_t>(s)] << ", PPL "
+              << g.sequence_ppl[static_cast<size_t>(s)] << "\n";
+  if (o.dump.empty()) return;
+  g.meta.producer_version = QPARITY_VERSION;
+  g.meta.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
+  golden::write_golden(o.dump, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
+  std::cerr << "qparity engine: " << g.points.size() << " capture points -> " << o.dump << "\n";
+}
+
+struct LayerOptions {
+  std::string model, golden, policy;
+  int64_t layer = 0;
+  bool json = false;
+};
+
+int layer(const LayerOptions& o) {
+  const auto gr = golden::GoldenReader::open(o.golden);
+  const std::string input =
+      o.layer == 0 ? "embed" : "layers." + std::to_string(o.layer - 1) + ".residual";
+  if (!gr.has_point(input))
+    throw Error(o.golden,
+                "lacks points/" + input + ", the input of layer " + std::to_string(o.layer));
+  const golden::Array2D x = gr.point(input);
+  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096);
+  reference::Trace trace("layers." + std::to_string(o.layer) + ".*");
+  for (int64_t s = 0; s < gr.sequences(); ++s) {
+    gpu::Batch b;
+    for (int64_t i = 0; i < gr.seq_len(); ++i) {
+      b.tokens.push_back(0);  // the layer starts from x: token ids are not read
+      b.slots.push_back(0);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    const auto first = x.data.begin() + s * gr.seq_len() * x.cols;
+    e->forward_layer(o.layer, std::vector<double>(first, first + gr.seq_len() * x.cols), b, &trace);
+    e->cache().release(0);
+  }
+  golden::Policy policy;
+  const golden::PolicySection* section = nullptr;
+  if (!o.policy.empty()) {
+    policy = golden::load_policy(o.policy);
+    section = &golden::policy_section(policy, golden::PolicyRole::kEngine,
+                                      golden::device_key(gpu::device_name()));
+  }
+  bool pass = true;
+  Json out = Json::array();
+  for (const auto& [name, m] : trace.points()) {
+    if (!gr.has_point(name)) continue;
+    const golden::Array2D want = gr.point(name);
+    golden::PointStats st;
+    if (name.ends_with(".moe.expert_out") || name.ends_with(".moe.topk_weights")) {
+      const std::string ids = name.substr(0, name.rfind('.') + 1) + "topk_ids";
+      const golden::Array2D wi = gr.point(ids);
+      const reference::Matrix& gi = trace.at(ids);
+      const auto al = golden::align_expert_outputs(want.data, m.data, wi.data, gi.data, want.rows,
+                                                   wi.cols, want.cols / wi.cols);
+      st = golden::compare_point(al.golden, al.candidate, want.rows, want.cols, false);
+    } else {
+      const bool ids = name.ends_with(".topk_ids");
+      st = golden::compare_point(want.data, m.data, want.rows, want.cols, ids);
+      if (ids)
+        st.mismatches = golden::compare_router(want.data, m.data, want.rows, want.cols).changed_ids;
+    }
+    golden::Verdict v;
+    if (section) v = golden::judge_point(*section, name, st);
+    pass = pass && v.pass;
+    out.push_back({{"point", name},
+                   {"rel_l2", golden::json_number(st.rel_l2)},
+                   {"max_abs", golden::json_number(st.max_abs)},
+                   {"pass", v.pass},
+                   {"failures", v.failures}});
+    if (!o.json) {
+      std::cout << name << ": rel_l2 " << st.rel_l2 << ", max_abs " << st.max_abs
+                << (section ? (v.pass ? "  ok" : "  FAIL") : "");
+      for (const auto& f : v.failures)
+        std::cout << "  " << f;
+      std::cout << "\n";
+    }
+  }
+  if (o.json)
+    std::cout << Json{{"layer", o.layer},
+                      {"input", input},
+                      {"points", out},
+                      {"verdict", pass ? "clean" : "local"}}
+                     .dump(2)
+              << "\n";
+  else
+    std::cout << "layer " << o.layer << " on the golden's inputs: "
+              << (pass ? "within policy (an error downstream of here is inherited)"
+                       : "FAILS on clean inputs: the error is LOCAL to this layer")
+              << "\n";
+  return pass ? 0 : 3;
+}
+
+struct GenerateOptions {
+  std::string model, prompts;
+  int64_t max_new = 32, max_seqs = 8;
+  double temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+};
+
+void generate(const GenerateOptions& o) {
+  std::ifstream f(o.prompts);
+  if (!f) throw Error(o.prompts, "cannot read");
+  std::vector<std::vector<int32_t>> prompts;
+  for (std::string line; std::getline(f, line);) {
+    std::istringstream ls(line);
+    std::vector<int32_t> p;
+    for (int64_t id; ls >> id;)
+      p.push_back(static_cast<int32_t>(id));
+    if (!p.empty()) prompts.push_back(p);
+  }
+  if (prompts.empty()) throw Error(o.prompts, "holds no prompt (one line of token ids each)");
+  auto e = make_engine(o.model, 4096, o.max_seqs, 4096);
+  struct Live {
+    size_t prompt;
+    int32_t slot;
+    int32_t pos;
+    int32_t next;
+    std::vector<int32_t> out;
+    gpu::Sampler sampler;
+  };
+  std::vector<Live> live;
+  std::vector<std::vector<int32_t>> results(prompts.size());
+  std::vector<int32_t> free_slots;
+  for (int64_t s = o.max_seqs - 1; s >= 0; --s)
+    free_slots.push_back(static_cast<int32_t>(s));
+  size_t next_prompt = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t decoded = 0;
+  while (next_prompt < prompts.size() || !live.empty()) {
+    // Admit waiting prompts into free slots: prefill each (one forward per prompt).
+    while (next_prompt < prompts.size() && !free_slots.empty()) {
+      const auto& p = prompts[next_prompt];
+      gpu::Batch b;
+      const int32_t slot = free_slots.back();
+      free_slots.pop_back();
+      for (size_t i = 0; i < p.size(); ++i) {
+        b.tokens.push_back(p[i]);
+        b.slots.push_back(slot);
+        b.positions.push_back(static_cast<int32_t>(i));
+      }
+      e->forward(b);
+      gpu::SamplingParams sp{o.temperature, o.top_p, o.seed + next_prompt};
+      Live l{next_prompt, slot, static_cast<int32_t>(p.size()), 0, {}, gpu::Sampler(sp)};
+      const std::vector<float> logits = e->logits_host(b.size());
+      l.next = l.sampler.next(std::span<const float>(logits).subspan(
+          (p.size() - 1) * static_cast<size_t>(e->config().vocab),
+          static_cast<size_t>(e->config().vocab)));
+      live.push_back(std::move(l));
+      ++next_prompt;
+    }
+    // One decode step for every live sequence.
+    gpu::Batch b;
+    for (auto& l : live) {
+      l.out.push_back(l.next);
+      b.tokens.push_back(l.next);
+      b.slots.push_back(l.slot);
+      b.positions.push_back(l.pos++);
+    }
+    std::vector<bool> done(live.size());
+    for (size_t i = 0; i < live.size(); ++i)
+      done[i] = static_cast<int64_t>(live[i].out.size()) >= o.max_new;
+    bool any_live = false;
+    for (bool d : done)
+      any_live = any_live || !d;
+    if (any_live) {
+      e->forward_graph(b);
+      decoded += b.size();
+      if (o.temperature == 0) {
+        const std::vector<int32_t> g = e->greedy(b.size());
+        for (size_t i = 0; i < live.size(); ++i)
+          live[i].next = g[i];
+      } else {
+        const std::vector<float> logits = e->logits_host(b.size());
+        const size_t v = static_cast<size_t>(e->config().vocab);
+        for (size_t i = 0; i < live.size(); ++i)
+          live[i].next = live[i].sampler.next(std::span<const float>(logits).subspan(i * v, v));
+      }
+    }
+    std::vector<Live> still;
+    for (size_t i = 0; i < live.size(); ++i) {
+      if (done[i]) {
+        results[live[i].prompt] = live[i].out;
+        e->cache().release(live[i].slot);
+        free_slots.push_back(live[i].slot);
+      } else {
+        still.push_back(std::move(live[i]));
+      }
+    }
+    live = std::move(still);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::cout << "prompt " << i << ":";
+    for (int32_t t : results[i])
+      std::cout << " " << t;
+    std::cout << "\n";
+  }
+  std::cerr << "qparity engine: " << decoded << " decode tokens in " << secs << " s\n";
+}
+
+}  // namespace
+
+void add_engine_command(CLI::App& app, int& rc) {
+  auto* eng = app.add_subcommand("engine", "The GPU engine: run (dumps), layer (bisect), generate");
+  eng->require_subcommand(1);
+  auto ro = std::make_shared<RunOptions>();
+  auto* r = eng->add_subcommand(
+      "run", "Teacher-forced run over token sequences; --dump writes a golden-schema file");
+  r->add_option("--model", ro->model, "checkpoint directory")->required();
+  r->add_option("--tokens", ro->tokens, "token id file");
+  r->add_option("--synthetic", ro->synthetic, "N synthetic sequences");
+  r->add_option("--seq-len", ro->seq_len, "tokens per sequence");
+  r->add_option("--seed", ro->seed, "seed of synthetic tokens")->capture_default_str();
+  r->add_option("--dump", ro->dump, "golden-schema output file");
+  r->add_option("--local", ro->local,
+                "layer-local run: every layer on this golden's own inputs (its tokens too)");
+  r->add_option("--capture", ro->capture, "capture-point globs")->capture_default_str();
+  r->add_option("--max-tokens", ro->max_tokens, "tokens per forward")->capture_default_str();
+  r->add_flag("--f32", ro->f32, "store points as float32");
+  r->add_flag("--force", ro->force, "replace an existing dump");
+  r->callback([ro, &rc] {
+    run(*ro);
+    rc = 0;
+  });
+  auto lo = std::make_shared<LayerOptions>();
+  auto* l = eng->add_subcommand("layer", "Re-run one layer on a golden's inputs and judge it");
+  l->add_option("--model", lo->model, "checkpoint directory")->required();
+  l->add_option("--golden", lo->golden, "golden file (reference of the same scheme)")->required();
+  l->add_option("--layer", lo->layer, "layer index")->required();
+  l->add_option("--policy", lo->policy, "tolerance policy (engine role)");
+  l->add_flag("--json", lo->json, "JSON output");
+  l->callback([lo, &rc] { rc = layer(*lo); });
+  auto go = std::make_shared<GenerateOptions>();
+  auto* g = eng->add_subcommand("generate", "Continuous-batching generation from prompt token ids");
+  g->add_option("--model", go->model, "checkpoint directory")->required();
+  g->add_option("--prompts", go->prompts, "file: one prompt per line, token ids")->required();
+  g->add_option("--max-new", go->max_new, "tokens to generate per prompt")->capture_default_str();
+  g->add_option("--max-seqs", go->max_seqs, "sequences decoding together")->capture_default_str();
+  g->add_option("--temperature", go->temperature, "0: greedy")->capture_default_str();
+  g->add_option("--top-p", go->top_p, "nucleus mass")->capture_default_str();
+  g->add_option("--seed", go->seed, "sampling seed (per prompt: seed + index)")
+      ->capture_default_str();
+  g->callback([go, &rc] {
+    generate(*go);
+    rc = 0;
+  });
+}
+
+}  // namespace qparity::cli
