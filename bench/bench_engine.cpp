@@ -104,15 +104,18 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   Json decode = Json::array();
   for (const int64_t batch : {1, 8, 64}) {
     // Prefill every sequence (one forward per sequence keeps the token count in bounds).
-    for (int32_t s = 0; s < batch; ++s) {
-      gpu::Batch b;
-      for (int64_t i = 0; i < o.context; ++i) {
-        b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % cfg.vocab));
-        b.slots.push_back(s);
-        b.positions.push_back(static_cast<int32_t>(i));
+    const auto prefill_all = [&] {
+      for (int32_t s = 0; s < batch; ++s) {
+        gpu::Batch b;
+        for (int64_t i = 0; i < o.context; ++i) {
+          b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % cfg.vocab));
+          b.slots.push_back(s);
+          b.positions.push_back(static_cast<int32_t>(i));
+        }
+        e.forward(b);
       }
-      e.forward(b);
-    }
+    };
+    prefill_all();
     std::vector<int32_t> next(static_cast<size_t>(batch), 1);
     const auto step = [&](int64_t k) {
       gpu::Batch b;
@@ -127,15 +130,7 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
     step(0);  // captures the graph for this batch size
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
-    for (int32_t s = 0; s < batch; ++s) {  // re-prefill so positions restart cleanly
-      gpu::Batch b;
-      for (int64_t i = 0; i < o.context; ++i) {
-        b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % cfg.vocab));
-        b.slots.push_back(s);
-        b.positions.push_back(static_cast<int32_t>(i));
-      }
-      e.forward(b);
-    }
+    prefill_all();  // again, so the timed steps start at the same positions
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < o.steps; ++k)
       step(k);

@@ -24,9 +24,9 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
   const Array2D in = golden.point(out.input_point);
   const Array2D want = golden.point(point);
   const int64_t t = golden.seq_len();
-  // Expert outputs are compared on the experts both runs chose: the router ids come along.
-  const bool experts = point.size() > 15 && point.ends_with(".moe.expert_out");
-  const std::string ids_point = experts ? point.substr(0, point.size() - 10) + "topk_ids" : "";
+  // Per-slot MoE points are compared on the experts both runs chose: the router ids come along.
+  const bool experts = slots_follow_router(point);
+  const std::string ids_point = experts ? slot_ids_point(point) : "";
   if (experts && !golden.has_point(ids_point)) {
     out.why_not = "the golden lacks " + ids_point + ", needed to align " + point;
     return out;
@@ -55,21 +55,35 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
   }
   model.reset_cache();
   out.available = true;
-  if (experts) {
-    const Array2D want_ids = golden.point(ids_point);
-    const ExpertAlignment al =
-        align_expert_outputs(want.data, got.data, want_ids.data, got_ids.data, want.rows,
-                             want_ids.cols, want_ids.cols > 0 ? want.cols / want_ids.cols : 0);
-    out.stats = compare_point(al.golden, al.candidate, want.rows, want.cols, false);
-  } else {
-    const bool ids = point.find("topk_ids") != std::string::npos;
-    out.stats = compare_point(want.data, got.data, want.rows, want.cols, ids);
-    if (ids)  // as sets, like compare_goldens
-      out.stats.mismatches = compare_router(want.data, got.data, want.rows, want.cols).changed_ids;
-  }
+  out.stats = compare_rerun_point(golden, point, got.data, got_ids.data);
   if (section) out.verdict = judge_point(*section, point, out.stats);
   out.local = !out.verdict.pass;
   return out;
+}
+
+bool slots_follow_router(const std::string& point) {
+  return point.ends_with(".moe.expert_out") || point.ends_with(".moe.topk_weights");
+}
+
+std::string slot_ids_point(const std::string& point) {
+  return point.substr(0, point.rfind('.') + 1) + "topk_ids";
+}
+
+PointStats compare_rerun_point(const GoldenReader& golden, const std::string& point,
+                               const std::vector<double>& got, const std::vector<double>& got_ids) {
+  const Array2D want = golden.point(point);
+  if (slots_follow_router(point)) {
+    const Array2D want_ids = golden.point(slot_ids_point(point));
+    const ExpertAlignment al =
+        align_expert_outputs(want.data, got, want_ids.data, got_ids, want.rows, want_ids.cols,
+                             want_ids.cols > 0 ? want.cols / want_ids.cols : 0);
+    return compare_point(al.golden, al.candidate, want.rows, want.cols, false);
+  }
+  const bool ids = point.ends_with(".topk_ids");
+  PointStats st = compare_point(want.data, got, want.rows, want.cols, ids);
+  if (ids)  // as sets, like compare_goldens
+    st.mismatches = compare_router(want.data, got, want.rows, want.cols).changed_ids;
+  return st;
 }
 
 }  // namespace qparity::golden

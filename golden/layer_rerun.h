@@ -23,4 +23,15 @@ struct LayerRerun {
 LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& golden,
                              const std::string& point, const PolicySection* section);
 
+// Whether a point's slots follow its layer's router ids (expert_out, topk_weights): a re-run of
+// it must also record "<layer>.moe.topk_ids" (slot_ids_point gives the name).
+bool slots_follow_router(const std::string& point);
+std::string slot_ids_point(const std::string& point);
+
+// A re-run point (rows as the golden's) against the golden's, compared as compare_goldens does:
+// per-slot MoE points aligned by expert id (`got_ids`: the re-run's router ids), router ids as
+// sets. Any engine's layer re-run goes through here.
+PointStats compare_rerun_point(const GoldenReader& golden, const std::string& point,
+                               const std::vector<double>& got, const std::vector<double>& got_ids);
+
 }  // namespace qparity::golden

@@ -148,4 +148,36 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
   return g;
 }
 
+std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenReader& ref,
+                                                int64_t layer) {
+  const std::string input =
+      layer == 0 ? "embed" : "layers." + std::to_string(layer - 1) + ".residual";
+  if (!ref.has_point(input))
+    throw Error(ref.path().string(),
+                "lacks points/" + input + ", the input of layer " + std::to_string(layer));
+  const golden::Array2D x = ref.point(input);
+  const int64_t t = ref.seq_len();
+  reference::Trace trace("layers." + std::to_string(layer) + ".*");
+  for (int64_t s = 0; s < ref.sequences(); ++s) {
+    Batch b;
+    for (int64_t i = 0; i < t; ++i) {
+      b.tokens.push_back(0);  // the layer starts from x: token ids are not read
+      b.slots.push_back(0);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    const auto first = x.data.begin() + s * t * x.cols;
+    e.forward_layer(layer, std::vector<double>(first, first + t * x.cols), b, &trace);
+    e.cache().release(0);
+  }
+  std::vector<LayerPointStats> out;
+  for (const auto& [name, m] : trace.points()) {
+    if (!ref.has_point(name)) continue;
+    const reference::Matrix* ids =
+        golden::slots_follow_router(name) ? trace.find(golden::slot_ids_point(name)) : nullptr;
+    out.push_back({name, golden::compare_rerun_point(ref, name, m.data,
+                                                     ids ? ids->data : std::vector<double>{})});
+  }
+  return out;
+}
+
 }  // namespace qparity::gpu

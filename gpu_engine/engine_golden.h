@@ -8,6 +8,7 @@
 #include <string>
 
 #include "golden/golden_file.h"
+#include "golden/layer_rerun.h"
 #include "golden/reference_run.h"
 #include "gpu_engine/engine.h"
 
@@ -26,5 +27,14 @@ golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std
 // end). input_set is marked "layer-local:<golden input set>".
 golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& reference,
                                    const std::string& capture, std::ostream* progress);
+
+// Local or inherited, in the engine: re-runs `layer` on the golden's own input to it and compares
+// every point of that layer the golden holds (golden::compare_rerun_point), in execution order.
+struct LayerPointStats {
+  std::string name;
+  golden::PointStats stats;
+};
+std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenReader& reference,
+                                                int64_t layer);
 
 }  // namespace qparity::gpu

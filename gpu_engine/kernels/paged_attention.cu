@@ -28,7 +28,8 @@ __global__ void kv_cache_write_kernel(KvCacheWriteParams p) {
   }
 }
 
-constexpr int kWarps = 8;       // warps per (token, head) block, each taking every 8th key group
+constexpr int kWarps = 16;       // warps per (token, head) block, each taking every 16th key group
+constexpr int kMaxTable = 1024;  // block-table entries a sequence may use (staged in shared memory)
 constexpr int kKeys = 4;        // keys per warp iteration: four loads in flight, one softmax update
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
 
@@ -50,6 +51,13 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     q[j] = __bfloat162float(qp[lane + 32 * j]) * p.scale;
     acc[j] = 0.f;
   }
+  // The sequence's block-table row, staged once: key offsets then need no dependent global load.
+  __shared__ int32_t table[kMaxTable];
+  const int64_t used_blocks = last / p.block_size + 1;
+  for (int64_t j = threadIdx.x; j < used_blocks; j += blockDim.x)
+    table[j] = p.block_table[s * p.max_blocks_per_seq + j];
+  __syncthreads();
+  const int32_t bs = static_cast<int32_t>(p.block_size);
   float m = -INFINITY, l = 0.f;
   for (int64_t base = static_cast<int64_t>(warp) * kKeys; base <= last; base += kWarps * kKeys) {
     float kv[kKeys][kPerLane], vv[kKeys][kPerLane], dot[kKeys];
@@ -57,8 +65,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     for (int u = 0; u < kKeys; ++u) {
       const int64_t key = base + u;
       if (key <= last) {
-        const int64_t o = cache_offset(p.block_table, p.max_blocks_per_seq, p.block_size,
-                                       p.num_kv_heads, p.head_dim, s, key, kv_h);
+        const int32_t kb = static_cast<int32_t>(key) / bs;
+        const int64_t o =
+            ((static_cast<int64_t>(table[kb]) * bs + (static_cast<int32_t>(key) - kb * bs)) *
+                 p.num_kv_heads +
+             kv_h) *
+            p.head_dim;
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
           kv[u][j] = __bfloat162float(p.k_cache[o + lane + 32 * j]);
@@ -156,6 +168,9 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
   require(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0, k,
           "num_heads must be a positive multiple of num_kv_heads");
   require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
+  require(p.max_blocks_per_seq <= kMaxTable, k,
+          "max_blocks_per_seq " + std::to_string(p.max_blocks_per_seq) + " > " +
+              std::to_string(kMaxTable) + " (the shared-memory block table)");
   require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
           "q / out stride < num_heads * head_dim");
   require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");

@@ -14,6 +14,8 @@
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
 #include "core/error.h"
+#include "core/safetensors/safetensors_file.h"
+#include "core/safetensors/safetensors_writer.h"
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
@@ -253,6 +255,77 @@ TEST_F(GpuEngine, LayerRerunFromGoldenInputs) {
         golden::compare_point(want->data, trace.at(out).data, want->rows, want->cols, false);
     EXPECT_LE(st.rel_l2, 0x1p-9) << out;
   }
+}
+
+// Where did it break, on the GPU: an engine running a checkpoint whose layer-0 o_proj has one
+// output row scaled by 1.25 fails the bf16 policy first at layers.0.attn.out; re-running layer 0
+// in the engine on the golden's inputs still fails there (LOCAL), layer 1 passes (INHERITED).
+TEST_F(GpuEngine, PlantedFaultIsLocalToItsLayerInEngineReruns) {
+  const fs::path good = fixture("llama", fixtures::FixtureSize::kTiny);
+  const fs::path bad = root_ / "llama-tiny-faulty-o-proj";
+  fs::remove_all(bad);
+  fs::copy(good, bad);
+  {
+    fs::path file;
+    for (const auto& f : fs::directory_iterator(bad))
+      if (f.path().extension() == ".safetensors") file = f.path();
+    std::vector<std::pair<TensorInfo, std::vector<uint8_t>>> all;
+    {
+      const auto sf = SafetensorsFile::open(file);
+      for (const auto& t : sf.tensors()) {
+        const auto b = sf.bytes(t);
+        all.push_back({t, {b.begin(), b.end()}});
+      }
+    }
+    std::vector<TensorToWrite> w;
+    for (auto& [info, bytes] : all) {
+      if (info.name == "model.layers.0.self_attn.o_proj.weight") {
+        ASSERT_EQ(info.dtype, DType::kBF16);
+        const size_t cols = info.shape[1];
+        for (size_t c = 0; c < cols; ++c) {  // row 3
+          uint16_t raw;
+          std::memcpy(&raw, &bytes[(3 * cols + c) * 2], 2);
+          const uint32_t u = static_cast<uint32_t>(raw) << 16;
+          float f;
+          std::memcpy(&f, &u, 4);
+          const __nv_bfloat16 scaled = __float2bfloat16_rn(f * 1.25f);
+          std::memcpy(&bytes[(3 * cols + c) * 2], &scaled, 2);
+        }
+      }
+      w.push_back({info.name, info.dtype, info.shape, bytes});
+    }
+    write_safetensors(file, std::move(w), std::nullopt, OverwritePolicy::kReplace);
+  }
+  const ModelConfig cfg = load_model_config(good / "config.json");
+  const golden::TokenInputs in = golden::synthetic_inputs(2, 16, cfg.vocab, 6);
+  golden::ReferenceRunOptions ro;
+  ro.mode = reference::PrecisionMode::kEmulate;
+  const fs::path gfile = root_ / "fault.ref.h5", cfile = root_ / "fault.engine.h5";
+  golden::write_golden(gfile, golden::run_reference(good, in, ro, nullptr),
+                       OverwritePolicy::kReplace);
+  auto e = engine(bad);
+  golden::write_golden(cfile, gpu::engine_golden(*e, in, "*", true, nullptr),
+                       OverwritePolicy::kReplace);
+  const golden::Policy policy =
+      golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json");
+  golden::CompareOptions co;
+  co.policy = &policy;
+  const auto ref = golden::GoldenReader::open(gfile);
+  const golden::CompareReport r =
+      golden::compare_goldens(ref, golden::GoldenReader::open(cfile), co);
+  ASSERT_FALSE(r.pass);
+  ASSERT_GE(r.first_failing, 0) << golden::to_text(r);
+  EXPECT_EQ(r.points[static_cast<size_t>(r.first_failing)].name, "layers.0.attn.out");
+  const golden::PolicySection& section =
+      golden::policy_section(policy, golden::PolicyRole::kEngine, "sm90");
+  const auto verdict_of = [&](int64_t layer, const std::string& point) {
+    for (const auto& p : gpu::engine_rerun_layer(*e, ref, layer))
+      if (p.name == point) return golden::judge_point(section, p.name, p.stats).pass;
+    ADD_FAILURE() << point << " not re-run";
+    return true;
+  };
+  EXPECT_FALSE(verdict_of(0, "layers.0.attn.out")) << "layer 0's own error: LOCAL";
+  EXPECT_TRUE(verdict_of(1, "layers.1.attn.out")) << "layer 1 on clean inputs: INHERITED";
 }
 
 TEST(GpuEngineLoader, RefusesQuantizedCheckpointsByName) {

@@ -10,6 +10,7 @@
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
 set -uo pipefail
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these shared hosts (KINDS.md)
 OUT=${OUT:-/tmp/qparity-out}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
@@ -20,7 +21,9 @@ rc=0
 log "device"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
 if want build; then
   log "configure + build"
-  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a > "$OUT/configure.log" 2>&1 \
+  # NCCL comes with the image's pip package nvidia-nccl-cu13 (headers and libnccl.so.2).
+  nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a ${nccl_root:+-DNCCL_ROOT="$nccl_root"} > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; exit 1; }
   cmake --build build-device -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 fi

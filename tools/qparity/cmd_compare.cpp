@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "commands.h"
+#ifdef QPARITY_HAS_ENGINE
+#include "gpu_engine/engine_golden.h"
+#endif
 #include "core/error.h"
 #include "golden/compare.h"
 #include "golden/layer_rerun.h"
@@ -175,6 +178,36 @@ int bisect(const CompareOptions& o) {
                  "re-run this layer on the golden's inputs\n";
     return kPolicyFails;
   }
+#ifdef QPARITY_HAS_ENGINE
+  // A dump of the GPU engine is re-run in the GPU engine (`qparity engine layer` does the same).
+  if (r.candidate.producer == "qparity-gpu-engine") {
+    const auto g = golden::GoldenReader::open(gpath);
+    const auto dot = bad.name.find('.', 7);
+    if (bad.name.rfind("layers.", 0) != 0 || dot == std::string::npos) {
+      std::cout << "  local or inherited: " << bad.name << " is not inside a decoder layer\n";
+      return kPolicyFails;
+    }
+    const int64_t layer = std::stoll(bad.name.substr(7, dot - 7));
+    gpu::EngineOptions eo;
+    eo.max_tokens = std::max<int64_t>(g.seq_len(), 64);
+    eo.max_seqs = 1;
+    eo.max_context = g.seq_len() + 1;
+    gpu::Engine e(gpu::load_gpu_model(o.model, nullptr), eo);
+    const golden::PolicySection& section = golden::policy_section(
+        policy, golden::PolicyRole::kEngine,
+        o.device.empty() ? golden::device_key(r.candidate.device) : o.device);
+    for (const auto& p : gpu::engine_rerun_layer(e, g, layer)) {
+      if (p.name != bad.name) continue;
+      const golden::Verdict v = golden::judge_point(section, p.name, p.stats);
+      std::cout << (v.pass ? "  INHERITED" : "  LOCAL") << ": the GPU engine re-run of layer "
+                << layer << " on the golden's inputs gives " << p.name << " rel_l2 "
+                << p.stats.rel_l2
+                << (v.pass ? ", within policy: the error flowed in from earlier points\n"
+                           : ", still outside policy: the layer itself is wrong\n");
+    }
+    return kPolicyFails;
+  }
+#endif
   reference::LoadOptions lo;
   if (!o.scheme.empty()) lo.override_scheme = o.scheme;
   lo.dialect = reference::parse_dialect(o.dialect);
@@ -225,7 +258,8 @@ void add_compare_command(CLI::App& app, int& rc) {
   bis->add_option("--role", b->role, "engine | format")->capture_default_str();
   bis->add_option("--device", b->device, "policy device key (default: from the candidate)");
   bis->add_option("--model", b->model,
-                  "the candidate's checkpoint: re-run the failing layer on golden inputs");
+                  "the candidate's checkpoint: re-run the failing layer on golden inputs (in the "
+                  "GPU engine when the candidate is its dump, else in the reference)");
   bis->add_option("--scheme", b->scheme, "with --model: scheme override");
   bis->add_option("--dialect", b->dialect, "with --model: dialect")->capture_default_str();
   bis->add_option("--mode", b->mode, "with --model: exact | emulate (default: the candidate's)");

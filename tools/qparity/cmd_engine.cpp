@@ -87,25 +87,10 @@ struct LayerOptions {
 
 int layer(const LayerOptions& o) {
   const auto gr = golden::GoldenReader::open(o.golden);
+  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096);
+  const std::vector<gpu::LayerPointStats> points = gpu::engine_rerun_layer(*e, gr, o.layer);
   const std::string input =
       o.layer == 0 ? "embed" : "layers." + std::to_string(o.layer - 1) + ".residual";
-  if (!gr.has_point(input))
-    throw Error(o.golden,
-                "lacks points/" + input + ", the input of layer " + std::to_string(o.layer));
-  const golden::Array2D x = gr.point(input);
-  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096);
-  reference::Trace trace("layers." + std::to_string(o.layer) + ".*");
-  for (int64_t s = 0; s < gr.sequences(); ++s) {
-    gpu::Batch b;
-    for (int64_t i = 0; i < gr.seq_len(); ++i) {
-      b.tokens.push_back(0);  // the layer starts from x: token ids are not read
-      b.slots.push_back(0);
-      b.positions.push_back(static_cast<int32_t>(i));
-    }
-    const auto first = x.data.begin() + s * gr.seq_len() * x.cols;
-    e->forward_layer(o.layer, std::vector<double>(first, first + gr.seq_len() * x.cols), b, &trace);
-    e->cache().release(0);
-  }
   golden::Policy policy;
   const golden::PolicySection* section = nullptr;
   if (!o.policy.empty()) {
@@ -115,23 +100,7 @@ int layer(const LayerOptions& o) {
   }
   bool pass = true;
   Json out = Json::array();
-  for (const auto& [name, m] : trace.points()) {
-    if (!gr.has_point(name)) continue;
-    const golden::Array2D want = gr.point(name);
-    golden::PointStats st;
-    if (name.ends_with(".moe.expert_out") || name.ends_with(".moe.topk_weights")) {
-      const std::string ids = name.substr(0, name.rfind('.') + 1) + "topk_ids";
-      const golden::Array2D wi = gr.point(ids);
-      const reference::Matrix& gi = trace.at(ids);
-      const auto al = golden::align_expert_outputs(want.data, m.data, wi.data, gi.data, want.rows,
-                                                   wi.cols, want.cols / wi.cols);
-      st = golden::compare_point(al.golden, al.candidate, want.rows, want.cols, false);
-    } else {
-      const bool ids = name.ends_with(".topk_ids");
-      st = golden::compare_point(want.data, m.data, want.rows, want.cols, ids);
-      if (ids)
-        st.mismatches = golden::compare_router(want.data, m.data, want.rows, want.cols).changed_ids;
-    }
+  for (const auto& [name, st] : points) {
     golden::Verdict v;
     if (section) v = golden::judge_point(*section, name, st);
     pass = pass && v.pass;
