@@ -280,20 +280,23 @@ void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
   QPARITY_CUDA_CHECK(
       cudaMemcpyAsync(ids.data(), topk_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<int32_t> rows, dest;
+  // Group the (token, slot) pairs by expert in one counting pass; within an expert, token order.
   std::vector<int64_t> first(static_cast<size_t>(e + 1), 0);
-  for (int64_t x = 0; x < e; ++x) {
-    first[static_cast<size_t>(x)] = static_cast<int64_t>(rows.size());
-    for (int64_t i = 0; i < t * k; ++i)
-      if (ids[static_cast<size_t>(i)] == x) {
-        rows.push_back(static_cast<int32_t>(i / k));
-        dest.push_back(static_cast<int32_t>(i));
-      }
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= e)
+      throw Error(p + ".moe", "the router returned expert id " + std::to_string(id) +
+                                  ", outside [0, " + std::to_string(e) + ") (NaN router logits?)");
+    ++first[static_cast<size_t>(id) + 1];
   }
-  first[static_cast<size_t>(e)] = static_cast<int64_t>(rows.size());
-  if (static_cast<int64_t>(rows.size()) != t * k)
-    throw Error(p + ".moe", "the router returned an expert id outside [0, " + std::to_string(e) +
-                                ") (NaN router logits?)");
+  for (int64_t x = 0; x < e; ++x)
+    first[static_cast<size_t>(x + 1)] += first[static_cast<size_t>(x)];
+  std::vector<int32_t> rows(ids.size()), dest(ids.size());
+  std::vector<int64_t> fill(first.begin(), first.end() - 1);
+  for (int64_t i = 0; i < t * k; ++i) {
+    const size_t at = static_cast<size_t>(fill[static_cast<size_t>(ids[static_cast<size_t>(i)])]++);
+    rows[at] = static_cast<int32_t>(i / k);
+    dest[at] = static_cast<int32_t>(i);
+  }
   const int64_t n = t * k;
   QPARITY_CUDA_CHECK(
       cudaMemcpyAsync(moe_rows_.get(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
@@ -351,6 +354,16 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
   }
   QPARITY_CUDA_CHECK(
       cudaMemcpyAsync(x_.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream_));
+}
+
+void Engine::forward_embed(const Batch& b, reference::Trace* capture_to) {
+  const ModelConfig& c = model_->cfg;
+  prepare(b);
+  const int64_t t = b.size();
+  launch_embedding({tokens_dev(t), model_->embed.get(), x_.get(), nullptr, t, c.vocab, c.hidden},
+                   stream_);
+  capture(capture_to, "embed", x_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void Engine::forward_final(const std::vector<double>& input, const Batch& b,

@@ -72,6 +72,8 @@ class Engine {
   void forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
                      reference::Trace* capture);
 
+  // Only the embedding of the batch's tokens (captures "embed").
+  void forward_embed(const Batch& b, reference::Trace* capture);
   // The model's head on given inputs (the last layer's residual rows): final_norm and logits.
   void forward_final(const std::vector<double>& input, const Batch& b, reference::Trace* capture);
 

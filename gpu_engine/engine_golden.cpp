@@ -110,14 +110,9 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
     const auto first = a.data.begin() + s * t * a.cols;
     return std::vector<double>(first, first + t * a.cols);
   };
-  // embed: a bit copy of the table rows, taken from a full forward's first point.
-  {
-    reference::Trace embed("embed");
-    for (int64_t s = 0; s < s_count; ++s) {
-      e.forward(batch_of(s), trace.wants("embed") ? &embed : nullptr);
-      e.cache().release(0);
-    }
-    if (const auto* m = embed.find("embed")) trace.record("embed", *m);
+  for (int64_t s = 0; s < s_count; ++s) {
+    e.forward_embed(batch_of(s), &trace);
+    e.cache().release(0);
   }
   for (int64_t l = 0; l <= c.num_layers; ++l) {
     const std::string input = l == 0 ? "embed" : "layers." + std::to_string(l - 1) + ".residual";
