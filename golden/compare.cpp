@@ -160,6 +160,7 @@ Json to_json(const CompareReport& r) {
               {"max_rel", number(s.max_rel)},
               {"rel_l2", number(s.rel_l2)},
               {"max_col_rel_l2", number(s.max_col_rel_l2)},
+              {"median_row_rel_l2", number(s.median_row_rel_l2)},
               {"worst_col", s.worst_col},
               {"nmse", number(s.nmse)},
               {"cosine", number(s.cosine)},

@@ -246,6 +246,14 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
     cg.add(rcg.value());
   }
 
+  if (!st.row_rel_l2.empty()) {
+    std::vector<double> rows_sorted = st.row_rel_l2;
+    const auto mid =
+        rows_sorted.begin() + static_cast<std::ptrdiff_t>((rows_sorted.size() - 1) / 2);
+    std::nth_element(rows_sorted.begin(), mid, rows_sorted.end());
+    st.median_row_rel_l2 = *mid;
+  }
+
   st.col_rel_l2.resize(static_cast<size_t>(cols));
   for (int64_t j = 0; j < cols; ++j) {
     const double v = static_cast<double>(

@@ -29,6 +29,11 @@
 //   sqnr_db        10 log10(||g||^2 / ||d||^2); +inf when ||d|| == 0 (identical, including
 //                  both all-zero); -inf when ||g|| == 0 < ||d||.
 //   row_rel_l2[r]  ||d_r|| / ||g_r|| over row r's compared elements, same zero conventions.
+//   median_row_rel_l2  the lower median of row_rel_l2 (the ceil(rows/2)-th smallest; 0 with no
+//                  rows): at least half the rows (tokens) are at or below it. An error confined
+//                  to a few rows (one flipped intermediate feeding a dominant token) leaves it
+//                  small; one spread over every row (a wrong rounding mode, a shifted tensor)
+//                  does not.
 //   col_rel_l2[j]  the same over column j (a channel across all tokens); max_col_rel_l2 is its
 //                  largest value (NaN-free: non-compared elements are skipped), worst_col where.
 //   mismatches     integer_codes only: count of elements with !(c == g), over ALL elements (a NaN
@@ -102,6 +107,7 @@ struct PointStats {
   int64_t first_nonfinite = -1;    // flat index of the first non-finite element in either
   int64_t worst_index = -1;        // flat index of max_abs (first on ties; -1 when no diff)
   std::vector<double> row_rel_l2;  // per row: ||c_r - g_r|| / ||g_r|| (same zero conventions)
+  double median_row_rel_l2 = 0;    // lower median of row_rel_l2: what most tokens see
   // Per column (channel) over all rows, same conventions: a fault confined to one channel (a
   // wrong per-channel scale) is diluted in rel_l2 by the other channels, not here.
   std::vector<double> col_rel_l2;

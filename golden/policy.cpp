@@ -55,6 +55,7 @@ PolicySection parse_section(const Json& j, const std::string& where) {
       g.match = p["match"].get<std::string>();
       g.max_rel_l2 = opt_number(p, "max_rel_l2", w);
       g.max_col_rel_l2 = opt_number(p, "max_col_rel_l2", w);
+      g.max_median_row_rel_l2 = opt_number(p, "max_median_row_rel_l2", w);
       g.max_abs = opt_number(p, "max_abs", w);
       g.min_cosine = opt_number(p, "min_cosine", w);
       g.max_deepgemm_diff = opt_number(p, "max_deepgemm_diff", w);
@@ -62,8 +63,9 @@ PolicySection parse_section(const Json& j, const std::string& where) {
         g.max_mismatches = static_cast<int64_t>(*m);
       if (p.contains("why")) g.why = p["why"].get<std::string>();
       for (const auto& [k, v] : p.items())
-        if (k != "match" && k != "max_rel_l2" && k != "max_col_rel_l2" && k != "max_abs" &&
-            k != "min_cosine" && k != "max_deepgemm_diff" && k != "max_mismatches" && k != "why")
+        if (k != "match" && k != "max_rel_l2" && k != "max_col_rel_l2" &&
+            k != "max_median_row_rel_l2" && k != "max_abs" && k != "min_cosine" &&
+            k != "max_deepgemm_diff" && k != "max_mismatches" && k != "why")
           throw Error(w, "unknown key '" + k + "'");
       s.points.push_back(std::move(g));
     }
@@ -153,6 +155,9 @@ Verdict judge_point(const PolicySection& s, const std::string& point, const Poin
     if (g.max_col_rel_l2 && !(st.max_col_rel_l2 <= *g.max_col_rel_l2))
       v.failures.push_back("channel " + std::to_string(st.worst_col) + " rel_l2 " +
                            num(st.max_col_rel_l2) + " > " + num(*g.max_col_rel_l2));
+    if (g.max_median_row_rel_l2 && !(st.median_row_rel_l2 <= *g.max_median_row_rel_l2))
+      v.failures.push_back("median token rel_l2 " + num(st.median_row_rel_l2) + " > " +
+                           num(*g.max_median_row_rel_l2));
     if (g.max_abs && !(st.max_abs <= *g.max_abs))
       v.failures.push_back("max_abs " + num(st.max_abs) + " > " + num(*g.max_abs));
     if (g.min_cosine && !(st.cosine >= *g.min_cosine))

@@ -13,7 +13,8 @@
 //    "format": SECTION}
 //   SECTION = {"derivation": "...", "provenance": "...",
 //              "points": [{"match": "<glob>", "max_rel_l2": x, "max_col_rel_l2": x (per
-//                          channel), "max_abs": x, "min_cosine": x,
+//                          channel), "max_median_row_rel_l2": x (the median token), "max_abs": x,
+//                          "min_cosine": x,
 //                          "max_deepgemm_diff": x, "max_mismatches": n, "why": "..."}, ...],
 //              "end_to_end": {"max_kld_upper": x, "min_top1_lower": x,
 //                             "max_dln_ppl_upper": x, "why": "..."}}
@@ -31,7 +32,8 @@ namespace qparity::golden {
 
 struct PointGate {
   std::string match;
-  std::optional<double> max_rel_l2, max_col_rel_l2, max_abs, min_cosine, max_deepgemm_diff;
+  std::optional<double> max_rel_l2, max_col_rel_l2, max_median_row_rel_l2, max_abs, min_cosine,
+      max_deepgemm_diff;
   std::optional<int64_t> max_mismatches;
   std::string why;
 };

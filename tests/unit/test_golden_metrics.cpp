@@ -621,5 +621,20 @@ TEST(ComparePointColumns, OneChannelFaultShowsPerColumn) {
   EXPECT_NEAR(st.rel_l2, std::sqrt(0.0625 * 179.0 / 650.0), 1e-15);
 }
 
+TEST(ComparePointRows, MedianRowIsTheLowerMedianOfTheTokenErrors) {
+  // 4 rows x 2 columns; rows off by 0, 10 %, 20 %, 30 %: lower median = the 2nd smallest (10 %).
+  const std::vector<double> g = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<double> c = g;
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 2; ++j)
+      c[static_cast<size_t>(r * 2 + j)] *= 1.0 + 0.1 * ((r + 3) % 4);  // 30, 0, 10, 20 %
+  const PointStats st = compare_point(g, c, 4, 2);
+  EXPECT_NEAR(st.median_row_rel_l2, 0.1, 1e-15);
+  // One row: its own error; no rows: 0.
+  const std::vector<double> g1 = {2, 4}, c1 = {2.2, 4.4}, none;
+  EXPECT_NEAR(compare_point(g1, c1, 1, 2).median_row_rel_l2, 0.1, 1e-15);
+  EXPECT_EQ(compare_point(none, none, 0, 3).median_row_rel_l2, 0.0);
+}
+
 }  // namespace
 }  // namespace qparity::golden

@@ -125,5 +125,48 @@ TEST(GoldenPolicy, CommittedPoliciesParseWithDerivations) {
   EXPECT_GE(n, 17);
 }
 
+TEST(GoldenPolicy, MedianTokenGateFailsAnErrorSpreadOverEveryToken) {
+  const Policy p = parse_policy(
+      R"({"scheme": "bf16", "engine": {"default": {"derivation": "d", "points": [{"match": "*",
+          "max_rel_l2": 0.01, "max_median_row_rel_l2": 0.002}]}}})",
+      "p.json");
+  PointStats st;
+  st.rel_l2 = 0.005;
+  st.median_row_rel_l2 = 0.001;  // a few tokens carry it: passes
+  EXPECT_TRUE(judge_point(p.engine.at("default"), "layers.0.mlp.out", st).pass);
+  st.median_row_rel_l2 = 0.004;  // every token: fails
+  const Verdict v = judge_point(p.engine.at("default"), "layers.0.mlp.out", st);
+  ASSERT_FALSE(v.pass);
+  EXPECT_THAT(v.failures.at(0), HasSubstr("median token rel_l2 0.004 > 0.002"));
+}
+
+// The committed bf16 engine policy on the two shapes its derivation separates, built as bf16
+// tensors: one flipped intermediate feeding a dominant token (that token's row moves by one ULP,
+// and it dominates the tensor's norm) passes; the same one-ULP move on every token fails.
+TEST(GoldenPolicy, Bf16EnginePolicyToleratesOneDominantFlipNotAShiftedTensor) {
+  const Policy p =
+      load_policy(std::filesystem::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json");
+  const PolicySection& s = p.engine.at("default");
+  const int64_t rows = 36, cols = 512;
+  std::vector<double> g(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j)  // bf16 values in [256, 512): one ULP is 2 = 2^-7..2^-8
+      g[static_cast<size_t>(r * cols + j)] =
+          (r == 32 ? 64.0 : 1.0) * (256.0 + 2.0 * static_cast<double>((r * 7 + j * 13) % 128));
+  std::vector<double> one = g, every = g;
+  for (int64_t j = 0; j < cols; ++j) {
+    one[static_cast<size_t>(32 * cols + j)] += 128.0;  // one ULP at 64 x [256, 512)
+    for (int64_t r = 0; r < rows; ++r)
+      every[static_cast<size_t>(r * cols + j)] += r == 32 ? 128.0 : 2.0;
+  }
+  const PointStats a = compare_point(g, one, rows, cols), b = compare_point(g, every, rows, cols);
+  EXPECT_GT(a.rel_l2, 0.00195) << "the dominant token's ULP dominates the tensor";
+  EXPECT_TRUE(judge_point(s, "layers.2.moe.expert_out", a).pass)
+      << judge_point(s, "layers.2.moe.expert_out", a).failures.front();
+  const Verdict v = judge_point(s, "layers.2.moe.expert_out", b);
+  EXPECT_FALSE(v.pass);
+  EXPECT_THAT(v.failures, ::testing::Contains(HasSubstr("median token")));
+}
+
 }  // namespace
 }  // namespace qparity::golden
