@@ -19,6 +19,9 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine.h"
+#include "gpu_engine/kernels/gemm.h"
+#include "gpu_engine/kernels/random_init.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
 
 namespace {
 
@@ -86,6 +89,95 @@ double copy_bandwidth() {
   return 2.0 * static_cast<double>(bytes) * reps / (ms * 1e-3);
 }
 
+// Each decode-shaped linear of a model (M = 1 and 8) through the skinny GEMM and through
+// cuBLASLt on the same buffers: microseconds per launch and weight bytes/s, the skinny kernel's
+// speedup. Launches cycle through copies of the weight (256 MiB in all), so each reads its
+// weight from DRAM as a real forward does, where consecutive layers have other weights.
+Json bench_linears(const std::string& name, const ModelConfig& c, double bw) {
+  struct Shape {
+    const char* what;
+    int64_t n, k;
+  };
+  const int64_t qkv = c.q_size() + 2 * c.kv_size();
+  const std::vector<Shape> shapes = {{"qkv", qkv, c.hidden},
+                                     {"o_proj", c.hidden, c.q_size()},
+                                     {"gate_up", 2 * c.intermediate, c.hidden},
+                                     {"down", c.hidden, c.intermediate},
+                                     {"lm_head", c.vocab, c.hidden}};
+  gpu::BlasLtGemm gemm;
+  cudaStream_t s;
+  QPARITY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  QPARITY_CUDA_CHECK(cudaEventCreate(&e0));
+  QPARITY_CUDA_CHECK(cudaEventCreate(&e1));
+  Json out = Json::array();
+  for (const Shape& sh : shapes) {
+    // Several copies of the weight, cycled, so each launch reads its weight from DRAM.
+    const size_t wsize = static_cast<size_t>(sh.n * sh.k);
+    const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / (wsize * 2)));
+    gpu::Bf16Buffer w(wsize * static_cast<size_t>(copies)), x(static_cast<size_t>(8 * sh.k)),
+        y(static_cast<size_t>(8 * sh.n));
+    gpu::launch_fill_random_bf16(w.get(), static_cast<int64_t>(w.size()), 0.f, 0.02f, 7, s);
+    gpu::launch_fill_random_bf16(x.get(), static_cast<int64_t>(x.size()), 0.f, 1.f, 8, s);
+    for (const int64_t m : {1, 2, 4, 8}) {
+      // 200 launches captured in one CUDA graph, as the engine's decode step runs them: the
+      // host's launch cost is out of the measurement, the launch-to-launch gaps are in.
+      const auto time = [&](auto&& launch) {
+        for (int i = 0; i < 3; ++i)
+          launch(w.get());
+        const int reps = 200;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        QPARITY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < reps; ++i)
+          launch(w.get() + static_cast<size_t>(i % copies) * wsize);
+        QPARITY_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+        QPARITY_CUDA_CHECK(cudaEventRecord(e0, s));
+        QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        QPARITY_CUDA_CHECK(cudaEventRecord(e1, s));
+        QPARITY_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        QPARITY_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        return ms * 1e3 / reps;
+      };
+      const double us_blas = time([&](const __nv_bfloat16* wp) {
+        gemm.nt(x.get(), wp, y.get(), gpu::GemmOut::kBf16, m, sh.n, sh.k, s);
+      });
+      double us_skinny = 0;
+      if (gpu::skinny_gemm_fits(m, sh.k))
+        us_skinny = time([&](const __nv_bfloat16* wp) {
+          gpu::SkinnyGemmParams p;
+          p.x = x.get(), p.w = wp, p.y = y.get(), p.m = m, p.n = sh.n, p.k = sh.k;
+          gpu::launch_skinny_gemm(p, s);
+        });
+      const double bytes = static_cast<double>(wsize) * 2;
+      std::cout << "  " << name << " " << sh.what << " M=" << m << " N=" << sh.n << " K=" << sh.k
+                << ": cuBLASLt " << us_blas << " us (" << bytes / us_blas / 1e3 << " GB/s)";
+      if (us_skinny > 0)
+        std::cout << ", skinny " << us_skinny << " us (" << bytes / us_skinny / 1e3 << " GB/s, "
+                  << 100 * bytes / (us_skinny * 1e-6) / bw << " % of copy bandwidth), speedup "
+                  << us_blas / us_skinny;
+      std::cout << "\n";
+      out.push_back({{"model", name},
+                     {"linear", sh.what},
+                     {"m", m},
+                     {"n", sh.n},
+                     {"k", sh.k},
+                     {"cublaslt_us", us_blas},
+                     {"skinny_us", us_skinny},
+                     {"weight_bytes", bytes}});
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s);
+  return out;
+}
+
 struct Options {
   int64_t context = 512, steps = 64, prefill = 2048;
   std::string models = "qwen3-0.6b,llama3-8b", json;
@@ -117,6 +209,7 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
     };
     prefill_all();
     std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+    double sampling_secs = 0;  // the greedy argmax and the ids' trip to the host, within a step
     const auto step = [&](int64_t k) {
       gpu::Batch b;
       for (int32_t s = 0; s < batch; ++s) {
@@ -125,12 +218,15 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
         b.positions.push_back(static_cast<int32_t>(o.context + k));
       }
       e.forward_graph(b);
+      const auto t1 = std::chrono::steady_clock::now();
       next = e.greedy(batch);
+      sampling_secs += seconds(t1);
     };
     step(0);  // captures the graph for this batch size
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
     prefill_all();  // again, so the timed steps start at the same positions
+    sampling_secs = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t k = 0; k < o.steps; ++k)
       step(k);
@@ -144,12 +240,14 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
     decode.push_back({{"batch", batch},
                       {"tokens_per_s", tps},
                       {"ms_per_step", secs / static_cast<double>(o.steps) * 1e3},
+                      {"sampling_ms_per_step", sampling_secs / static_cast<double>(o.steps) * 1e3},
                       {"bytes_per_s", bytes / secs},
                       {"fraction_of_copy_bandwidth", bytes / secs / bw}});
     std::cout << name << " decode batch " << batch << ": " << tps << " tokens/s, "
               << secs / static_cast<double>(o.steps) * 1e3 << " ms/step, weights+KV "
               << bytes / secs / 1e9 << " GB/s = " << 100 * bytes / secs / bw
-              << " % of copy bandwidth\n";
+              << " % of copy bandwidth (greedy sampling "
+              << sampling_secs / static_cast<double>(o.steps) * 1e3 << " ms/step of it)\n";
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
   }
@@ -204,6 +302,13 @@ int main(int argc, char** argv) {
     std::cout << "device " << dev->name << " " << dev->sm() << ": device-to-device copy "
               << bw / 1e9 << " GB/s (read + write)\n";
     Json j = {{"device", dev->name + " " + dev->sm()}, {"copy_bytes_per_s", bw}};
+    Json linears = Json::array();
+    for (const auto& [name, cfg] : {std::pair{std::string("qwen3-0.6b"), qwen3_06b()},
+                                    std::pair{std::string("llama3-8b"), llama3_8b()}})
+      if (o.models.find(name) != std::string::npos)
+        for (auto& r : bench_linears(name, cfg, bw))
+          linears.push_back(r);
+    j["linears"] = linears;
     Json models = Json::array();
     if (o.models.find("qwen3-0.6b") != std::string::npos)
       models.push_back(bench_model("qwen3-0.6b", qwen3_06b(), o, bw));

@@ -7,13 +7,14 @@
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/attention_prologue.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/moe_dispatch.h"
 #include "gpu_engine/kernels/moe_routing.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
-#include "gpu_engine/kernels/rope.h"
 #include "gpu_engine/kernels/sampling.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
 #include "reference_cpu/models/trace.h"
 
 namespace qparity::gpu {
@@ -76,9 +77,11 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   inputs_ = DeviceBuffer<int32_t>(3 * t);
   QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), 3 * t * 4));
   next_ids_ = DeviceBuffer<int32_t>(t);
-  x_ = Bf16Buffer(t * h);
+  residual_[0] = Bf16Buffer(t * h);
+  residual_[1] = Bf16Buffer(t * h);
   h_ = Bf16Buffer(t * h);
   qkv_ = Bf16Buffer(t * qkv);
+  qk_normed_ = Bf16Buffer(t * static_cast<size_t>(c.q_size() + c.kv_size()));
   core_ = Bf16Buffer(t * static_cast<size_t>(c.q_size()));
   attn_out_ = Bf16Buffer(t * h);
   mlp_out_ = Bf16Buffer(t * h);
@@ -134,6 +137,7 @@ void Engine::prepare(const Batch& b) {
     cache_->reserve(b.slots[u], b.positions[u] + 1);  // checks the slot
   }
   cache_->sync(stream_);
+  cur_ = 0;
   // The previous forward's upload is done: forward() and forward_graph() synchronize the stream.
   std::copy(b.tokens.begin(), b.tokens.end(), pinned_inputs_);
   std::copy(b.slots.begin(), b.slots.end(), pinned_inputs_ + t);
@@ -174,14 +178,14 @@ void Engine::forward_graph(const Batch& b) {
 
 void Engine::run(int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
-  launch_embedding({tokens_dev(t), model_->embed.get(), x_.get(), nullptr, t, c.vocab, c.hidden},
+  launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
                    stream_);
-  capture(tr, "embed", x_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, t, tr, l > 0);
   close_residual(t, tr, model_->final_norm.get(), h_.get());
   capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
-  gemm_->nt(h_.get(), model_->lm_head, logits_.get(), GemmOut::kF32, t, c.vocab, c.hidden, stream_);
+  linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden);
   capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
 }
 
@@ -191,10 +195,27 @@ void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16
                             __nv_bfloat16* out) {
   const ModelConfig& c = model_->cfg;
   const int64_t hd = c.hidden;
-  launch_rms_norm({mlp_out_.get(), x_.get(), x_.get(), weight, out, t, 1, hd, hd,
+  launch_rms_norm({mlp_out_.get(), resid(), resid(), weight, out, t, 1, hd, hd,
                    static_cast<float>(c.rms_norm_eps)},
                   stream_);
-  capture(tr, lp(last_layer_) + ".residual", x_.get(), Elem::kBf16, t, hd, hd, stream_);
+  capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, stream_);
+}
+
+void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
+                    int64_t n, int64_t k) {
+  if (skinny_gemm_fits(t, k)) {
+    SkinnyGemmParams g;
+    g.x = in;
+    g.w = w;
+    g.y = out;
+    g.y_f32 = f32;
+    g.m = t;
+    g.n = n;
+    g.k = k;
+    launch_skinny_gemm(g, stream_);
+  } else {
+    gemm_->nt(in, w, out, f32 ? GemmOut::kF32 : GemmOut::kBf16, t, n, k, stream_);
+  }
 }
 
 void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_residual) {
@@ -205,63 +226,111 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   cudaStream_t s = stream_;
   const GpuLayerWeights& w = m.layers[static_cast<size_t>(l)];
   const std::string p = lp(l);
-  if (pending_residual)  // the previous layer's MLP output joins the residual stream here
-    close_residual(t, tr, w.input_norm.get(), h_.get());
-  else
-    launch_rms_norm({x_.get(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps},
-                    s);
-  last_layer_ = l;
-  capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-  gemm_->nt(h_.get(), w.qkv.get(), qkv_.get(), GemmOut::kBf16, t, qkv_w, hd, s);
+  // Decode-sized batches: each norm runs inside the GEMM that consumes it.
+  const bool fused = skinny_gemm_fits(t, hd);
+  if (fused) {
+    SkinnyGemmParams g;
+    g.x = resid();
+    g.w = w.qkv.get();
+    g.y = qkv_.get();
+    g.m = t;
+    g.n = qkv_w;
+    g.k = hd;
+    g.norm_weight = w.input_norm.get();
+    g.normed_out = h_.get();
+    g.eps = eps;
+    if (pending_residual) {  // the previous layer's MLP output joins the residual stream here
+      g.add = mlp_out_.get();
+      g.residual_out = resid_next();
+    }
+    launch_skinny_gemm(g, s);
+    if (pending_residual) {
+      cur_ = 1 - cur_;
+      capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, s);
+    }
+    last_layer_ = l;
+    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+  } else {
+    if (pending_residual)
+      close_residual(t, tr, w.input_norm.get(), h_.get());
+    else
+      launch_rms_norm({resid(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps},
+                      s);
+    last_layer_ = l;
+    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    gemm_->nt(h_.get(), w.qkv.get(), qkv_.get(), GemmOut::kBf16, t, qkv_w, hd, s);
+  }
   capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
   __nv_bfloat16* qp = qkv_.get();
   __nv_bfloat16* kp = qkv_.get() + q;
-  if (c.has_qk_norm) {
-    launch_rms_norm(
-        {qp, nullptr, nullptr, w.q_norm.get(), qp, t, c.num_heads, c.head_dim, qkv_w, eps}, s);
-    capture(tr, p + ".attn.q_norm", qp, Elem::kBf16, t, q, qkv_w, s);
-    launch_rms_norm(
-        {kp, nullptr, nullptr, w.k_norm.get(), kp, t, c.num_kv_heads, c.head_dim, qkv_w, eps}, s);
-    capture(tr, p + ".attn.k_norm", kp, Elem::kBf16, t, kv, qkv_w, s);
+  // q/k norm, RoPE and the cache write in one launch.
+  const KvCacheShape& ks = cache_->shape();
+  const bool want_normed =
+      c.has_qk_norm && tr && (tr->wants(p + ".attn.q_norm") || tr->wants(p + ".attn.k_norm"));
+  launch_attention_prologue(
+      {qp, qkv_w, c.has_qk_norm ? w.q_norm.get() : nullptr,
+       c.has_qk_norm ? w.k_norm.get() : nullptr, eps, want_normed ? qk_normed_.get() : nullptr,
+       positions_dev(t), m.inv_freq.get(), m.rope_scaling, cache_->k(l), cache_->v(l),
+       cache_->block_table(), slots_dev(t), t, c.num_heads, c.num_kv_heads, c.head_dim,
+       ks.block_size, ks.max_blocks_per_seq},
+      s);
+  if (want_normed) {
+    capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s);
+    capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s);
   }
-  // q and k heads are adjacent in the qkv row: one launch rotates both.
-  launch_rope({qp, positions_dev(t), m.inv_freq.get(), t, c.num_heads + c.num_kv_heads, c.head_dim,
-               qkv_w, m.rope_scaling},
-              s);
   capture(tr, p + ".attn.rope_q", qp, Elem::kBf16, t, q, qkv_w, s);
   capture(tr, p + ".attn.rope_k", kp, Elem::kBf16, t, kv, qkv_w, s);
-  const KvCacheShape& ks = cache_->shape();
-  launch_kv_cache_write({kp, qkv_.get() + q + kv, qkv_w, qkv_w, cache_->k(l), cache_->v(l),
-                         cache_->block_table(), slots_dev(t), positions_dev(t), t, c.num_kv_heads,
-                         c.head_dim, ks.block_size, ks.max_blocks_per_seq, ks.num_blocks},
-                        s);
   launch_paged_attention(
       {qp, qkv_w, cache_->k(l), cache_->v(l), cache_->block_table(), slots_dev(t), positions_dev(t),
        core_.get(), q, t, c.num_heads, c.num_kv_heads, c.head_dim, ks.block_size,
        ks.max_blocks_per_seq, static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))},
       s);
   capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s);
-  gemm_->nt(core_.get(), w.o_proj.get(), attn_out_.get(), GemmOut::kBf16, t, hd, q, s);
+  linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q);
   capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
-  launch_rms_norm(
-      {attn_out_.get(), x_.get(), x_.get(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
-  capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-  if (w.moe) {
-    moe_layer(l, t, tr);
+  const int64_t in = c.intermediate;
+  if (fused && !w.moe) {
+    // post-attention add + norm, gate_up and SiLU-and-mul in one launch
+    SkinnyGemmParams g;
+    g.x = resid();
+    g.add = attn_out_.get();
+    g.residual_out = resid_next();
+    g.norm_weight = w.post_norm.get();
+    g.normed_out = h_.get();
+    g.eps = eps;
+    g.w = w.gate_up.get();
+    g.y = act_.get();
+    g.m = t;
+    g.n = 2 * in;
+    g.k = hd;
+    g.silu_mul = true;
+    if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
+    launch_skinny_gemm(g, s);
+    cur_ = 1 - cur_;
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   } else {
-    const int64_t in = c.intermediate;
+    launch_rms_norm(
+        {attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    if (w.moe) {
+      moe_layer(l, t, tr);
+      return;
+    }
     gemm_->nt(h_.get(), w.gate_up.get(), gate_up_.get(), GemmOut::kBf16, t, 2 * in, hd, s);
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
-    gemm_->nt(act_.get(), w.down.get(), mlp_out_.get(), GemmOut::kBf16, t, hd, in, s);
-    capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
   }
+  linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in);
+  capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
 // Router GEMM (fp32 logits) and top-k on the device; the ids come to the host, which groups the
 // (token, slot) pairs by expert; then one gather of all experts' rows, a GEMM per expert with
-// tokens (a loop of cuBLASLt calls: no grouped kernel yet), one SiLU-and-mul, a GEMM per expert,
+// tokens (a loop of linear() calls, skinny or cuBLASLt by the expert's token count: no grouped
+// kernel yet), one SiLU-and-mul, a GEMM per expert,
 // one scatter into per-slot outputs and the weighted combine.
 void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
@@ -306,15 +375,15 @@ void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
   for (int64_t x = 0; x < e; ++x) {
     const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
     if (cnt == 0) continue;
-    gemm_->nt(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd, moe_gate_up_.get() + a * 2 * mi,
-              GemmOut::kBf16, cnt, 2 * mi, hd, s);
+    linear(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd, moe_gate_up_.get() + a * 2 * mi,
+           false, cnt, 2 * mi, hd);
   }
   launch_silu_and_mul({moe_gate_up_.get(), moe_act_.get(), n, mi}, s);
   for (int64_t x = 0; x < e; ++x) {
     const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
     if (cnt == 0) continue;
-    gemm_->nt(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd,
-              GemmOut::kBf16, cnt, hd, mi, s);
+    linear(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd, false, cnt, hd,
+           mi);
   }
   launch_scatter_rows({moe_y_.get(), moe_dest_.get(), moe_slots_.get(), n, hd, n}, s);
   capture(tr, p + ".moe.expert_out", moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd, s);
@@ -353,16 +422,16 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
     x[i] = __double2bfloat16(input[i]);  // golden values from an emulate-mode run are exact
   }
   QPARITY_CUDA_CHECK(
-      cudaMemcpyAsync(x_.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(resid(), x.data(), x.size() * 2, cudaMemcpyHostToDevice, stream_));
 }
 
 void Engine::forward_embed(const Batch& b, reference::Trace* capture_to) {
   const ModelConfig& c = model_->cfg;
   prepare(b);
   const int64_t t = b.size();
-  launch_embedding({tokens_dev(t), model_->embed.get(), x_.get(), nullptr, t, c.vocab, c.hidden},
+  launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
                    stream_);
-  capture(capture_to, "embed", x_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  capture(capture_to, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -371,11 +440,11 @@ void Engine::forward_final(const std::vector<double>& input, const Batch& b,
   const ModelConfig& c = model_->cfg;
   upload_input(input, b, "engine final");
   const int64_t t = b.size(), hd = c.hidden;
-  launch_rms_norm({x_.get(), nullptr, nullptr, model_->final_norm.get(), h_.get(), t, 1, hd, hd,
+  launch_rms_norm({resid(), nullptr, nullptr, model_->final_norm.get(), h_.get(), t, 1, hd, hd,
                    static_cast<float>(c.rms_norm_eps)},
                   stream_);
   capture(capture_to, "final_norm", h_.get(), Elem::kBf16, t, hd, hd, stream_);
-  gemm_->nt(h_.get(), model_->lm_head, logits_.get(), GemmOut::kF32, t, c.vocab, hd, stream_);
+  linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, hd);
   capture(capture_to, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

@@ -5,8 +5,10 @@
 // 0..positions[i] (its own K/V written first). So prefill, decode and continuous batching are all
 // the same call; sequences come and go by slot (cache().release(slot)).
 //
-// Precision: bf16 activations and weights; every linear is a cuBLASLt GEMM with fp32
-// accumulation rounded once to bf16 (router logits and logits kept in fp32); norms, RoPE,
+// Precision: bf16 activations and weights; every linear is a GEMM with fp32 accumulation rounded
+// once to bf16 (router logits and logits kept in fp32): for up to kSkinnyMaxM tokens the skinny
+// GEMM (skinny_gemm.h, with the RMSNorm before it and the SiLU-and-mul after it fused in), for
+// more tokens cuBLASLt (MoE experts always cuBLASLt); norms, RoPE,
 // SiLU-and-mul, attention and the MoE combine compute in fp32 (RoPE in fp64) and round once, the
 // reference's emulate-mode rule: each capture point is one bf16 rounding of the exact value of
 // its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical
@@ -89,6 +91,9 @@ class Engine {
   void run_layer(int64_t layer, int64_t t, reference::Trace* capture, bool pending_residual);
   void close_residual(int64_t t, reference::Trace* capture, const __nv_bfloat16* weight,
                       __nv_bfloat16* out);
+  // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
+  void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
+              int64_t n, int64_t k);
   void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
 
   std::unique_ptr<GpuModel> model_;
@@ -103,7 +108,14 @@ class Engine {
   const int32_t* tokens_dev(int64_t) const { return inputs_.get(); }
   const int32_t* slots_dev(int64_t t) const { return inputs_.get() + t; }
   const int32_t* positions_dev(int64_t t) const { return inputs_.get() + 2 * t; }
-  Bf16Buffer x_, h_, qkv_, core_, attn_out_, gate_up_, act_, mlp_out_;
+  // The residual stream lives in two buffers: a fused norm+GEMM reads one and writes the updated
+  // stream to the other (its other blocks still read the first). prepare() resets to buffer 0,
+  // so a captured graph and its replays agree on which is which.
+  Bf16Buffer residual_[2];
+  int cur_ = 0;
+  __nv_bfloat16* resid() const { return residual_[cur_].get(); }
+  __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
+  Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer<float> logits_;
   // MoE scratch.
   DeviceBuffer<float> router_logits_, topk_weights_;

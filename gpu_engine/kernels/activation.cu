@@ -1,11 +1,14 @@
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/pdl.h"
 
 namespace qparity::gpu {
 
 namespace {
 
 __global__ void silu_and_mul_kernel(SiluAndMulParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= p.rows * p.inter) return;
   const int64_t t = idx / p.inter, j = idx % p.inter;
@@ -23,9 +26,8 @@ void launch_silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream) {
   const int64_t n = p.rows * p.inter;
   if (n == 0) return;
   constexpr int kThreads = 256;
-  silu_and_mul_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                        stream>>>(p);
-  check_launch(k);
+  launch_pdl(k, silu_and_mul_kernel, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
+             dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace qparity::gpu

@@ -1,11 +1,14 @@
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/pdl.h"
 
 namespace qparity::gpu {
 
 namespace {
 
 __global__ void embedding_kernel(EmbeddingParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int32_t id = p.ids[t];
   const bool ok = id >= 0 && id < p.vocab;
@@ -22,8 +25,7 @@ void launch_embedding(const EmbeddingParams& p, cudaStream_t stream) {
   require(p.ids && p.table && p.out, k, "ids, table and out are required");
   require(p.tokens >= 0 && p.vocab > 0 && p.hidden > 0, k, "tokens >= 0, vocab > 0, hidden > 0");
   if (p.tokens == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
-  check_launch(k);
+  launch_pdl(k, embedding_kernel, dim3(static_cast<unsigned>(p.tokens)), dim3(256), 0, stream, p);
 }
 
 }  // namespace qparity::gpu

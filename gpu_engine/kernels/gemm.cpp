@@ -59,6 +59,12 @@ const BlasLtGemm::Plan& BlasLtGemm::plan(int64_t m, int64_t n, int64_t k, GemmOu
   check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &workspace_bytes_, sizeof workspace_bytes_),
              "workspace preference");
+  // Split-K partial sums must stay fp32: the in-place and output-type schemes add them in the
+  // output's type (bf16), extra roundings the fp32-accumulation contract does not allow.
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                  &reduction, sizeof reduction),
+             "reduction scheme preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s =

@@ -1,5 +1,6 @@
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/pdl.h"
 
 namespace qparity::gpu {
 
@@ -30,8 +31,49 @@ __global__ void kv_cache_write_kernel(KvCacheWriteParams p) {
 
 constexpr int kWarps = 16;       // warps per (token, head) block, each taking every 16th key group
 constexpr int kMaxTable = 1024;  // block-table entries a sequence may use (staged in shared memory)
-constexpr int kKeys = 4;        // keys per warp iteration: four loads in flight, one softmax update
+constexpr int kKeys = 8;  // keys per warp iteration: all their K and V loads in flight at once
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
+
+// kN consecutive bf16 of a head row (lane l holds elements l*kN .. l*kN+kN-1), kept packed: half
+// the registers of fp32, so eight keys' K and V stay in flight without spills or lost occupancy.
+template <int kN>
+struct PackedRow {
+  uint32_t w[(kN + 1) / 2];
+  __device__ __forceinline__ void load(const __nv_bfloat16* src) {
+    if constexpr (kN % 8 == 0) {  // 16-byte loads (rows are 16-byte aligned: offsets are kN*lane)
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+        const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+      }
+    } else if constexpr (kN % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        const uint2 v = reinterpret_cast<const uint2*>(src)[i];
+        w[2 * i] = v.x, w[2 * i + 1] = v.y;
+      }
+    } else if constexpr (kN % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i)
+        w[i] = reinterpret_cast<const uint32_t*>(src)[i];
+    } else {  // odd widths: 2-byte loads
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+      for (int i = 0; i < (kN + 1) / 2; ++i)
+        w[i] = static_cast<uint32_t>(h[2 * i]) |
+               (2 * i + 1 < kN ? static_cast<uint32_t>(h[2 * i + 1]) << 16 : 0u);
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < (kN + 1) / 2; ++i)
+      w[i] = 0u;
+  }
+  // bf16 -> fp32 is exact: the bf16 bits are the high half of the float.
+  __device__ __forceinline__ float at(int j) const {
+    return __uint_as_float((j & 1) ? (w[j / 2] & 0xffff0000u) : (w[j / 2] << 16));
+  }
+};
 
 // One block per (token, head). Warp w takes key groups w, w + kWarps, ...; a group is kKeys
 // consecutive positions, whose K and V rows are all loaded before any is used (memory-level
@@ -39,16 +81,18 @@ constexpr int kMaxPerLane = 8;  // head_dim <= 256
 // never on the batch: prefill and decode, alone or batched, give the same bits.
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAttentionParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t i = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t kv_h = h / (p.num_heads / p.num_kv_heads);
   const int32_t s = p.seq[i];
   const int64_t last = p.pos[i];
   float q[kPerLane], acc[kPerLane];
-  const __nv_bfloat16* qp = p.q + i * p.q_stride + h * p.head_dim;
+  const __nv_bfloat16* qp = p.q + i * p.q_stride + h * p.head_dim + lane * kPerLane;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    q[j] = __bfloat162float(qp[lane + 32 * j]) * p.scale;
+    q[j] = __bfloat162float(qp[j]) * p.scale;
     acc[j] = 0.f;
   }
   // The sequence's block-table row, staged once: key offsets then need no dependent global load.
@@ -60,7 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   const int32_t bs = static_cast<int32_t>(p.block_size);
   float m = -INFINITY, l = 0.f;
   for (int64_t base = static_cast<int64_t>(warp) * kKeys; base <= last; base += kWarps * kKeys) {
-    float kv[kKeys][kPerLane], vv[kKeys][kPerLane], dot[kKeys];
+    PackedRow<kPerLane> kv[kKeys], vv[kKeys];
+    float dot[kKeys];
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
       const int64_t key = base + u;
@@ -70,16 +115,13 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
             ((static_cast<int64_t>(table[kb]) * bs + (static_cast<int32_t>(key) - kb * bs)) *
                  p.num_kv_heads +
              kv_h) *
-            p.head_dim;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          kv[u][j] = __bfloat162float(p.k_cache[o + lane + 32 * j]);
-          vv[u][j] = __bfloat162float(p.v_cache[o + lane + 32 * j]);
-        }
+                p.head_dim +
+            lane * kPerLane;
+        kv[u].load(p.k_cache + o);
+        vv[u].load(p.v_cache + o);
       } else {
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j)
-          kv[u][j] = vv[u][j] = 0.f;
+        kv[u].zero();
+        vv[u].zero();
       }
     }
 #pragma unroll
@@ -87,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
       dot[u] = 0.f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j)
-        dot[u] += q[j] * kv[u][j];
+        dot[u] += q[j] * kv[u].at(j);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
@@ -112,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
       float a = acc[j] * corr;
 #pragma unroll
       for (int u = 0; u < kKeys; ++u)
-        a += e[u] * vv[u][j];
+        a += e[u] * vv[u].at(j);
       acc[j] = a;
     }
     m = m_new;
@@ -126,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   }
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
-    sacc[warp][lane + 32 * j] = acc[j];
+    sacc[warp][lane * kPerLane + j] = acc[j];
   __syncthreads();
   float mm = -INFINITY;
   for (int w = 0; w < kWarps; ++w)
@@ -174,35 +216,37 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
   require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
           "q / out stride < num_heads * head_dim");
   require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");
+  require(reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
+              reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0,
+          k, "k_cache / v_cache must be 16-byte aligned (rows are read with vector loads)");
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads));
   switch (p.head_dim / 32) {
     case 1:
-      paged_attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<1>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 2:
-      paged_attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<2>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 3:
-      paged_attention_kernel<3><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<3>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 4:
-      paged_attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<4>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 5:
-      paged_attention_kernel<5><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<5>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 6:
-      paged_attention_kernel<6><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<6>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     case 7:
-      paged_attention_kernel<7><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<7>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
     default:
-      paged_attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_pdl(k, paged_attention_kernel<8>, grid, dim3(kWarps * 32), 0, stream, p);
       break;
   }
-  check_launch(k);
 }
 
 }  // namespace qparity::gpu

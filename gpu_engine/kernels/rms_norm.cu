@@ -1,4 +1,5 @@
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/rms_norm.h"
 
 namespace qparity::gpu {
@@ -8,6 +9,8 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void rms_norm_kernel(RmsNormParams p) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t vec = blockIdx.x;
   const int64_t row = vec / p.vectors_per_row, sub = vec % p.vectors_per_row;
   const int64_t base = row * p.row_stride + sub * p.dim;
@@ -61,8 +64,8 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   require(!(p.residual && !p.residual_out && (p.out == p.x || p.out == p.residual)), k,
           "out aliases an input that the second pass re-reads; give residual_out");
   if (p.rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(p.rows * p.vectors_per_row), kThreads, 0, stream>>>(p);
-  check_launch(k);
+  launch_pdl(k, rms_norm_kernel, dim3(static_cast<unsigned>(p.rows * p.vectors_per_row)),
+             dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace qparity::gpu

@@ -19,6 +19,7 @@
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
 
 namespace qparity {
@@ -99,6 +100,22 @@ TEST_F(GpuEngine, MatchesTheReferenceAtEveryCapturePointOnAllArchitectures) {
       EXPECT_TRUE(r.missing_in_candidate.empty())
           << "the engine dumps every point the reference does; first missing: "
           << r.missing_in_candidate.front();
+      {  // Decode-sized forwards (8 sequences of kSkinnyMaxM tokens, one forward each): the
+        // fused skinny-GEMM path, every point within the policy.
+        const golden::TokenInputs small =
+            golden::synthetic_inputs(8, gpu::kSkinnyMaxM, cfg.vocab, 6);
+        const fs::path sg = root_ / (dir.filename().string() + ".ref8.h5");
+        const fs::path sl = root_ / (dir.filename().string() + ".engine-local8.h5");
+        golden::write_golden(sg, golden::run_reference(dir, small, ro, nullptr),
+                             OverwritePolicy::kReplace);
+        const golden::GoldenReader sref = golden::GoldenReader::open(sg);
+        golden::write_golden(sl, gpu::engine_golden_local(*e, sref, "*", nullptr),
+                             OverwritePolicy::kReplace);
+        const golden::CompareReport sr =
+            golden::compare_goldens(sref, golden::GoldenReader::open(sl), co);
+        EXPECT_TRUE(sr.pass) << "decode-sized batch\n" << golden::to_text(sr);
+        EXPECT_TRUE(sr.missing_in_candidate.empty()) << sr.missing_in_candidate.front();
+      }
       // Free run: judged end to end by top-1 agreement (Wilson lower bound, the policy's gate);
       // its KLD and per-point error are printed: they grow with depth as the model amplifies
       // bf16-level differences, which the per-point bounds do not model.

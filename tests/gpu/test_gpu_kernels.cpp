@@ -16,13 +16,14 @@
 #include "../unit/test_seed.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/attention_prologue.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/moe_dispatch.h"
 #include "gpu_engine/kernels/moe_routing.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
-#include "gpu_engine/kernels/rope.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
 #include "kernel_test_util.h"
 #include "reference_cpu/layers/activation.h"
@@ -118,35 +119,175 @@ ModelConfig rope_config(int64_t head_dim, bool llama3) {
   return c;
 }
 
-TEST_F(GpuKernels, RopeDefaultAndLlama3) {
+// Qwen3-style (q/k norm, default RoPE) and Llama-3-style (no norm, llama3-scaled RoPE) rows:
+// the normalized q and k against the fp64 per-head norm; the rotated q and k against fp64 RoPE of
+// the kernel's own normalized values (so each stage is judged alone); K and V in the cache equal
+// the row's rotated K and input V bit for bit, at each token's own block and slot.
+TEST_F(GpuKernels, AttentionPrologueNormRopeAndCacheWrite) {
   for (const bool llama3 : {false, true}) {
-    SCOPED_TRACE(llama3 ? "llama3" : "default");
-    const int64_t t = 64, heads = 4, d = 128, stride = heads * d + 64;
+    SCOPED_TRACE(llama3 ? "llama3, no qk norm" : "qwen3, qk norm");
+    const int64_t t = 37, heads = 8, kv_heads = 2, d = 128, block = 16;
+    const int64_t qk_w = (heads + kv_heads) * d, stride = (heads + 2 * kv_heads) * d + 64;
     const reference::Rope rope(rope_config(d, llama3));
-    std::vector<Bf16> hx;
+    std::vector<Bf16> hx, hwq, hwk;
     const Matrix x = random_bf16(rng, t, stride, 1.0, hx);
-    std::vector<int32_t> pos(static_cast<size_t>(t));
+    const Matrix wq = random_bf16(rng, 1, d, 0.5, hwq), wk = random_bf16(rng, 1, d, 0.5, hwk);
+    // Token i is sequence i at a random position up to 10^5 (long-context angles), its block
+    // mapped to physical block i; every other table entry points nowhere valid.
+    std::uniform_int_distribution<int32_t> pd(0, 100000);
+    const int64_t max_blocks = 100000 / block + 1;
+    std::vector<int32_t> pos(static_cast<size_t>(t)), seq(pos.size());
+    std::vector<int32_t> table(static_cast<size_t>(t * max_blocks), -1);
     std::vector<int64_t> pos64(pos.size());
-    std::uniform_int_distribution<int32_t> pd(0, 100000);  // long-context angles too
-    for (size_t i = 0; i < pos.size(); ++i)
-      pos[i] = pd(rng), pos64[i] = pos[i];
-    DeviceBuffer<Bf16> dx(hx);
-    DeviceBuffer<int32_t> dp(pos);
+    for (int32_t i = 0; i < t; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      pos[u] = pd(rng), pos64[u] = pos[u], seq[u] = i;
+      table[static_cast<size_t>(i * max_blocks + pos[u] / block)] = i;
+    }
+    DeviceBuffer<Bf16> dx(hx), dwq(hwq), dwk(hwk), normed(static_cast<size_t>(t * qk_w)),
+        kc(static_cast<size_t>(t * block * kv_heads * d)), vc(kc.size());
+    DeviceBuffer<int32_t> dp(pos), ds(seq), dt(table);
     DeviceBuffer<double> di(rope.inv_freq());
-    gpu::launch_rope({dx.get(), dp.get(), di.get(), t, heads, d, stride, 1.0}, nullptr);
+    normed.poison();
+    kc.poison();
+    vc.poison();
+    gpu::AttentionPrologueParams p;
+    p.qkv = dx.get();
+    p.row_stride = stride;
+    if (!llama3) p.q_norm = dwq.get(), p.k_norm = dwk.get(), p.normed_out = normed.get();
+    p.positions = dp.get();
+    p.inv_freq = di.get();
+    p.k_cache = kc.get();
+    p.v_cache = vc.get();
+    p.block_table = dt.get();
+    p.seq = ds.get();
+    p.tokens = t, p.num_heads = heads, p.num_kv_heads = kv_heads, p.head_dim = d;
+    p.block_size = block, p.max_blocks_per_seq = max_blocks;
+    gpu::launch_attention_prologue(p, nullptr);
     const std::vector<double> got = to_doubles(dx.download());
-    Matrix want(t, heads * d), g(t, heads * d);
-    for (int64_t r = 0; r < t; ++r)
+    Matrix q(t, heads * d), k(t, kv_heads * d);
+    for (int64_t r = 0; r < t; ++r) {
       for (int64_t c = 0; c < heads * d; ++c)
-        want(r, c) = x(r, c), g(r, c) = got[static_cast<size_t>(r * stride + c)];
-    rope.apply(want, heads, pos64);
+        q(r, c) = x(r, c);
+      for (int64_t c = 0; c < kv_heads * d; ++c)
+        k(r, c) = x(r, heads * d + c);
+    }
+    if (!llama3) {
+      const std::vector<double> n = to_doubles(normed.download());
+      Matrix gq(t, heads * d), gk(t, kv_heads * d);
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t c = 0; c < heads * d; ++c)
+          gq(r, c) = n[static_cast<size_t>(r * qk_w + c)];
+        for (int64_t c = 0; c < kv_heads * d; ++c)
+          gk(r, c) = n[static_cast<size_t>(r * qk_w + heads * d + c)];
+      }
+      const double eq =
+          rel_l2(gq.data, round_bf16(reference::rms_norm_heads(q, d, wq.data, 1e-6).data));
+      const double ek =
+          rel_l2(gk.data, round_bf16(reference::rms_norm_heads(k, d, wk.data, 1e-6).data));
+      EXPECT_LE(eq, kFlipBound) << eq;
+      EXPECT_LE(ek, kFlipBound) << ek;
+      q = gq, k = gk;
+    }
+    Matrix gq(t, heads * d), gk(t, kv_heads * d);
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t c = 0; c < heads * d; ++c)
+        gq(r, c) = got[static_cast<size_t>(r * stride + c)];
+      for (int64_t c = 0; c < kv_heads * d; ++c)
+        gk(r, c) = got[static_cast<size_t>(r * stride + heads * d + c)];
+    }
+    rope.apply(q, heads, pos64);
+    rope.apply(k, kv_heads, pos64);
     // fp64 on both sides: only libm's and CUDA's sin/cos (each within an fp64 ULP or two) differ.
-    const double e = rel_l2(g.data, round_bf16(want.data));
-    EXPECT_LE(e, kFlipBound) << e;
-    for (int64_t r = 0; r < t; ++r)  // the tail past the heads is untouched
-      for (int64_t c = heads * d; c < stride; ++c)
+    const double eq = rel_l2(gq.data, round_bf16(q.data)), ek = rel_l2(gk.data, round_bf16(k.data));
+    EXPECT_LE(eq, kFlipBound) << eq;
+    EXPECT_LE(ek, kFlipBound) << ek;
+    const std::vector<double> kcache = to_doubles(kc.download()),
+                              vcache = to_doubles(vc.download());
+    for (int64_t r = 0; r < t; ++r) {
+      const int64_t slot = pos64[static_cast<size_t>(r)] % block;
+      for (int64_t c = 0; c < kv_heads * d; ++c) {
+        const size_t at = static_cast<size_t>(((r * block + slot) * kv_heads) * d + c);
+        ASSERT_EQ(kcache[at], gk(r, c)) << "token " << r;
+        ASSERT_EQ(vcache[at], x(r, (heads + kv_heads) * d + c)) << "token " << r;
+        ASSERT_EQ(got[static_cast<size_t>(r * stride + (heads + kv_heads) * d + c)],
+                  x(r, (heads + kv_heads) * d + c))
+            << "v stays in the row";
+      }
+      for (int64_t c = (heads + 2 * kv_heads) * d; c < stride; ++c)  // the tail is untouched
         ASSERT_EQ(got[static_cast<size_t>(r * stride + c)], x(r, c));
+    }
   }
+}
+
+// Decode-shaped GEMMs: plain (bf16 and fp32 out, odd N, a K-split shape), then the fused
+// residual-add + RMSNorm prologue with the SiLU-and-mul epilogue, each stage judged on the
+// kernel's own input to it. A token's row is bit-identical alone and inside a batch of M.
+TEST_F(GpuKernels, SkinnyGemmPlainAndFused) {
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {1024, 3072}, {1001, 1024}, {6144, 1024}, {256, 14336}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{3}, gpu::kSkinnyMaxM}) {
+      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      ASSERT_TRUE(gpu::skinny_gemm_fits(m, k)) << "X fits in shared memory";
+      std::vector<Bf16> hx, hw;
+      const Matrix a = random_bf16(rng, m, k, 1.0, hx), w = random_bf16(rng, n, k, 0.05, hw);
+      DeviceBuffer<Bf16> dx(hx), dw(hw), dy(static_cast<size_t>(m * n));
+      DeviceBuffer<float> df(static_cast<size_t>(m * n));
+      dy.poison();
+      df.poison();
+      gpu::SkinnyGemmParams p;
+      p.x = dx.get(), p.w = dw.get(), p.y = dy.get(), p.m = m, p.n = n, p.k = k;
+      gpu::launch_skinny_gemm(p, nullptr);
+      p.y = df.get(), p.y_f32 = true;
+      gpu::launch_skinny_gemm(p, nullptr);
+      const Matrix want = reference::matmul_nt(a, w);
+      const double e = rel_l2(to_doubles(dy.download()), round_bf16(want.data));
+      EXPECT_LE(e, kFlipBound) << e;
+      const std::vector<float> f = df.download();
+      const double ef = rel_l2(std::vector<double>(f.begin(), f.end()), want.data);
+      EXPECT_LE(ef, 16 * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -24)) << ef;
+      if (m > 1) {  // the last token alone: the same bits
+        DeviceBuffer<Bf16> x1(std::vector<Bf16>(hx.end() - k, hx.end())),
+            y1(static_cast<size_t>(n));
+        gpu::SkinnyGemmParams one = p;
+        one.x = x1.get(), one.y = y1.get(), one.y_f32 = false, one.m = 1;
+        gpu::launch_skinny_gemm(one, nullptr);
+        const std::vector<Bf16> all = dy.download(), alone = y1.download();
+        ASSERT_EQ(std::memcmp(alone.data(), all.data() + (m - 1) * n, n * sizeof(Bf16)), 0);
+      }
+    }
+  }
+  // Fused: x + add -> residual_out, RMSNorm -> normed_out, gate_up -> gate_up_out, act -> y.
+  const int64_t m = gpu::kSkinnyMaxM, k = 1024, inter = 1536;
+  std::vector<Bf16> hx, ha, hnw, hw;
+  const Matrix x = random_bf16(rng, m, k, 1.0, hx), add = random_bf16(rng, m, k, 4.0, ha);
+  const Matrix nw = random_bf16(rng, 1, k, 0.3, hnw), w = random_bf16(rng, 2 * inter, k, 0.05, hw);
+  DeviceBuffer<Bf16> dx(hx), da(ha), dnw(hnw), dw(hw), res(hx.size()), normed(hx.size()),
+      gu(static_cast<size_t>(m * 2 * inter)), act(static_cast<size_t>(m * inter));
+  for (auto* b : {&res, &normed, &gu, &act})
+    b->poison();
+  gpu::SkinnyGemmParams p;
+  p.x = dx.get(), p.add = da.get(), p.residual_out = res.get(), p.norm_weight = dnw.get();
+  p.normed_out = normed.get(), p.w = dw.get(), p.y = act.get(), p.m = m, p.n = 2 * inter, p.k = k;
+  p.silu_mul = true, p.gate_up_out = gu.get();
+  gpu::launch_skinny_gemm(p, nullptr);
+  Matrix sum = x;
+  for (size_t i = 0; i < sum.data.size(); ++i)
+    sum.data[i] += add.data[i];
+  sum.data = round_bf16(sum.data);
+  EXPECT_EQ(to_doubles(res.download()), sum.data) << "the sum of two bf16 numbers is exact in fp32";
+  Matrix got_normed(m, k);
+  got_normed.data = to_doubles(normed.download());
+  const double en =
+      rel_l2(got_normed.data, round_bf16(reference::rms_norm(sum, nw.data, 1e-6).data));
+  EXPECT_LE(en, kFlipBound) << en;
+  Matrix got_gu(m, 2 * inter);
+  got_gu.data = to_doubles(gu.download());
+  const double eg = rel_l2(got_gu.data, round_bf16(reference::matmul_nt(got_normed, w).data));
+  EXPECT_LE(eg, kFlipBound) << eg;
+  const double ea =
+      rel_l2(to_doubles(act.download()), round_bf16(reference::silu_and_mul(got_gu).data));
+  EXPECT_LE(ea, kFlipBound) << ea;
 }
 
 TEST_F(GpuKernels, SiluAndMul) {
@@ -216,95 +357,101 @@ TEST_F(GpuKernels, GemmMatchesTheFp64ProductForEveryShapeKind) {
 // output against the fp64 causal attention of its sequence; then a decode step (the last token of
 // each sequence alone) reproduces the prefill row bit for bit.
 TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
-  const int64_t heads = 8, kv_heads = 2, d = 128, block = 16;
-  const std::vector<int64_t> lens = {1, 37, 130};
-  const int64_t max_blocks = 16, num_blocks = 3 * max_blocks;
-  std::vector<int32_t> table(static_cast<size_t>(3 * max_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  std::vector<int32_t> seq, pos;
-  for (int32_t s = 0; s < 3; ++s)
-    for (int32_t p = 0; p < lens[static_cast<size_t>(s)]; ++p)
-      seq.push_back(s), pos.push_back(p);
-  const int64_t tokens = static_cast<int64_t>(seq.size());
-  const int64_t qkv_w = (heads + 2 * kv_heads) * d;
-  std::vector<Bf16> hqkv;
-  const Matrix qkv = random_bf16(rng, tokens, qkv_w, 1.0, hqkv);
-  DeviceBuffer<Bf16> dqkv(hqkv), kc(static_cast<size_t>(num_blocks * block * kv_heads * d)),
-      vc(kc.size()), out(static_cast<size_t>(tokens * heads * d));
-  DeviceBuffer<int32_t> dt(table), ds(seq), dp(pos);
-  kc.poison();
-  vc.poison();
-  out.poison();
-  const float scale = 1.f / std::sqrt(static_cast<float>(d));
-  gpu::KvCacheWriteParams w{dqkv.get() + heads * d,
-                            dqkv.get() + (heads + kv_heads) * d,
-                            qkv_w,
-                            qkv_w,
-                            kc.get(),
-                            vc.get(),
-                            dt.get(),
-                            ds.get(),
-                            dp.get(),
-                            tokens,
-                            kv_heads,
-                            d,
-                            block,
-                            max_blocks,
-                            num_blocks};
-  gpu::launch_kv_cache_write(w, nullptr);
-  gpu::PagedAttentionParams a{dqkv.get(), qkv_w,     kc.get(),   vc.get(), dt.get(), ds.get(),
-                              dp.get(),   out.get(), heads * d,  tokens,   heads,    kv_heads,
-                              d,          block,     max_blocks, scale};
-  gpu::launch_paged_attention(a, nullptr);
-  const std::vector<double> got = to_doubles(out.download());
-  int64_t row0 = 0;
-  for (size_t s = 0; s < lens.size(); ++s) {
-    const int64_t n = lens[s];
-    Matrix q(n, heads * d), k(n, kv_heads * d), v(n, kv_heads * d), g(n, heads * d);
-    std::vector<int64_t> p(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) {
-      p[static_cast<size_t>(r)] = r;
-      for (int64_t c = 0; c < heads * d; ++c)
-        q(r, c) = qkv(row0 + r, c), g(r, c) = got[static_cast<size_t>((row0 + r) * heads * d + c)];
-      for (int64_t c = 0; c < kv_heads * d; ++c)
-        k(r, c) = qkv(row0 + r, heads * d + c), v(r, c) = qkv(row0 + r, (heads + kv_heads) * d + c);
+  const int64_t heads = 8, kv_heads = 2, block = 16;
+  // Every row-load width: 2 (4-byte), 3 (2-byte), 4 (8-byte) and 8 (16-byte) elements per lane.
+  for (const int64_t d : {64, 96, 128, 256}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    const std::vector<int64_t> lens = {1, 37, 130};
+    const int64_t max_blocks = 16, num_blocks = 3 * max_blocks;
+    std::vector<int32_t> table(static_cast<size_t>(3 * max_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> seq, pos;
+    for (int32_t s = 0; s < 3; ++s)
+      for (int32_t p = 0; p < lens[static_cast<size_t>(s)]; ++p)
+        seq.push_back(s), pos.push_back(p);
+    const int64_t tokens = static_cast<int64_t>(seq.size());
+    const int64_t qkv_w = (heads + 2 * kv_heads) * d;
+    std::vector<Bf16> hqkv;
+    const Matrix qkv = random_bf16(rng, tokens, qkv_w, 1.0, hqkv);
+    DeviceBuffer<Bf16> dqkv(hqkv), kc(static_cast<size_t>(num_blocks * block * kv_heads * d)),
+        vc(kc.size()), out(static_cast<size_t>(tokens * heads * d));
+    DeviceBuffer<int32_t> dt(table), ds(seq), dp(pos);
+    kc.poison();
+    vc.poison();
+    out.poison();
+    const float scale = 1.f / std::sqrt(static_cast<float>(d));
+    gpu::KvCacheWriteParams w{dqkv.get() + heads * d,
+                              dqkv.get() + (heads + kv_heads) * d,
+                              qkv_w,
+                              qkv_w,
+                              kc.get(),
+                              vc.get(),
+                              dt.get(),
+                              ds.get(),
+                              dp.get(),
+                              tokens,
+                              kv_heads,
+                              d,
+                              block,
+                              max_blocks,
+                              num_blocks};
+    gpu::launch_kv_cache_write(w, nullptr);
+    gpu::PagedAttentionParams a{dqkv.get(), qkv_w,     kc.get(),   vc.get(), dt.get(), ds.get(),
+                                dp.get(),   out.get(), heads * d,  tokens,   heads,    kv_heads,
+                                d,          block,     max_blocks, scale};
+    gpu::launch_paged_attention(a, nullptr);
+    const std::vector<double> got = to_doubles(out.download());
+    int64_t row0 = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int64_t n = lens[s];
+      Matrix q(n, heads * d), k(n, kv_heads * d), v(n, kv_heads * d), g(n, heads * d);
+      std::vector<int64_t> p(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) {
+        p[static_cast<size_t>(r)] = r;
+        for (int64_t c = 0; c < heads * d; ++c)
+          q(r, c) = qkv(row0 + r, c),
+               g(r, c) = got[static_cast<size_t>((row0 + r) * heads * d + c)];
+        for (int64_t c = 0; c < kv_heads * d; ++c)
+          k(r, c) = qkv(row0 + r, heads * d + c),
+               v(r, c) = qkv(row0 + r, (heads + kv_heads) * d + c);
+      }
+      const Matrix want = reference::causal_attention(q, k, v, p, p, heads, kv_heads, d,
+                                                      1.0 / std::sqrt(static_cast<double>(d)));
+      const double e = rel_l2(g.data, round_bf16(want.data));
+      EXPECT_LE(e, kFlipBound) << "sequence " << s << ": " << e;
+      row0 += n;
     }
-    const Matrix want = reference::causal_attention(q, k, v, p, p, heads, kv_heads, d,
-                                                    1.0 / std::sqrt(static_cast<double>(d)));
-    const double e = rel_l2(g.data, round_bf16(want.data));
-    EXPECT_LE(e, kFlipBound) << "sequence " << s << ": " << e;
-    row0 += n;
+    // Decode: the last token of each sequence, alone in the batch.
+    std::vector<int32_t> dseq = {0, 1, 2}, dpos;
+    std::vector<int64_t> last_rows;
+    row0 = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      dpos.push_back(static_cast<int32_t>(lens[s] - 1));
+      last_rows.push_back(row0 + lens[s] - 1);
+      row0 += lens[s];
+    }
+    std::vector<Bf16> hq;
+    for (const int64_t r : last_rows)
+      hq.insert(hq.end(), hqkv.begin() + r * qkv_w, hqkv.begin() + r * qkv_w + heads * d);
+    DeviceBuffer<Bf16> dq(hq), dout(static_cast<size_t>(3 * heads * d));
+    DeviceBuffer<int32_t> dds(dseq), ddp(dpos);
+    dout.poison();
+    gpu::PagedAttentionParams dec = a;
+    dec.q = dq.get();
+    dec.q_stride = heads * d;
+    dec.seq = dds.get();
+    dec.pos = ddp.get();
+    dec.out = dout.get();
+    dec.tokens = 3;
+    gpu::launch_paged_attention(dec, nullptr);
+    const std::vector<Bf16> decoded = dout.download(), prefill = out.download();
+    for (size_t s = 0; s < 3; ++s)
+      ASSERT_EQ(std::memcmp(&decoded[s * heads * d], &prefill[last_rows[s] * heads * d],
+                            heads * d * sizeof(Bf16)),
+                0)
+          << "decode differs from prefill for sequence " << s;
   }
-  // Decode: the last token of each sequence, alone in the batch.
-  std::vector<int32_t> dseq = {0, 1, 2}, dpos;
-  std::vector<int64_t> last_rows;
-  row0 = 0;
-  for (size_t s = 0; s < lens.size(); ++s) {
-    dpos.push_back(static_cast<int32_t>(lens[s] - 1));
-    last_rows.push_back(row0 + lens[s] - 1);
-    row0 += lens[s];
-  }
-  std::vector<Bf16> hq;
-  for (const int64_t r : last_rows)
-    hq.insert(hq.end(), hqkv.begin() + r * qkv_w, hqkv.begin() + r * qkv_w + heads * d);
-  DeviceBuffer<Bf16> dq(hq), dout(static_cast<size_t>(3 * heads * d));
-  DeviceBuffer<int32_t> dds(dseq), ddp(dpos);
-  dout.poison();
-  gpu::PagedAttentionParams dec = a;
-  dec.q = dq.get();
-  dec.q_stride = heads * d;
-  dec.seq = dds.get();
-  dec.pos = ddp.get();
-  dec.out = dout.get();
-  dec.tokens = 3;
-  gpu::launch_paged_attention(dec, nullptr);
-  const std::vector<Bf16> decoded = dout.download(), prefill = out.download();
-  for (size_t s = 0; s < 3; ++s)
-    ASSERT_EQ(std::memcmp(&decoded[s * heads * d], &prefill[last_rows[s] * heads * d],
-                          heads * d * sizeof(Bf16)),
-              0)
-        << "decode differs from prefill for sequence " << s;
 }
 
 TEST_F(GpuKernels, MoeRoutingMatchesTheReferenceAndBreaksTiesLow) {
@@ -416,10 +563,24 @@ TEST(KernelLaunchers, RejectBadParametersByName) {
   const int32_t* ip = reinterpret_cast<const int32_t*>(uintptr_t{256});
   const float* fp = reinterpret_cast<const float*>(uintptr_t{256});
   const double* dp = reinterpret_cast<const double*>(uintptr_t{256});
-  EXPECT_THAT(error_of([&] {
-                gpu::launch_rope({fake, ip, dp, 4, 2, 63, 200, 1.0}, nullptr);
-              }),
-              HasSubstr("head_dim 63 must be positive and even"));
+  gpu::AttentionPrologueParams ap;
+  ap.qkv = fake, ap.positions = ip, ap.inv_freq = dp, ap.k_cache = fake, ap.v_cache = fake;
+  ap.block_table = ip, ap.seq = ip, ap.tokens = 4, ap.num_heads = 2, ap.num_kv_heads = 1;
+  ap.head_dim = 63, ap.row_stride = 4 * 63, ap.block_size = 16, ap.max_blocks_per_seq = 4;
+  EXPECT_THAT(error_of([&] { gpu::launch_attention_prologue(ap, nullptr); }),
+              HasSubstr("head_dim 63 must be even"));
+  ap.head_dim = 64;
+  ap.q_norm = fake;
+  EXPECT_THAT(error_of([&] { gpu::launch_attention_prologue(ap, nullptr); }),
+              HasSubstr("q_norm and k_norm come together"));
+  gpu::SkinnyGemmParams sg;
+  sg.x = fake, sg.w = fake, sg.y = fake, sg.m = gpu::kSkinnyMaxM + 1, sg.n = 64, sg.k = 64;
+  EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }),
+              HasSubstr("use the cuBLASLt GEMM"));
+  sg.m = 2, sg.norm_weight = fake, sg.add = fake, sg.residual_out = fake;
+  EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }), HasSubstr("may not alias"));
+  sg.add = nullptr, sg.residual_out = nullptr, sg.n = 63, sg.silu_mul = true;
+  EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }), HasSubstr("even N"));
   gpu::PagedAttentionParams a{fake, 1024, fake, fake, ip,  ip, ip, fake,
                               1024, 1,    8,    3,    128, 16, 4,  0.1f};
   EXPECT_THAT(error_of([&] { gpu::launch_paged_attention(a, nullptr); }),
@@ -430,8 +591,7 @@ TEST(KernelLaunchers, RejectBadParametersByName) {
               HasSubstr("multiple of 32"));
   EXPECT_THAT(error_of([&] {
                 gpu::launch_moe_routing(
-                    {fp, const_cast<int32_t*>(ip), const_cast<float*>(fp), 1, 8, 9, true},
-                    nullptr);
+                    {fp, const_cast<int32_t*>(ip), const_cast<float*>(fp), 1, 8, 9, true}, nullptr);
               }),
               HasSubstr("top_k 9"));
 }

@@ -1,0 +1,315 @@
+#include <algorithm>
+
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/pdl.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+// 16-byte weight chunks per row a lane loads before it uses any: with two rows per warp, eight
+// loads (128 bytes) in flight per lane, 32 KiB per block: enough to cover DRAM latency at full
+// bandwidth with one block per SM.
+constexpr int kUnroll = 4;
+constexpr size_t kMaxSmem = 160 * 1024;
+
+// Weights are read once per forward: do not let them evict X or anything else from L1.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+// Block layout: the kWarps warps take kWarps / ksplit row pairs at a time, each pair split along
+// K over ksplit warps (lane l of slice s reads chunks (s * 32 + l) + 32 * ksplit * j); the
+// slices' sums meet in shared memory, added in slice order. A pair is rows (2g, 2g + 1), or
+// (g, g + N/2) with the SiLU-and-mul epilogue.
+template <int M>
+__global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams p, int ksplit) {
+  extern __shared__ uint4 smem[];
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
+  __shared__ float partial[kWarps][M];
+  __shared__ float rscale[M];
+  __shared__ float slice_sum[kWarps][M][2];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t k = p.k, n = p.n;
+  const bool writer = blockIdx.x == 0;
+  const int64_t half = n / 2;
+  const int64_t pairs = p.silu_mul ? half : (n + 1) / 2;
+  const int per_block = kWarps / ksplit;
+  const int64_t groups = (pairs + per_block - 1) / per_block;
+  const int slice = warp % ksplit;
+  const int64_t chunks = k / 8;
+  const int64_t step = 32 * static_cast<int64_t>(ksplit);
+  const auto rows_of = [&](int64_t g, const uint4*& w0, const uint4*& w1) {
+    const int64_t r0 = p.silu_mul ? g : 2 * g;
+    const int64_t r1 = p.silu_mul ? g + half : (2 * g + 1 < n ? 2 * g + 1 : n - 1);
+    w0 = reinterpret_cast<const uint4*>(p.w + r0 * k);
+    w1 = reinterpret_cast<const uint4*>(p.w + r1 * k);
+  };
+  const auto load = [&](const uint4* w0, const uint4* w1, int64_t c0, uint4(&a)[kUnroll],
+                        uint4(&b)[kUnroll]) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + step * u;
+      if (c < chunks) {
+        a[u] = load_stream(w0 + c);
+        b[u] = load_stream(w1 + c);
+      }
+    }
+  };
+  // The first weight loads go out before the wait for the previous kernel: weights are never
+  // written during a forward, and this overlaps their DRAM latency with that kernel's tail.
+  uint4 a[kUnroll], b[kUnroll];
+  const int64_t g_first = static_cast<int64_t>(blockIdx.x) * per_block + warp / ksplit;
+  if (g_first < pairs) {
+    const uint4 *w0, *w1;
+    rows_of(g_first, w0, w1);
+    load(w0, w1, slice * 32 + lane, a, b);
+  }
+  if (p.norm_weight)  // the norm weight into L1 too: the prologue's second pass reads it
+    for (int64_t i = static_cast<int64_t>(tid) * 64; i < k; i += kThreads * 64)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(p.norm_weight + i));
+  pdl_launch_dependents();
+  pdl_wait();
+
+  // Prologue: X (normalized or not) into shared memory.
+  if (!p.norm_weight) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x);
+    for (int64_t i = tid; i < M * k / 8; i += kThreads)
+      smem[i] = src[i];
+  } else {
+    float sum[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      sum[m] = 0.f;
+    for (int64_t i = tid; i < k; i += kThreads) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float h = __bfloat162float(p.x[m * k + i]);
+        if (p.add) {
+          const __nv_bfloat16 hb = __float2bfloat16_rn(h + __bfloat162float(p.add[m * k + i]));
+          if (writer && p.residual_out) p.residual_out[m * k + i] = hb;
+          h = __bfloat162float(hb);
+        }
+        xs[m * k + i] = __float2bfloat16_rn(h);  // exact: h is a bf16 value
+        sum[m] += h * h;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float s = sum[m];
+      for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0) partial[warp][m] = s;
+    }
+    __syncthreads();
+    if (tid < M) {
+      float total = 0.f;
+      for (int w = 0; w < kWarps; ++w)
+        total += partial[w][tid];
+      rscale[tid] = rsqrtf(total / static_cast<float>(k) + p.eps);
+    }
+    __syncthreads();
+    // Each thread rewrites the elements it wrote above: no barrier needed between the passes.
+    for (int64_t i = tid; i < k; i += kThreads) {
+      const float wi = __bfloat162float(p.norm_weight[i]);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const __nv_bfloat16 v =
+            __float2bfloat16_rn(wi * (__bfloat162float(xs[m * k + i]) * rscale[m]));
+        xs[m * k + i] = v;
+        if (writer && p.normed_out) p.normed_out[m * k + i] = v;
+      }
+    }
+  }
+  __syncthreads();
+
+  bool preloaded = true;  // a and b hold the first group's first step
+  for (int64_t gb = blockIdx.x; gb < groups; gb += gridDim.x) {
+    const int64_t g = gb * per_block + warp / ksplit;
+    float acc[M][2];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      acc[m][0] = acc[m][1] = 0.f;
+    if (g < pairs) {
+      const uint4 *w0, *w1;
+      rows_of(g, w0, w1);
+      for (int64_t c0 = slice * 32 + lane; c0 < chunks; c0 += step * kUnroll) {
+        if (!preloaded) load(w0, w1, c0, a, b);
+        preloaded = false;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t c = c0 + step * u;
+          if (c < chunks) {
+            float fa[8], fb[8];
+            unpack8(a[u], fa);
+            unpack8(b[u], fb);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+              float fx[8];
+              unpack8(reinterpret_cast<const uint4*>(xs + m * k)[c], fx);
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                acc[m][0] = fmaf(fa[j], fx[j], acc[m][0]);
+                acc[m][1] = fmaf(fb[j], fx[j], acc[m][1]);
+              }
+            }
+          }
+        }
+      }
+    }
+    preloaded = false;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        for (int o = 16; o > 0; o >>= 1)
+          acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
+    if (ksplit > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          slice_sum[warp][m][0] = acc[m][0], slice_sum[warp][m][1] = acc[m][1];
+      __syncthreads();
+      if (slice == 0)
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float s = slice_sum[warp][m][r];
+            for (int q = 1; q < ksplit; ++q)
+              s += slice_sum[warp + q][m][r];
+            acc[m][r] = s;
+          }
+      __syncthreads();  // slice_sum is reused by the next group
+    }
+    if (slice != 0 || g >= pairs || lane >= M) continue;
+      // Lane m writes token m's outputs.
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      if (m != lane) continue;
+      if (p.silu_mul) {
+        const __nv_bfloat16 gb16 = __float2bfloat16_rn(acc[m][0]),
+                            ub16 = __float2bfloat16_rn(acc[m][1]);
+        if (p.gate_up_out) {
+          p.gate_up_out[m * n + g] = gb16;
+          p.gate_up_out[m * n + g + half] = ub16;
+        }
+        const float gf = __bfloat162float(gb16), uf = __bfloat162float(ub16);
+        static_cast<__nv_bfloat16*>(p.y)[m * half + g] =
+            __float2bfloat16_rn(gf / (1.f + expf(-gf)) * uf);
+      } else if (p.y_f32) {
+        float* y = static_cast<float*>(p.y) + m * n;
+        y[2 * g] = acc[m][0];
+        if (2 * g + 1 < n) y[2 * g + 1] = acc[m][1];
+      } else {
+        __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y) + m * n;
+        y[2 * g] = __float2bfloat16_rn(acc[m][0]);
+        if (2 * g + 1 < n) y[2 * g + 1] = __float2bfloat16_rn(acc[m][1]);
+      }
+    }
+  }
+}
+
+template <int M>
+void launch_m(const SkinnyGemmParams& p, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(M * p.k) * 2;
+  // The opt-in beyond 48 KiB of shared memory (static + dynamic), a per-device attribute.
+  QPARITY_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<M>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmem)));
+  int device = 0, sms = 0, per_sm = 0;
+  QPARITY_CUDA_CHECK(cudaGetDevice(&device));
+  QPARITY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  QPARITY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<M>,
+                                                                   kThreads, smem));
+  per_sm = std::max(per_sm, 1);
+  // Split K over more warps while the row pairs alone would leave SMs idle (small N), as long as
+  // each lane keeps at least one full unrolled step of its own.
+  const int64_t pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2, chunks = p.k / 8;
+  int ksplit = 1;
+  while (ksplit < kWarps && (pairs * ksplit + kWarps - 1) / kWarps < 2 * sms &&
+         chunks >= 2 * ksplit * 32 * kUnroll)
+    ksplit *= 2;
+  const int64_t groups = (pairs + kWarps / ksplit - 1) / (kWarps / ksplit);
+  const int64_t blocks = std::min<int64_t>(groups, static_cast<int64_t>(sms) * per_sm);
+  launch_pdl("skinny_gemm", skinny_gemm_kernel<M>, dim3(static_cast<unsigned>(blocks)),
+             dim3(kThreads), smem, stream, p, ksplit);
+}
+
+}  // namespace
+
+bool skinny_gemm_fits(int64_t m, int64_t k) {
+  return m >= 1 && m <= kSkinnyMaxM && k > 0 && static_cast<size_t>(m * k) * 2 <= kMaxSmem;
+}
+
+void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
+  constexpr const char* kName = "skinny_gemm";
+  require(p.x && p.w && p.y, kName, "x, w and y are required");
+  require(p.m >= 0 && p.n > 0 && p.k > 0, kName,
+          "M >= 0, N > 0, K > 0 (got " + std::to_string(p.m) + ", " + std::to_string(p.n) + ", " +
+              std::to_string(p.k) + ")");
+  require(p.k % 8 == 0, kName, "K must be a multiple of 8 (got " + std::to_string(p.k) + ")");
+  require(p.m == 0 || skinny_gemm_fits(p.m, p.k), kName,
+          "M=" + std::to_string(p.m) + ", K=" + std::to_string(p.k) + ": needs M <= " +
+              std::to_string(kSkinnyMaxM) + " and M*K*2 <= " + std::to_string(kMaxSmem) +
+              " bytes of shared memory (use the cuBLASLt GEMM)");
+  require(aligned(p.x, 16) && aligned(p.w, 16), kName, "x and w must be 16-byte aligned");
+  require(!p.silu_mul || (p.n % 2 == 0 && !p.y_f32), kName,
+          "SiLU-and-mul needs an even N (gate and up halves) and a bf16 output");
+  require(!p.gate_up_out || p.silu_mul, kName, "gate_up_out without silu_mul");
+  require(!p.add || (p.norm_weight && p.residual_out), kName,
+          "the residual add needs norm_weight and residual_out");
+  require(!p.residual_out || p.add, kName, "residual_out without add");
+  require(!p.residual_out || (p.residual_out != p.x && p.residual_out != p.add), kName,
+          "residual_out may not alias x or add: other blocks still read them");
+  require((!p.residual_out && !p.normed_out) || p.norm_weight, kName,
+          "residual_out / normed_out without norm_weight");
+  require(p.eps >= 0, kName, "eps must be >= 0");
+  if (p.m == 0) return;
+  switch (p.m) {
+    case 1:
+      launch_m<1>(p, stream);
+      break;
+    case 2:
+      launch_m<2>(p, stream);
+      break;
+    case 3:
+      launch_m<3>(p, stream);
+      break;
+    case 4:
+      launch_m<4>(p, stream);
+      break;
+    case 5:
+      launch_m<5>(p, stream);
+      break;
+    case 6:
+      launch_m<6>(p, stream);
+      break;
+    case 7:
+      launch_m<7>(p, stream);
+      break;
+    default:
+      launch_m<8>(p, stream);
+      break;
+  }
+  check_launch(kName);
+}
+
+}  // namespace qparity::gpu

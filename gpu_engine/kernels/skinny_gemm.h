@@ -1,0 +1,54 @@
+#pragma once
+// The decode-shaped linear: Y[M, N] = X[M, K] · W[N, K]^T for a handful of tokens (M <= 4). At
+// that M a GEMM is a stream over the weight, and a tensor-core GEMM (cuBLASLt) leaves bandwidth
+// on the table: this kernel reads each weight row once with 16-byte non-caching loads, several in
+// flight per lane, against X staged in shared memory. Two fusions remove the launches and round
+// trips around it:
+//   - prologue: RMSNorm of the residual stream, optionally after the residual add (the
+//     rms_norm.h semantics: h = bf16(x + add), out = bf16(weight * (h * rsqrt(mean(h^2) + eps))),
+//     fp32). Every block recomputes it for its own shared-memory copy; block 0 also stores h in
+//     residual_out and the normalized rows in normed_out (the capture points). residual_out may
+//     not alias x: other blocks are still reading x.
+//   - epilogue: SiLU-and-mul over row pairs (j, j + N/2), the gate and up halves of a fused
+//     gate_up weight: y[:, j] = bf16(silu(g) * u) from g, u rounded to bf16 first, exactly what
+//     the separate GEMM + silu_and_mul pair stores; gate_up_out optionally receives g and u.
+// Precision: bf16 inputs, fp32 products and sums (fma), one rounding of the output to bf16 (or
+// fp32 kept). Each output's sum runs in a fixed order that depends on (N, K) and the device's SM
+// count, never on M or on the other tokens: bit-identical run to run, and a token's result does
+// not depend on the batch it is in. (cuBLASLt, used above kSkinnyMaxM, sums in another order:
+// the two agree within the bf16 rounding of the output.)
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+// Up to 4 tokens. Measured on an H100 (bench_engine, weights streamed from DRAM, CUDA graph):
+// against cuBLASLt 1.03-1.71x at M = 1, 0.94-1.35x at M = 2, 0.83-1.19x at M = 4 (where the fused
+// norm still saves a launch), 0.50-0.74x at M = 8, where the per-row FMAs from shared memory,
+// not the weight stream, set the time.
+constexpr int64_t kSkinnyMaxM = 4;
+
+struct SkinnyGemmParams {
+  const __nv_bfloat16* x = nullptr;  // [m, k] contiguous, 16-byte aligned
+  const __nv_bfloat16* w = nullptr;  // [n, k] contiguous (the weight as checkpoints store it)
+  void* y = nullptr;                 // [m, n] (bf16 or fp32); with silu_mul [m, n / 2] bf16
+  bool y_f32 = false;
+  int64_t m = 0, n = 0, k = 0;
+  // Prologue (norm_weight given): x is the residual stream, normalized before the product.
+  const __nv_bfloat16* norm_weight = nullptr;  // [k]
+  const __nv_bfloat16* add = nullptr;          // optional: h = bf16(x + add)
+  __nv_bfloat16* residual_out = nullptr;       // with add: receives h [m, k]
+  __nv_bfloat16* normed_out = nullptr;         // optional: the normalized rows [m, k]
+  float eps = 1e-6f;
+  // Epilogue.
+  bool silu_mul = false;
+  __nv_bfloat16* gate_up_out = nullptr;  // optional with silu_mul: the bf16 g and u, [m, n]
+};
+
+// Whether launch_skinny_gemm takes this M and K (X must fit in shared memory).
+bool skinny_gemm_fits(int64_t m, int64_t k);
+void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu
