@@ -99,6 +99,9 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
     topk_ids_ = DeviceBuffer<int32_t>(t * k);
     moe_rows_ = DeviceBuffer<int32_t>(t * k);
     moe_dest_ = DeviceBuffer<int32_t>(t * k);
+    moe_first_ = DeviceBuffer<int32_t>(static_cast<size_t>(c.num_experts) + 1);
+    moe_active_ = DeviceBuffer<int32_t>(1 + std::min(static_cast<size_t>(c.num_experts), t * k));
+    moe_bad_ = DeviceBuffer<int32_t>(static_cast<size_t>(c.num_layers));
     moe_x_ = Bf16Buffer(t * k * h);
     moe_gate_up_ = Bf16Buffer(t * k * 2 * mi);
     moe_act_ = Bf16Buffer(t * k * mi);
@@ -150,10 +153,30 @@ void Engine::forward(const Batch& b, reference::Trace* capture_to) {
   prepare(b);
   run(b.size(), capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_moe_ids();
+}
+
+bool Engine::moe_on_device(int64_t t) const {
+  const ModelConfig& c = model_->cfg;
+  return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
+         c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
+}
+
+void Engine::check_moe_ids() {
+  if (!any_moe_) return;
+  std::vector<int32_t> bad(moe_bad_.size());
+  QPARITY_CUDA_CHECK(
+      cudaMemcpy(bad.data(), moe_bad_.get(), bad.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t l = 0; l < bad.size(); ++l)
+    if (bad[l] != 0)
+      throw Error(lp(static_cast<int64_t>(l)) + ".moe",
+                  "the router returned " + std::to_string(bad[l]) + " expert id(s) outside [0, " +
+                      std::to_string(model_->cfg.num_experts) +
+                      ") (NaN router logits?): the forward's results are not usable");
 }
 
 void Engine::forward_graph(const Batch& b) {
-  if (any_moe_) {
+  if (any_moe_ && !moe_on_device(b.size())) {
     forward(b);
     return;
   }
@@ -174,10 +197,13 @@ void Engine::forward_graph(const Batch& b) {
   }
   QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_moe_ids();
 }
 
 void Engine::run(int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
+  if (any_moe_)
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
   launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
                    stream_);
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
@@ -327,10 +353,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
-// Router GEMM (fp32 logits) and top-k on the device; the ids come to the host, which groups the
-// (token, slot) pairs by expert; then one gather of all experts' rows, a GEMM per expert with
-// tokens (a loop of linear() calls, skinny or cuBLASLt by the expert's token count: no grouped
-// kernel yet), one SiLU-and-mul, a GEMM per expert,
+// Router GEMM (fp32 logits) and top-k on the device; the (token, slot) pairs grouped by expert
+// (on the device up to kSkinnyMaxM tokens, else on the host); one gather of all experts' rows,
+// the experts' gate_up GEMMs, SiLU-and-mul, the down GEMMs (grouped skinny launches on the
+// device path; a GEMM per expert with tokens on the host path: no grouped tensor-core GEMM yet);
 // one scatter into per-slot outputs and the weighted combine.
 void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
@@ -345,6 +371,43 @@ void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
       {router_logits_.get(), topk_ids_.get(), topk_weights_.get(), t, e, k, c.norm_topk_prob}, s);
   capture(tr, p + ".moe.topk_ids", topk_ids_.get(), Elem::kI32, t, k, k, s);
   capture(tr, p + ".moe.topk_weights", topk_weights_.get(), Elem::kF32, t, k, k, s);
+  const int64_t n = t * k;
+  if (moe_on_device(t)) {
+    // Decode-sized: grouped on the device, then one grouped skinny GEMM per expert weight (a
+    // token's experts are distinct, so no expert has more than t rows). The gate_up product
+    // rounds to bf16 before SiLU-and-mul inside the epilogue, as the separate kernels do.
+    launch_moe_group_by_expert({topk_ids_.get(), moe_first_.get(), moe_rows_.get(), moe_dest_.get(),
+                                moe_active_.get(), moe_bad_.get() + l, n, e, k},
+                               s);
+    launch_gather_rows({h_.get(), moe_rows_.get(), moe_x_.get(), n, hd, t}, s);
+    SkinnyGemmParams up;
+    up.x = moe_x_.get(), up.w = w.w13.get(), up.y = moe_act_.get();
+    up.m = t, up.n = 2 * mi, up.k = hd, up.silu_mul = true;
+    up.group_first = moe_first_.get(), up.group_active = moe_active_.get();
+    up.max_active = std::min(e, n), up.w_group_stride = 2 * mi * hd;
+    launch_skinny_gemm(up, s);
+    SkinnyGemmParams down = up;
+    down.x = moe_act_.get(), down.w = w.w2.get(), down.y = moe_y_.get();
+    down.n = hd, down.k = mi, down.silu_mul = false, down.w_group_stride = hd * mi;
+    launch_skinny_gemm(down, s);
+  } else {
+    moe_experts_via_host(l, t, s);
+  }
+  launch_scatter_rows({moe_y_.get(), moe_dest_.get(), moe_slots_.get(), n, hd, n}, s);
+  capture(tr, p + ".moe.expert_out", moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd, s);
+  launch_moe_combine(
+      {moe_slots_.get(), topk_ids_.get(), topk_weights_.get(), mlp_out_.get(), t, k, hd}, s);
+  capture(tr, p + ".moe.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+}
+
+// Larger batches: the ids come to the host, which groups the pairs and runs a GEMM per expert
+// with tokens.
+void Engine::moe_experts_via_host(int64_t l, int64_t t, cudaStream_t s) {
+  const ModelConfig& c = model_->cfg;
+  const GpuLayerWeights& w = model_->layers[static_cast<size_t>(l)];
+  const int64_t hd = c.hidden, e = c.num_experts, k = c.num_experts_per_tok,
+                mi = c.moe_intermediate_size;
+  const std::string p = lp(l);
   std::vector<int32_t> ids(static_cast<size_t>(t * k));
   QPARITY_CUDA_CHECK(
       cudaMemcpyAsync(ids.data(), topk_ids_.get(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
@@ -385,11 +448,6 @@ void Engine::moe_layer(int64_t l, int64_t t, reference::Trace* tr) {
     linear(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd, false, cnt, hd,
            mi);
   }
-  launch_scatter_rows({moe_y_.get(), moe_dest_.get(), moe_slots_.get(), n, hd, n}, s);
-  capture(tr, p + ".moe.expert_out", moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd, s);
-  launch_moe_combine(
-      {moe_slots_.get(), topk_ids_.get(), topk_weights_.get(), mlp_out_.get(), t, k, hd}, s);
-  capture(tr, p + ".moe.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
 void Engine::forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,

@@ -64,8 +64,9 @@ class Engine {
   // qparity::Error naming the token otherwise), reserves cache blocks, runs every layer. Returns
   // with the logits [T, V] (fp32) in logits() and the stream synchronized.
   void forward(const Batch& b, reference::Trace* capture = nullptr);
-  // A decode step through a CUDA graph, one per batch size, captured on first use (dense models;
-  // MoE layers route through the host and run eagerly). Same results as forward().
+  // A decode step through a CUDA graph, one per batch size, captured on first use. MoE models:
+  // up to kSkinnyMaxM tokens (experts grouped on the device); larger batches route through the
+  // host and run eagerly. Same results as forward().
   void forward_graph(const Batch& b);
 
   // One decoder layer on given inputs (input [T, H] row-major, e.g. a golden's embed or
@@ -95,6 +96,12 @@ class Engine {
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
               int64_t n, int64_t k);
   void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
+  void moe_experts_via_host(int64_t layer, int64_t t, cudaStream_t s);
+  // Whether t tokens' MoE layers run on the device alone (grouping + grouped skinny GEMMs).
+  bool moe_on_device(int64_t t) const;
+  // After a synchronized forward: refuses its result if a router returned an id outside the
+  // experts (NaN router logits), naming the first such layer.
+  void check_moe_ids();
 
   std::unique_ptr<GpuModel> model_;
   EngineOptions options_;
@@ -119,7 +126,7 @@ class Engine {
   DeviceBuffer<float> logits_;
   // MoE scratch.
   DeviceBuffer<float> router_logits_, topk_weights_;
-  DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_;
+  DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_, moe_first_, moe_active_, moe_bad_;
   Bf16Buffer moe_x_, moe_gate_up_, moe_act_, moe_y_, moe_slots_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   bool any_moe_ = false;

@@ -5,6 +5,47 @@ namespace qparity::gpu {
 
 namespace {
 
+constexpr int kGroupThreads = 1024;
+
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
+  extern __shared__ int32_t start[];  // [experts]: counts, then each expert's first sorted pair
+  const int tid = threadIdx.x;
+  const auto expert_of = [&](int64_t i) {
+    const int32_t id = p.ids[i];
+    return id >= 0 && id < p.experts ? id : 0;
+  };
+  for (int64_t x = tid; x < p.experts; x += kGroupThreads)
+    start[x] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < p.pairs; i += kGroupThreads) {
+    const int32_t id = p.ids[i];
+    if (id < 0 || id >= p.experts) atomicAdd(p.bad, 1);
+    atomicAdd(&start[expert_of(i)], 1);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int32_t sum = 0, na = 0;
+    for (int64_t x = 0; x < p.experts; ++x) {
+      const int32_t c = start[x];
+      p.first[x] = start[x] = sum;
+      if (c > 0) p.active[1 + na++] = static_cast<int32_t>(x);
+      sum += c;
+    }
+    p.first[p.experts] = sum;
+    p.active[0] = na;
+  }
+  __syncthreads();
+  for (int64_t x = tid; x < p.experts; x += kGroupThreads) {
+    int32_t at = start[x];
+    for (int64_t i = 0; i < p.pairs; ++i)
+      if (expert_of(i) == x) {
+        p.rows[at] = static_cast<int32_t>(i / p.top_k);
+        p.dest[at] = static_cast<int32_t>(i);
+        ++at;
+      }
+  }
+}
+
 __global__ void gather_rows_kernel(GatherRowsParams p) {
   const int64_t i = blockIdx.x;
   const int64_t r = p.rows[i];
@@ -45,6 +86,18 @@ __global__ void moe_combine_kernel(MoeCombineParams p) {
 }
 
 }  // namespace
+
+void launch_moe_group_by_expert(const MoeGroupParams& p, cudaStream_t stream) {
+  constexpr const char* k = "moe_group_by_expert";
+  require(p.ids && p.first && p.rows && p.dest && p.active && p.bad, k,
+          "every pointer is required");
+  require(p.pairs >= 0 && p.top_k >= 1 && p.pairs % p.top_k == 0, k,
+          "pairs must be a multiple of top_k >= 1");
+  require(p.experts >= 1 && p.experts <= 12 * 1024, k,
+          "experts " + std::to_string(p.experts) + " outside [1, 12288] (shared-memory counts)");
+  moe_group_kernel<<<1, kGroupThreads, static_cast<size_t>(p.experts) * 4, stream>>>(p);
+  check_launch(k);
+}
 
 void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   constexpr const char* k = "gather_rows";

@@ -48,6 +48,22 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   __shared__ float slice_sum[kWarps][M][2];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t k = p.k, n = p.n;
+  // Grouped: this block's group, known only once the grouping kernel before it is done.
+  const bool grouped = p.group_first != nullptr;
+  const __nv_bfloat16* wbase = p.w;
+  const __nv_bfloat16* xbase = p.x;
+  int64_t row0 = 0;
+  int rows = M;
+  if (grouped) {
+    pdl_launch_dependents();
+    pdl_wait();
+    if (blockIdx.y >= static_cast<unsigned>(p.group_active[0])) return;
+    const int32_t e = p.group_active[1 + blockIdx.y];
+    row0 = p.group_first[e];
+    rows = p.group_first[e + 1] - p.group_first[e];
+    wbase += e * p.w_group_stride;
+    xbase += row0 * k;
+  }
   const bool writer = blockIdx.x == 0;
   const int64_t half = n / 2;
   const int64_t pairs = p.silu_mul ? half : (n + 1) / 2;
@@ -59,8 +75,8 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   const auto rows_of = [&](int64_t g, const uint4*& w0, const uint4*& w1) {
     const int64_t r0 = p.silu_mul ? g : 2 * g;
     const int64_t r1 = p.silu_mul ? g + half : (2 * g + 1 < n ? 2 * g + 1 : n - 1);
-    w0 = reinterpret_cast<const uint4*>(p.w + r0 * k);
-    w1 = reinterpret_cast<const uint4*>(p.w + r1 * k);
+    w0 = reinterpret_cast<const uint4*>(wbase + r0 * k);
+    w1 = reinterpret_cast<const uint4*>(wbase + r1 * k);
   };
   const auto load = [&](const uint4* w0, const uint4* w1, int64_t c0, uint4(&a)[kUnroll],
                         uint4(&b)[kUnroll]) {
@@ -77,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   // written during a forward, and this overlaps their DRAM latency with that kernel's tail.
   uint4 a[kUnroll], b[kUnroll];
   const int64_t g_first = static_cast<int64_t>(blockIdx.x) * per_block + warp / ksplit;
-  if (g_first < pairs) {
+  if (g_first < pairs) {  // (grouped: already waited, the group is known)
     const uint4 *w0, *w1;
     rows_of(g_first, w0, w1);
     load(w0, w1, slice * 32 + lane, a, b);
@@ -90,9 +106,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
 
   // Prologue: X (normalized or not) into shared memory.
   if (!p.norm_weight) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.x);
+    // A group's rows beyond its own are zeros (their sums are computed and never stored).
+    const uint4* src = reinterpret_cast<const uint4*>(xbase);
     for (int64_t i = tid; i < M * k / 8; i += kThreads)
-      smem[i] = src[i];
+      smem[i] = i < rows * k / 8 ? src[i] : make_uint4(0, 0, 0, 0);
   } else {
     float sum[M];
 #pragma unroll
@@ -199,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
           }
       __syncthreads();  // slice_sum is reused by the next group
     }
-    if (slice != 0 || g >= pairs || lane >= M) continue;
+    if (slice != 0 || g >= pairs || lane >= rows) continue;
       // Lane m writes token m's outputs.
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -208,18 +225,18 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
         const __nv_bfloat16 gb16 = __float2bfloat16_rn(acc[m][0]),
                             ub16 = __float2bfloat16_rn(acc[m][1]);
         if (p.gate_up_out) {
-          p.gate_up_out[m * n + g] = gb16;
-          p.gate_up_out[m * n + g + half] = ub16;
+          p.gate_up_out[(row0 + m) * n + g] = gb16;
+          p.gate_up_out[(row0 + m) * n + g + half] = ub16;
         }
         const float gf = __bfloat162float(gb16), uf = __bfloat162float(ub16);
-        static_cast<__nv_bfloat16*>(p.y)[m * half + g] =
+        static_cast<__nv_bfloat16*>(p.y)[(row0 + m) * half + g] =
             __float2bfloat16_rn(gf / (1.f + expf(-gf)) * uf);
       } else if (p.y_f32) {
-        float* y = static_cast<float*>(p.y) + m * n;
+        float* y = static_cast<float*>(p.y) + (row0 + m) * n;
         y[2 * g] = acc[m][0];
         if (2 * g + 1 < n) y[2 * g + 1] = acc[m][1];
       } else {
-        __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y) + m * n;
+        __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y) + (row0 + m) * n;
         y[2 * g] = __float2bfloat16_rn(acc[m][0]);
         if (2 * g + 1 < n) y[2 * g + 1] = __float2bfloat16_rn(acc[m][1]);
       }
@@ -248,9 +265,13 @@ void launch_m(const SkinnyGemmParams& p, cudaStream_t stream) {
          chunks >= 2 * ksplit * 32 * kUnroll)
     ksplit *= 2;
   const int64_t groups = (pairs + kWarps / ksplit - 1) / (kWarps / ksplit);
-  const int64_t blocks = std::min<int64_t>(groups, static_cast<int64_t>(sms) * per_sm);
-  launch_pdl("skinny_gemm", skinny_gemm_kernel<M>, dim3(static_cast<unsigned>(blocks)),
-             dim3(kThreads), smem, stream, p, ksplit);
+  // Grouped: the resident blocks shared among the groups that may have rows (grid y).
+  const int64_t ny = p.group_first ? p.max_active : 1;
+  const int64_t blocks =
+      std::min<int64_t>(groups, std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm / ny));
+  launch_pdl("skinny_gemm", skinny_gemm_kernel<M>,
+             dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(ny)), dim3(kThreads), smem,
+             stream, p, ksplit);
 }
 
 }  // namespace
@@ -282,6 +303,12 @@ void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
   require((!p.residual_out && !p.normed_out) || p.norm_weight, kName,
           "residual_out / normed_out without norm_weight");
   require(p.eps >= 0, kName, "eps must be >= 0");
+  require(!p.group_first == !p.group_active, kName, "group_first and group_active go together");
+  require(!p.group_first || (!p.norm_weight && p.max_active >= 1 && p.max_active <= 65535 &&
+                             p.w_group_stride >= p.n * p.k && p.w_group_stride % 8 == 0),
+          kName,
+          "grouped: no prologue, max_active in [1, 65535], w_group_stride >= N*K and a multiple "
+          "of 8");
   if (p.m == 0) return;
   switch (p.m) {
     case 1:

@@ -45,6 +45,14 @@ struct SkinnyGemmParams {
   // Epilogue.
   bool silu_mul = false;
   __nv_bfloat16* gate_up_out = nullptr;  // optional with silu_mul: the bf16 g and u, [m, n]
+  // Grouped (MoE experts, launch_moe_group_by_expert's output, read on the device): group g's
+  // rows are x rows [group_first[g], group_first[g + 1]), its weight w + g * w_group_stride, its
+  // outputs the same rows of y (and gate_up_out). m is then a bound on any group's rows, and
+  // group_active lists the groups with rows (count first); max_active bounds that count. No
+  // prologue. Each group's sums run exactly as an ungrouped launch with its own rows would.
+  const int32_t* group_first = nullptr;
+  const int32_t* group_active = nullptr;
+  int64_t max_active = 0, w_group_stride = 0;
 };
 
 // Whether launch_skinny_gemm takes this M and K (X must fit in shared memory).

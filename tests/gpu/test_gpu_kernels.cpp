@@ -504,6 +504,111 @@ TEST_F(GpuKernels, MoeRoutingMatchesTheReferenceAndBreaksTiesLow) {
 
 // Gather and scatter are bit copies; the combine is the routing-weighted sum of a token's expert
 // outputs in ascending expert id, rounded once.
+// Grouping by expert on the device equals the host's stable counting sort; ids outside the
+// experts are counted (and placed with expert 0, so indices stay in range). Then the grouped
+// skinny GEMMs (gate_up with SiLU-and-mul, down) are bit-identical to one ungrouped launch per
+// expert on that expert's rows.
+TEST_F(GpuKernels, MoeGroupByExpertAndGroupedSkinnyGemm) {
+  const int64_t t = gpu::kSkinnyMaxM, k = 4, experts = 16, h = 512, inter = 384;
+  const int64_t n = t * k;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t r = 0; r < t; ++r) {
+    std::vector<int32_t> all(static_cast<size_t>(experts));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t j = 0; j < k; ++j)
+      ids[static_cast<size_t>(r * k + j)] = all[static_cast<size_t>(j)];
+  }
+  DeviceBuffer<int32_t> di(ids), first(static_cast<size_t>(experts + 1)), rows(ids.size()),
+      dest(ids.size()), active(static_cast<size_t>(1 + std::min(experts, n))),
+      bad(std::vector<int32_t>{0});
+  gpu::launch_moe_group_by_expert(
+      {di.get(), first.get(), rows.get(), dest.get(), active.get(), bad.get(), n, experts, k},
+      nullptr);
+  // The host's stable grouping.
+  std::vector<int32_t> want_first(static_cast<size_t>(experts + 1), 0), want_rows, want_dest,
+      want_active = {0};
+  for (int64_t x = 0; x < experts; ++x) {
+    want_first[static_cast<size_t>(x)] = static_cast<int32_t>(want_rows.size());
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[static_cast<size_t>(i)] == x)
+        want_rows.push_back(static_cast<int32_t>(i / k)),
+            want_dest.push_back(static_cast<int32_t>(i));
+    if (static_cast<int32_t>(want_rows.size()) > want_first[static_cast<size_t>(x)])
+      want_active.push_back(static_cast<int32_t>(x)), ++want_active[0];
+  }
+  want_first[static_cast<size_t>(experts)] = static_cast<int32_t>(n);
+  EXPECT_EQ(first.download(), want_first);
+  EXPECT_EQ(rows.download(), want_rows);
+  EXPECT_EQ(dest.download(), want_dest);
+  const std::vector<int32_t> got_active = active.download();
+  EXPECT_EQ(std::vector<int32_t>(got_active.begin(), got_active.begin() + want_active.size()),
+            want_active);
+  EXPECT_EQ(bad.download()[0], 0);
+
+  // Grouped GEMMs over the sorted rows.
+  std::vector<Bf16> hx, hw13, hw2;
+  const Matrix xm = random_bf16(rng, n, h, 1.0, hx);
+  const Matrix w13m = random_bf16(rng, experts * 2 * inter, h, 0.05, hw13);
+  random_bf16(rng, experts * h, inter, 0.05, hw2);
+  DeviceBuffer<Bf16> dx(hx), dw13(hw13), dw2(hw2), act(static_cast<size_t>(n * inter)),
+      y(static_cast<size_t>(n * h)), act1(act.size()), y1(y.size());
+  for (auto* b : {&act, &y, &act1, &y1})
+    b->poison();
+  gpu::SkinnyGemmParams up;
+  up.x = dx.get(), up.w = dw13.get(), up.y = act.get(), up.m = t, up.n = 2 * inter, up.k = h;
+  up.silu_mul = true, up.group_first = first.get(), up.group_active = active.get();
+  up.max_active = std::min(experts, n), up.w_group_stride = 2 * inter * h;
+  gpu::launch_skinny_gemm(up, nullptr);
+  gpu::SkinnyGemmParams down = up;
+  down.x = act.get(), down.w = dw2.get(), down.y = y.get(), down.n = h, down.k = inter;
+  down.silu_mul = false, down.w_group_stride = h * inter;
+  gpu::launch_skinny_gemm(down, nullptr);
+  const std::vector<Bf16> a_got = act.download(), y_got = y.download();
+  for (int64_t x = 0; x < experts; ++x) {
+    const int64_t a = want_first[static_cast<size_t>(x)],
+                  m = want_first[static_cast<size_t>(x + 1)] - a;
+    if (m == 0) continue;
+    gpu::SkinnyGemmParams one;
+    one.x = dx.get() + a * h, one.w = dw13.get() + x * 2 * inter * h,
+    one.y = act1.get() + a * inter;
+    one.m = m, one.n = 2 * inter, one.k = h, one.silu_mul = true;
+    gpu::launch_skinny_gemm(one, nullptr);
+    gpu::SkinnyGemmParams two;
+    two.x = act.get() + a * inter, two.w = dw2.get() + x * h * inter, two.y = y1.get() + a * h;
+    two.m = m, two.n = h, two.k = inter;
+    gpu::launch_skinny_gemm(two, nullptr);
+  }
+  EXPECT_EQ(std::memcmp(a_got.data(), act1.download().data(), a_got.size() * sizeof(Bf16)), 0)
+      << "grouped gate_up + SiLU-and-mul differs from per-expert launches";
+  EXPECT_EQ(std::memcmp(y_got.data(), y1.download().data(), y_got.size() * sizeof(Bf16)), 0)
+      << "grouped down differs from per-expert launches";
+  // And the product itself, against fp64 on one expert's first row.
+  const int64_t x0 = want_active[1], r0 = want_first[static_cast<size_t>(x0)];
+  Matrix xr(1, h), wr(2 * inter, h);
+  for (int64_t c = 0; c < h; ++c)
+    xr(0, c) = xm(r0, c);
+  for (int64_t r = 0; r < 2 * inter; ++r)
+    for (int64_t c = 0; c < h; ++c)
+      wr(r, c) = w13m(x0 * 2 * inter + r, c);
+  Matrix gu = reference::matmul_nt(xr, wr);
+  gu.data = round_bf16(gu.data);
+  const Matrix want_act = reference::silu_and_mul(gu);
+  const std::vector<double> all_act = to_doubles(a_got);
+  const std::vector<double> got_row(all_act.begin() + r0 * inter,
+                                    all_act.begin() + (r0 + 1) * inter);
+  EXPECT_LE(rel_l2(got_row, round_bf16(want_act.data)), kFlipBound);
+
+  // An id outside the experts is counted.
+  ids[3] = -1;
+  DeviceBuffer<int32_t> di2(ids);
+  gpu::launch_moe_group_by_expert(
+      {di2.get(), first.get(), rows.get(), dest.get(), active.get(), bad.get(), n, experts, k},
+      nullptr);
+  EXPECT_EQ(bad.download()[0], 1);
+  EXPECT_EQ(first.download()[static_cast<size_t>(experts)], n) << "every pair is placed";
+}
+
 TEST_F(GpuKernels, MoeGatherScatterCombine) {
   const int64_t t = 50, k = 4, h = 512, experts = 16;
   std::vector<Bf16> hs;
@@ -581,6 +686,18 @@ TEST(KernelLaunchers, RejectBadParametersByName) {
   EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }), HasSubstr("may not alias"));
   sg.add = nullptr, sg.residual_out = nullptr, sg.n = 63, sg.silu_mul = true;
   EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }), HasSubstr("even N"));
+  sg.n = 64, sg.silu_mul = false, sg.group_first = ip;
+  EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }),
+              HasSubstr("group_first and group_active go together"));
+  sg.group_active = ip, sg.max_active = 4, sg.w_group_stride = 64;
+  EXPECT_THAT(error_of([&] { gpu::launch_skinny_gemm(sg, nullptr); }),
+              HasSubstr("w_group_stride >= N*K"));
+  sg.group_first = sg.group_active = nullptr;
+  EXPECT_THAT(error_of([&] {
+                gpu::launch_moe_group_by_expert(
+                    {ip, nullptr, nullptr, nullptr, nullptr, nullptr, 8, 4, 3}, nullptr);
+              }),
+              HasSubstr("every pointer is required"));
   gpu::PagedAttentionParams a{fake, 1024, fake, fake, ip,  ip, ip, fake,
                               1024, 1,    8,    3,    128, 16, 4,  0.1f};
   EXPECT_THAT(error_of([&] { gpu::launch_paged_attention(a, nullptr); }),
