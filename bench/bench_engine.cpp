@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 
 #include "core/json_util.h"
 #include "gpu_engine/cuda_check.h"
@@ -181,6 +182,8 @@ Json bench_linears(const std::string& name, const ModelConfig& c, double bw) {
 struct Options {
   int64_t context = 512, steps = 64, prefill = 2048;
   std::string models = "qwen3-0.6b,llama3-8b", json;
+  std::vector<int64_t> batches = {1, 8, 64};
+  bool linears = true;
 };
 
 Json bench_model(const std::string& name, const ModelConfig& cfg, const Options& o, double bw) {
@@ -194,7 +197,10 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   Json out = {{"model", name}, {"weight_bytes", weight_bytes}};
   const double kv_per_token = 2.0 * 2 * static_cast<double>(cfg.num_layers * cfg.kv_size());
   Json decode = Json::array();
-  for (const int64_t batch : {1, 8, 64}) {
+  for (const int64_t batch : o.batches) {
+    if (batch < 1 || batch > eo.max_seqs)
+      throw std::runtime_error("--batches: " + std::to_string(batch) + " outside [1, " +
+                               std::to_string(eo.max_seqs) + "]");
     // Prefill every sequence (one forward per sequence keeps the token count in bounds).
     const auto prefill_all = [&] {
       for (int32_t s = 0; s < batch; ++s) {
@@ -289,6 +295,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed decode steps")->capture_default_str();
   app.add_option("--prefill", o.prefill, "prefill tokens per forward")->capture_default_str();
   app.add_option("--models", o.models, "qwen3-0.6b,llama3-8b")->capture_default_str();
+  app.add_option("--batches", o.batches, "decode batch sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_flag("!--no-linears", o.linears, "skip the per-linear skinny vs cuBLASLt comparison");
   app.add_option("--json", o.json, "write the results here");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -305,7 +315,7 @@ int main(int argc, char** argv) {
     Json linears = Json::array();
     for (const auto& [name, cfg] : {std::pair{std::string("qwen3-0.6b"), qwen3_06b()},
                                     std::pair{std::string("llama3-8b"), llama3_8b()}})
-      if (o.models.find(name) != std::string::npos)
+      if (o.linears && o.models.find(name) != std::string::npos)
         for (auto& r : bench_linears(name, cfg, bw))
           linears.push_back(r);
     j["linears"] = linears;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Per-kernel time of one decode step, from Nsight Compute (ncu), against the step's wall time.
+
+Usage (on the device, after a build): python3 tools/device/profile_decode.py [BENCH] [MODEL] [BATCH]
+(BENCH may instead be a saved `ncu --csv --page raw` output of the same bench command.)
+Runs bench_engine under ncu for one model and batch size with one timed decode step, then sums
+gpu__time_duration per kernel family over that step (the 4th forward: prefill, captured step,
+prefill again, timed step). ncu replays each kernel alone, so the sum is the kernels' own time,
+without launch gaps or the overlap programmatic dependent launch gives; the bench's ms/step (run
+without ncu) minus that sum is what gaps and host work cost.
+"""
+import collections
+import csv
+import io
+import subprocess
+import sys
+
+bench = sys.argv[1] if len(sys.argv) > 1 else "build-device/bench/bench_engine"
+model = sys.argv[2] if len(sys.argv) > 2 else "qwen3-0.6b"
+batch = sys.argv[3] if len(sys.argv) > 3 else "1"
+args = [bench, "--models", model, "--batches", batch, "--steps", "1", "--context", "512",
+        "--prefill", "512", "--no-linears"]
+if bench.endswith(".csv"):  # a saved ncu --csv --page raw output
+    out = subprocess.CompletedProcess([], 0, open(bench).read(), "")
+else:
+    out = subprocess.run(["ncu", "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
+                          "--print-units", "base"] + args, capture_output=True, text=True)
+if out.returncode != 0:
+    sys.exit("ncu failed:\n" + out.stderr[-3000:])
+text = out.stdout[out.stdout.find('"ID"'):]
+rows = [r for r in csv.DictReader(io.StringIO(text)) if r.get("ID", "").isdigit()]
+forwards, cur = [], None
+for r in rows:
+    name = r["Kernel Name"].replace("(anonymous namespace)", "").replace("<unnamed>", "")
+    name = name.replace("void ", "")
+    name = name.split("(")[0].split("<")[0].split("::")[-1]
+    if "embedding" in name:
+        cur = []
+        forwards.append(cur)
+    if cur is not None:
+        cur.append((name, float(r["gpu__time_duration.sum"].replace(",", ""))))
+if len(forwards) < 4:
+    sys.exit(f"expected at least 4 forwards, found {len(forwards)} in {len(rows)} profiled "
+             f"kernels; ncu said:\n{out.stdout[:3000]}\n{out.stderr[-2000:]}")
+step = forwards[3]
+by = collections.defaultdict(lambda: [0, 0.0])
+for name, ns in step:
+    by[name][0] += 1
+    by[name][1] += ns
+total = sum(v[1] for v in by.values())
+print(f"{model} batch {batch}: one decode step, {len(step)} kernels, {total / 1e3:.1f} us of "
+      "kernel time (each kernel alone)")
+for name, (n, ns) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+    print(f"  {name[:60]:60s} x{n:4d} {ns / 1e3:9.1f} us  {100 * ns / total:5.1f} %")
