@@ -7,13 +7,14 @@
 //
 // Precision: bf16 activations and weights; every linear is a GEMM with fp32 accumulation rounded
 // once to bf16 (router logits and logits kept in fp32): for up to kSkinnyMaxM tokens the skinny
-// GEMM (skinny_gemm.h, with the RMSNorm before it and the SiLU-and-mul after it fused in), for
-// more tokens cuBLASLt (MoE experts always cuBLASLt); norms, RoPE,
-// SiLU-and-mul, attention and the MoE combine compute in fp32 (RoPE in fp64) and round once, the
-// reference's emulate-mode rule: each capture point is one bf16 rounding of the exact value of
-// its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical
-// results run to run; a token's attention does not depend on the rest of the batch (GEMM
-// algorithms may differ with the batch's token count, within the bf16 policy).
+// GEMM (skinny_gemm.h, with the RMSNorm before it and the SiLU-and-mul after it fused in; MoE
+// experts as grouped skinny launches), for more tokens cuBLASLt; norms, RoPE, SiLU-and-mul,
+// attention and the MoE combine compute in fp32 (RoPE in fp64) and round once, the reference's
+// emulate-mode rule: each capture point is one bf16 rounding of the exact value of its bf16
+// inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical results run
+// to run. Batches of up to kSkinnyMaxM tokens are also batch-invariant bit for bit (a token's
+// sums run in the same order alone or batched); across that threshold the GEMM and the attention
+// split change their summation order, and results agree within the bf16 policy.
 //
 // Capture: with a reference::Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
@@ -124,6 +125,11 @@ class Engine {
   __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
   Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer<float> logits_;
+  // Attention split into key chunks for decode-sized batches, and its scratch; attn_whole_: one
+  // chunk covering max_context, for larger batches.
+  int64_t attn_chunk_ = 128, attn_max_chunks_ = 1, attn_whole_ = 128;
+  DeviceBuffer<float> attn_partial_acc_, attn_partial_ml_;
+  DeviceBuffer<uint32_t> attn_chunks_done_;
   // MoE scratch.
   DeviceBuffer<float> router_logits_, topk_weights_;
   DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_, moe_first_, moe_active_, moe_bad_;

@@ -75,19 +75,32 @@ struct PackedRow {
   }
 };
 
-// One block per (token, head). Warp w takes key groups w, w + kWarps, ...; a group is kKeys
-// consecutive positions, whose K and V rows are all loaded before any is used (memory-level
-// parallelism, the decode bottleneck). The summation order depends only on the token's position,
-// never on the batch: prefill and decode, alone or batched, give the same bits.
+// One block per (token, head, key chunk). Warp w takes key groups w, w + kWarps, ... of the
+// chunk; a group is kKeys consecutive positions, whose K and V rows are all loaded before any is
+// used (memory-level parallelism, the decode bottleneck). Then the warps' states merge in warp
+// order; a token with one chunk writes its output, else the chunk's state goes to scratch and
+// the token's last chunk block to finish merges all chunks in chunk order.
 template <int kPerLane>
-__global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
+    paged_attention_kernel(PagedAttentionParams p) {
   pdl_launch_dependents();
   pdl_wait();
-  const int64_t i = blockIdx.x, h = blockIdx.y;
+  const int64_t i = blockIdx.x, h = blockIdx.y, c = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t kv_h = h / (p.num_heads / p.num_kv_heads);
   const int32_t s = p.seq[i];
   const int64_t last = p.pos[i];
+  const int64_t chunks = last / p.chunk + 1;
+  __nv_bfloat16* op = p.out + i * p.out_stride + h * p.head_dim;
+  if (chunks > p.max_chunks) {  // keys beyond the last chunk: refuse loudly, never drop them
+    if (c == 0)
+      for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x)
+        op[d] = __float2bfloat16_rn(NAN);
+    return;
+  }
+  if (c >= chunks) return;
+  const int64_t begin = c * p.chunk;
+  const int64_t end = last + 1 < begin + p.chunk ? last + 1 : begin + p.chunk;  // keys [begin, end)
   float q[kPerLane], acc[kPerLane];
   const __nv_bfloat16* qp = p.q + i * p.q_stride + h * p.head_dim + lane * kPerLane;
 #pragma unroll
@@ -95,28 +108,29 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     q[j] = __bfloat162float(qp[j]) * p.scale;
     acc[j] = 0.f;
   }
-  // The sequence's block-table row, staged once: key offsets then need no dependent global load.
+  // The chunk's block-table entries, staged once: key offsets then need no dependent load.
   __shared__ int32_t table[kMaxTable];
-  const int64_t used_blocks = last / p.block_size + 1;
-  for (int64_t j = threadIdx.x; j < used_blocks; j += blockDim.x)
-    table[j] = p.block_table[s * p.max_blocks_per_seq + j];
-  __syncthreads();
   const int32_t bs = static_cast<int32_t>(p.block_size);
+  const int64_t first_block = begin / bs, blocks = (end - 1) / bs - first_block + 1;
+  for (int64_t j = threadIdx.x; j < blocks; j += blockDim.x)
+    table[j] = p.block_table[s * p.max_blocks_per_seq + first_block + j];
+  __syncthreads();
   float m = -INFINITY, l = 0.f;
-  for (int64_t base = static_cast<int64_t>(warp) * kKeys; base <= last; base += kWarps * kKeys) {
+  for (int64_t base = begin + static_cast<int64_t>(warp) * kKeys; base < end;
+       base += kWarps * kKeys) {
     PackedRow<kPerLane> kv[kKeys], vv[kKeys];
     float dot[kKeys];
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
       const int64_t key = base + u;
-      if (key <= last) {
+      if (key < end) {
         const int32_t kb = static_cast<int32_t>(key) / bs;
-        const int64_t o =
-            ((static_cast<int64_t>(table[kb]) * bs + (static_cast<int32_t>(key) - kb * bs)) *
-                 p.num_kv_heads +
-             kv_h) *
-                p.head_dim +
-            lane * kPerLane;
+        const int64_t o = ((static_cast<int64_t>(table[kb - first_block]) * bs +
+                            (static_cast<int32_t>(key) - kb * bs)) *
+                               p.num_kv_heads +
+                           kv_h) *
+                              p.head_dim +
+                          lane * kPerLane;
         kv[u].load(p.k_cache + o);
         vv[u].load(p.v_cache + o);
       } else {
@@ -139,12 +153,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
-      if (base + u <= last) m_new = fmaxf(m_new, dot[u]);
+      if (base + u < end) m_new = fmaxf(m_new, dot[u]);
     const float corr = expf(m - m_new);  // exp(-inf) = 0 before the first key
     float e[kKeys];
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
-      e[u] = base + u <= last ? expf(dot[u] - m_new) : 0.f;
+      e[u] = base + u < end ? expf(dot[u] - m_new) : 0.f;
     l *= corr;
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
@@ -162,6 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];
+  __shared__ bool merge_chunks;
   if (lane == 0) {
     sm[warp] = m;
     sl[warp] = l;
@@ -176,12 +191,51 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   float ll = 0.f;
   for (int w = 0; w < kWarps; ++w)
     if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
-  __nv_bfloat16* op = p.out + i * p.out_stride + h * p.head_dim;
+  if (chunks == 1) {
+    for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+      float v = 0.f;
+      for (int w = 0; w < kWarps; ++w)
+        if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
+      op[d] = __float2bfloat16_rn(v / ll);
+    }
+    return;
+  }
+  // This chunk's state into scratch, then count it; the last chunk block merges.
+  const int64_t th = i * p.num_heads + h;
+  float* pacc = p.partial_acc + (th * p.max_chunks + c) * p.head_dim;
   for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float v = 0.f;
     for (int w = 0; w < kWarps; ++w)
       if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
-    op[d] = __float2bfloat16_rn(v / ll);
+    pacc[d] = v;
+  }
+  if (threadIdx.x == 0) {
+    p.partial_ml[(th * p.max_chunks + c) * 2] = mm;
+    p.partial_ml[(th * p.max_chunks + c) * 2 + 1] = ll;
+  }
+  __threadfence();  // the state is visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t done = atomicAdd(p.chunks_done + th, 1u);
+    merge_chunks = done == static_cast<uint32_t>(chunks - 1);
+    if (merge_chunks) p.chunks_done[th] = 0;  // every chunk has counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!merge_chunks) return;
+  __threadfence();  // the other chunks' states, made visible before their counts
+  const float* ml = p.partial_ml + th * p.max_chunks * 2;
+  float gm = -INFINITY;
+  for (int64_t q2 = 0; q2 < chunks; ++q2)
+    gm = fmaxf(gm, __ldcg(ml + 2 * q2));
+  float gl = 0.f;
+  for (int64_t q2 = 0; q2 < chunks; ++q2)
+    gl += __ldcg(ml + 2 * q2 + 1) * expf(__ldcg(ml + 2 * q2) - gm);
+  const float* acc0 = p.partial_acc + th * p.max_chunks * p.head_dim;
+  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float v = 0.f;
+    for (int64_t q2 = 0; q2 < chunks; ++q2)
+      v += __ldcg(acc0 + q2 * p.head_dim + d) * expf(__ldcg(ml + 2 * q2) - gm);
+    op[d] = __float2bfloat16_rn(v / gl);
   }
 }
 
@@ -201,6 +255,13 @@ void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream) {
   check_launch(k);
 }
 
+AttentionScratchSize paged_attention_scratch(int64_t tokens, int64_t num_heads, int64_t head_dim,
+                                             int64_t max_chunks) {
+  if (max_chunks <= 1) return {};
+  return {tokens * num_heads * max_chunks * head_dim, tokens * num_heads * max_chunks * 2,
+          tokens * num_heads};
+}
+
 void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
   constexpr const char* k = "paged_attention";
   require(p.q && p.k_cache && p.v_cache && p.block_table && p.seq && p.pos && p.out, k,
@@ -210,17 +271,23 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
   require(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0, k,
           "num_heads must be a positive multiple of num_kv_heads");
   require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
-  require(p.max_blocks_per_seq <= kMaxTable, k,
-          "max_blocks_per_seq " + std::to_string(p.max_blocks_per_seq) + " > " +
-              std::to_string(kMaxTable) + " (the shared-memory block table)");
   require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
           "q / out stride < num_heads * head_dim");
   require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");
+  require(p.chunk > 0 && p.chunk % (kWarps * kKeys) == 0, k,
+          "chunk " + std::to_string(p.chunk) + " must be a positive multiple of " +
+              std::to_string(kWarps * kKeys));
+  require(p.chunk / p.block_size + 2 <= kMaxTable, k,
+          "chunk / block_size too large for the shared-memory block table");
+  require(p.max_chunks >= 1 && p.max_chunks <= 65535, k, "max_chunks in [1, 65535]");
+  require(p.max_chunks == 1 || (p.partial_acc && p.partial_ml && p.chunks_done), k,
+          "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
   require(reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
               reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0,
           k, "k_cache / v_cache must be 16-byte aligned (rows are read with vector loads)");
   if (p.tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads));
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
+                  static_cast<unsigned>(p.max_chunks));
   switch (p.head_dim / 32) {
     case 1:
       launch_pdl(k, paged_attention_kernel<1>, grid, dim3(kWarps * 32), 0, stream, p);

@@ -13,6 +13,14 @@
 // flash-attention semantics, not HF eager's (which rounds scores and probabilities to bf16).
 // Keys are visited in a fixed order independent of the batch: a token's output does not depend
 // on what else is in the batch, and runs are bit-identical.
+//
+// Split keys (flash-decoding): token i's keys 0..pos[i] are cut into chunks of `chunk` positions
+// (a multiple of 128), each chunk one block, so a decode step with few tokens still fills the
+// GPU. A chunk's softmax state (running max, sum, fp32 accumulator) goes to scratch; the last of
+// the token's chunk blocks to finish merges them in chunk order. The cut depends only on the
+// position and `chunk`, never on the batch: for a given chunk, prefill and decode, alone or
+// batched, give the same bits. (The engine splits decode-sized batches only; across that
+// threshold a token's output agrees within the bf16 rounding of the output.)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -46,7 +54,20 @@ struct PagedAttentionParams {
   int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t block_size = 0, max_blocks_per_seq = 0;
   float scale = 0;  // 1/sqrt(head_dim) for Llama / Qwen3
+  // Key chunks: positions must be < chunk * max_chunks (a token beyond gets NaN outputs: it
+  // would otherwise silently lose keys). With max_chunks > 1, the scratch is required:
+  int64_t chunk = 128, max_chunks = 1;
+  float* partial_acc = nullptr;     // [tokens, num_heads, max_chunks, head_dim]
+  float* partial_ml = nullptr;      // [tokens, num_heads, max_chunks, 2]: max, sum
+  uint32_t* chunks_done = nullptr;  // [tokens, num_heads], zero; each launch leaves it zero
 };
+
+// The scratch sizes for a launch of up to `tokens` tokens (floats, floats, counters).
+struct AttentionScratchSize {
+  int64_t acc = 0, ml = 0, counters = 0;
+};
+AttentionScratchSize paged_attention_scratch(int64_t tokens, int64_t num_heads, int64_t head_dim,
+                                             int64_t max_chunks);
 
 void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream);
 // head_dim a multiple of 32, at most 256.

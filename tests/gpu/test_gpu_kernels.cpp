@@ -358,16 +358,20 @@ TEST_F(GpuKernels, GemmMatchesTheFp64ProductForEveryShapeKind) {
 // each sequence alone) reproduces the prefill row bit for bit.
 TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
   const int64_t heads = 8, kv_heads = 2, block = 16;
-  // Every row-load width: 2 (4-byte), 3 (2-byte), 4 (8-byte) and 8 (16-byte) elements per lane.
+  // Every row-load width: 2 (4-byte), 3 (2-byte), 4 (8-byte) and 8 (16-byte) elements per lane;
+  // sequences of one, two and three key chunks (chunks of 128 or 256 positions).
   for (const int64_t d : {64, 96, 128, 256}) {
-    SCOPED_TRACE("head_dim " + std::to_string(d));
-    const std::vector<int64_t> lens = {1, 37, 130};
-    const int64_t max_blocks = 16, num_blocks = 3 * max_blocks;
-    std::vector<int32_t> table(static_cast<size_t>(3 * max_blocks));
+    const int64_t chunk = d == 128 ? 256 : 128;
+    SCOPED_TRACE("head_dim " + std::to_string(d) + ", chunk " + std::to_string(chunk));
+    const std::vector<int64_t> lens = {1, 37, 130, 300};
+    const int64_t nseq = static_cast<int64_t>(lens.size());
+    const int64_t max_blocks = 20, num_blocks = nseq * max_blocks;
+    const int64_t max_chunks = (max_blocks * block + chunk - 1) / chunk;
+    std::vector<int32_t> table(static_cast<size_t>(nseq * max_blocks));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<int32_t> seq, pos;
-    for (int32_t s = 0; s < 3; ++s)
+    for (int32_t s = 0; s < nseq; ++s)
       for (int32_t p = 0; p < lens[static_cast<size_t>(s)]; ++p)
         seq.push_back(s), pos.push_back(p);
     const int64_t tokens = static_cast<int64_t>(seq.size());
@@ -400,6 +404,11 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
     gpu::PagedAttentionParams a{dqkv.get(), qkv_w,     kc.get(),   vc.get(), dt.get(), ds.get(),
                                 dp.get(),   out.get(), heads * d,  tokens,   heads,    kv_heads,
                                 d,          block,     max_blocks, scale};
+    const gpu::AttentionScratchSize sz = gpu::paged_attention_scratch(tokens, heads, d, max_chunks);
+    DeviceBuffer<float> pacc(static_cast<size_t>(sz.acc)), pml(static_cast<size_t>(sz.ml));
+    DeviceBuffer<uint32_t> done(std::vector<uint32_t>(static_cast<size_t>(sz.counters), 0u));
+    a.chunk = chunk, a.max_chunks = max_chunks;
+    a.partial_acc = pacc.get(), a.partial_ml = pml.get(), a.chunks_done = done.get();
     gpu::launch_paged_attention(a, nullptr);
     const std::vector<double> got = to_doubles(out.download());
     int64_t row0 = 0;
@@ -423,7 +432,8 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
       row0 += n;
     }
     // Decode: the last token of each sequence, alone in the batch.
-    std::vector<int32_t> dseq = {0, 1, 2}, dpos;
+    std::vector<int32_t> dseq(lens.size()), dpos;
+    std::iota(dseq.begin(), dseq.end(), 0);
     std::vector<int64_t> last_rows;
     row0 = 0;
     for (size_t s = 0; s < lens.size(); ++s) {
@@ -434,7 +444,7 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
     std::vector<Bf16> hq;
     for (const int64_t r : last_rows)
       hq.insert(hq.end(), hqkv.begin() + r * qkv_w, hqkv.begin() + r * qkv_w + heads * d);
-    DeviceBuffer<Bf16> dq(hq), dout(static_cast<size_t>(3 * heads * d));
+    DeviceBuffer<Bf16> dq(hq), dout(static_cast<size_t>(nseq * heads * d));
     DeviceBuffer<int32_t> dds(dseq), ddp(dpos);
     dout.poison();
     gpu::PagedAttentionParams dec = a;
@@ -443,14 +453,24 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
     dec.seq = dds.get();
     dec.pos = ddp.get();
     dec.out = dout.get();
-    dec.tokens = 3;
+    dec.tokens = nseq;
     gpu::launch_paged_attention(dec, nullptr);
     const std::vector<Bf16> decoded = dout.download(), prefill = out.download();
-    for (size_t s = 0; s < 3; ++s)
+    for (size_t s = 0; s < lens.size(); ++s)
       ASSERT_EQ(std::memcmp(&decoded[s * heads * d], &prefill[last_rows[s] * heads * d],
                             heads * d * sizeof(Bf16)),
                 0)
           << "decode differs from prefill for sequence " << s;
+    for (const uint32_t c : done.download())
+      ASSERT_EQ(c, 0u) << "a launch leaves the chunk counters at zero";
+    // Too few chunks for a position: that token's output is NaN, never a silently short sum.
+    dec.max_chunks = 1;
+    dout.poison();
+    gpu::launch_paged_attention(dec, nullptr);
+    const std::vector<double> short_out = to_doubles(dout.download());
+    for (size_t s = 0; s < lens.size(); ++s)
+      EXPECT_EQ(std::isnan(short_out[s * static_cast<size_t>(heads * d)]), lens[s] > chunk)
+          << "sequence " << s;
   }
 }
 
