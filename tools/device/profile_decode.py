@@ -5,9 +5,10 @@ Usage (on the device, after a build): python3 tools/device/profile_decode.py [BE
 (BENCH may instead be a saved `ncu --csv --page raw` output of the same bench command.)
 Runs bench_engine under ncu for one model and batch size with one timed decode step, then sums
 gpu__time_duration per kernel family over that step (the 4th forward: prefill, captured step,
-prefill again, timed step). ncu replays each kernel alone, so the sum is the kernels' own time,
-without launch gaps or the overlap programmatic dependent launch gives; the bench's ms/step (run
-without ncu) minus that sum is what gaps and host work cost.
+prefill again, timed step), clocks and caches left as they are. ncu serializes the kernels, so
+the sum is the kernels' own time, without launch gaps or the overlap programmatic dependent
+launch gives; the bench's ms/step (run without ncu) minus that sum is what gaps and host work
+cost.
 """
 import collections
 import csv
@@ -23,8 +24,10 @@ args = [bench, "--models", model, "--batches", batch, "--steps", "1", "--context
 if bench.endswith(".csv"):  # a saved ncu --csv --page raw output
     out = subprocess.CompletedProcess([], 0, open(bench).read(), "")
 else:
+    # Clocks and caches as the bench runs them (ncu's defaults lock base clocks and flush caches).
     out = subprocess.run(["ncu", "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
-                          "--print-units", "base"] + args, capture_output=True, text=True)
+                          "--print-units", "base", "--clock-control", "none", "--cache-control",
+                          "none"] + args, capture_output=True, text=True)
 if out.returncode != 0:
     sys.exit("ncu failed:\n" + out.stderr[-3000:])
 text = out.stdout[out.stdout.find('"ID"'):]
