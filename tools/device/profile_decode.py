@@ -5,10 +5,9 @@ Usage (on the device, after a build): python3 tools/device/profile_decode.py [BE
 (BENCH may instead be a saved `ncu --csv --page raw` output of the same bench command.)
 Runs bench_engine under ncu for one model and batch size with one timed decode step, then sums
 gpu__time_duration per kernel family over that step (the 4th forward: prefill, captured step,
-prefill again, timed step), clocks and caches left as they are. ncu serializes the kernels, so
-the sum is the kernels' own time, without launch gaps or the overlap programmatic dependent
-launch gives; the bench's ms/step (run without ncu) minus that sum is what gaps and host work
-cost.
+prefill again, timed step), clocks and caches left as they are. ncu serializes and instruments
+every kernel, so the sum runs above the step's time in a CUDA graph (no overlap from programmatic
+dependent launch, per-kernel profiling overhead): read the shares, not the sum.
 """
 import collections
 import csv
@@ -51,7 +50,7 @@ for name, ns in step:
     by[name][0] += 1
     by[name][1] += ns
 total = sum(v[1] for v in by.values())
-print(f"{model} batch {batch}: one decode step, {len(step)} kernels, {total / 1e3:.1f} us of "
-      "kernel time (each kernel alone)")
+print(f"{model} batch {batch}: one decode step, {len(step)} kernels, {total / 1e3:.1f} us under "
+      "ncu (serialized, instrumented)")
 for name, (n, ns) in sorted(by.items(), key=lambda kv: -kv[1][1]):
     print(f"  {name[:60]:60s} x{n:4d} {ns / 1e3:9.1f} us  {100 * ns / total:5.1f} %")
