@@ -12,6 +12,7 @@
 #include "gpu_engine/kernels/moe_dispatch.h"
 #include "gpu_engine/kernels/moe_routing.h"
 #include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/prefill_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
 #include "gpu_engine/kernels/sampling.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
@@ -74,8 +75,9 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   gemm_ = std::make_unique<BlasLtGemm>();
   const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
   const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
-  inputs_ = DeviceBuffer<int32_t>(3 * t);
-  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), 3 * t * 4));
+  // [tokens | slots | positions | prefill tiles (count, then first row and rows per tile)]
+  inputs_ = DeviceBuffer<int32_t>(5 * t + 1);
+  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), (5 * t + 1) * 4));
   next_ids_ = DeviceBuffer<int32_t>(t);
   residual_[0] = Bf16Buffer(t * h);
   residual_[1] = Bf16Buffer(t * h);
@@ -155,11 +157,21 @@ void Engine::prepare(const Batch& b) {
   }
   cache_->sync(stream_);
   cur_ = 0;
+  if (any_moe_)  // every entry point comes through here; check_moe_ids reads it after the sync
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
   // The previous forward's upload is done: forward() and forward_graph() synchronize the stream.
   std::copy(b.tokens.begin(), b.tokens.end(), pinned_inputs_);
   std::copy(b.slots.begin(), b.slots.end(), pinned_inputs_ + t);
   std::copy(b.positions.begin(), b.positions.end(), pinned_inputs_ + 2 * t);
-  QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get(), pinned_inputs_, static_cast<size_t>(3 * t) * 4,
+  // Prefill tiles: batches with a sequence of several rows (prefill chunks) take the query-tiled
+  // attention; decode-only batches (one row per sequence) keep the per-token kernel.
+  const std::vector<int32_t> tiles = plan_prefill_tiles(b.slots);
+  tiled_attention_ = t > kSkinnyMaxM && tiles[0] < t &&
+                     (model_->cfg.head_dim == 64 || model_->cfg.head_dim == 128);
+  attention_tiles_ = tiles[0];
+  std::copy(tiles.begin(), tiles.end(), pinned_inputs_ + 3 * t);
+  QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get(), pinned_inputs_,
+                                     static_cast<size_t>(3 * t) * 4 + tiles.size() * 4,
                                      cudaMemcpyHostToDevice, stream_));
 }
 
@@ -196,7 +208,10 @@ void Engine::forward_graph(const Batch& b) {
   }
   prepare(b);
   const int64_t t = b.size();
-  auto it = graphs_.find(t);
+  // One graph per (size, attention kind); its tiled attention covers up to t tiles.
+  const int64_t key = 2 * t + (tiled_attention_ ? 1 : 0);
+  attention_tiles_ = t;
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // Everything run() launches reads its inputs from the device buffers prepare() filled, so
     // the captured graph replays correctly for any tokens, slots and positions of this size.
@@ -207,7 +222,7 @@ void Engine::forward_graph(const Batch& b) {
     cudaGraphExec_t exec;
     QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
     QPARITY_CUDA_CHECK(cudaGraphDestroy(g));
-    it = graphs_.emplace(t, exec).first;
+    it = graphs_.emplace(key, exec).first;
   }
   QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -216,8 +231,6 @@ void Engine::forward_graph(const Batch& b) {
 
 void Engine::run(int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
-  if (any_moe_)
-    QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
   launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
                    stream_);
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
@@ -336,11 +349,22 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
                           ks.block_size,
                           ks.max_blocks_per_seq,
                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
-  const bool split = t <= kSkinnyMaxM;
-  ap.chunk = split ? attn_chunk_ : attn_whole_, ap.max_chunks = split ? attn_max_chunks_ : 1;
-  ap.partial_acc = attn_partial_acc_.get(), ap.partial_ml = attn_partial_ml_.get();
-  ap.chunks_done = attn_chunks_done_.get();
-  launch_paged_attention(ap, s);
+  if (tiled_attention_) {
+    PrefillAttentionParams pa;
+    pa.q = qp, pa.q_stride = qkv_w, pa.k_cache = cache_->k(l), pa.v_cache = cache_->v(l);
+    pa.block_table = cache_->block_table(), pa.seq = slots_dev(t), pa.pos = positions_dev(t);
+    pa.tiles = tiles_dev(t), pa.max_tiles = attention_tiles_, pa.out = core_.get();
+    pa.out_stride = q, pa.num_heads = c.num_heads, pa.num_kv_heads = c.num_kv_heads;
+    pa.head_dim = c.head_dim, pa.block_size = ks.block_size;
+    pa.max_blocks_per_seq = ks.max_blocks_per_seq, pa.scale = ap.scale;
+    launch_prefill_attention(pa, s);
+  } else {
+    const bool split = t <= kSkinnyMaxM;
+    ap.chunk = split ? attn_chunk_ : attn_whole_, ap.max_chunks = split ? attn_max_chunks_ : 1;
+    ap.partial_acc = attn_partial_acc_.get(), ap.partial_ml = attn_partial_ml_.get();
+    ap.chunks_done = attn_chunks_done_.get();
+    launch_paged_attention(ap, s);
+  }
   capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s);
   linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q);
   capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
@@ -494,6 +518,7 @@ void Engine::forward_layer(int64_t layer, const std::vector<double>& input, cons
                                   : model_->final_norm.get();
   close_residual(b.size(), capture_to, next, h_.get());
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_moe_ids();
 }
 
 void Engine::upload_input(const std::vector<double>& input, const Batch& b, const char* what) {

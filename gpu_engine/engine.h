@@ -116,6 +116,11 @@ class Engine {
   const int32_t* tokens_dev(int64_t) const { return inputs_.get(); }
   const int32_t* slots_dev(int64_t t) const { return inputs_.get() + t; }
   const int32_t* positions_dev(int64_t t) const { return inputs_.get() + 2 * t; }
+  const int32_t* tiles_dev(int64_t t) const { return inputs_.get() + 3 * t; }
+  // This batch's attention: query-tiled (a sequence with several rows) or per token; and how
+  // many tiles its grid covers.
+  bool tiled_attention_ = false;
+  int64_t attention_tiles_ = 0;
   // The residual stream lives in two buffers: a fused norm+GEMM reads one and writes the updated
   // stream to the other (its other blocks still read the first). prepare() resets to buffer 0,
   // so a captured graph and its replays agree on which is which.

@@ -22,6 +22,7 @@
 #include "gpu_engine/kernels/moe_dispatch.h"
 #include "gpu_engine/kernels/moe_routing.h"
 #include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/prefill_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
@@ -471,6 +472,96 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
     for (size_t s = 0; s < lens.size(); ++s)
       EXPECT_EQ(std::isnan(short_out[s * static_cast<size_t>(heads * d)]), lens[s] > chunk)
           << "sequence " << s;
+  }
+}
+
+// The query-tiled prefill attention: three sequences interleaved in one batch (tiles cut at
+// sequence changes and every 16 rows; a 1-row tile), GQA, head_dim 64 and 128, against the fp64
+// reference, and within the output rounding of the per-token kernel. A row's bits do not depend
+// on its tile: the same rows re-tiled one by one give the same output.
+TEST_F(GpuKernels, PrefillAttentionTiledMatchesTheReference) {
+  EXPECT_EQ(gpu::plan_prefill_tiles({5, 5, 5, 2, 2, 5}),
+            (std::vector<int32_t>{3, 0, 3, 3, 2, 5, 1}));
+  std::vector<int32_t> many(40, 1);
+  EXPECT_EQ(gpu::plan_prefill_tiles(many), (std::vector<int32_t>{3, 0, 16, 16, 16, 32, 8}));
+  const int64_t heads = 8, kv_heads = 2, block = 16;
+  for (const int64_t d : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    const std::vector<int64_t> lens = {1, 77, 40};
+    const int64_t nseq = static_cast<int64_t>(lens.size()), max_blocks = 8;
+    std::vector<int32_t> table(static_cast<size_t>(nseq * max_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    // Rows: sequence 1's first 50, then sequence 0, then sequence 2, then sequence 1's rest.
+    std::vector<int32_t> seq, pos;
+    const auto add = [&](int32_t s, int32_t from, int32_t to) {
+      for (int32_t p = from; p < to; ++p)
+        seq.push_back(s), pos.push_back(p);
+    };
+    add(1, 0, 50), add(0, 0, 1), add(2, 0, 40), add(1, 50, 77);
+    const int64_t tokens = static_cast<int64_t>(seq.size()), qkv_w = (heads + 2 * kv_heads) * d;
+    std::vector<Bf16> hqkv;
+    const Matrix qkv = random_bf16(rng, tokens, qkv_w, 1.0, hqkv);
+    DeviceBuffer<Bf16> dqkv(hqkv),
+        kc(static_cast<size_t>(nseq * max_blocks * block * kv_heads * d)), vc(kc.size()),
+        out(static_cast<size_t>(tokens * heads * d)), ref_out(out.size()), one_out(out.size());
+    DeviceBuffer<int32_t> dt(table), ds(seq), dp(pos);
+    for (auto* b : {&kc, &vc, &out, &ref_out, &one_out})
+      b->poison();
+    gpu::launch_kv_cache_write({dqkv.get() + heads * d, dqkv.get() + (heads + kv_heads) * d, qkv_w,
+                                qkv_w, kc.get(), vc.get(), dt.get(), ds.get(), dp.get(), tokens,
+                                kv_heads, d, block, max_blocks, nseq * max_blocks},
+                               nullptr);
+    const std::vector<int32_t> tiles = gpu::plan_prefill_tiles(seq);
+    DeviceBuffer<int32_t> dtiles(tiles);
+    const float scale = 1.f / std::sqrt(static_cast<float>(d));
+    gpu::PrefillAttentionParams pa;
+    pa.q = dqkv.get(), pa.q_stride = qkv_w, pa.k_cache = kc.get(), pa.v_cache = vc.get();
+    pa.block_table = dt.get(), pa.seq = ds.get(), pa.pos = dp.get(), pa.tiles = dtiles.get();
+    pa.max_tiles = tokens, pa.out = out.get(), pa.out_stride = heads * d, pa.num_heads = heads;
+    pa.num_kv_heads = kv_heads, pa.head_dim = d, pa.block_size = block;
+    pa.max_blocks_per_seq = max_blocks, pa.scale = scale;
+    gpu::launch_prefill_attention(pa, nullptr);
+    const std::vector<Bf16> got_bits = out.download();
+    const std::vector<double> got = to_doubles(got_bits);
+    // fp64 reference per sequence, rows gathered in the batch's order.
+    for (int32_t s = 0; s < nseq; ++s) {
+      std::vector<int64_t> rows;
+      for (int64_t i = 0; i < tokens; ++i)
+        if (seq[static_cast<size_t>(i)] == s) rows.push_back(i);
+      const int64_t n = static_cast<int64_t>(rows.size());
+      Matrix q(n, heads * d), k(n, kv_heads * d), v(n, kv_heads * d), g(n, heads * d);
+      std::vector<int64_t> p(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t i = rows[static_cast<size_t>(r)];
+        p[static_cast<size_t>(r)] = pos[static_cast<size_t>(i)];
+        for (int64_t c = 0; c < heads * d; ++c)
+          q(r, c) = qkv(i, c), g(r, c) = got[static_cast<size_t>(i * heads * d + c)];
+        for (int64_t c = 0; c < kv_heads * d; ++c)
+          k(r, c) = qkv(i, heads * d + c), v(r, c) = qkv(i, (heads + kv_heads) * d + c);
+      }
+      const Matrix want = reference::causal_attention(q, k, v, p, p, heads, kv_heads, d,
+                                                      1.0 / std::sqrt(static_cast<double>(d)));
+      const double e = rel_l2(g.data, round_bf16(want.data));
+      EXPECT_LE(e, kFlipBound) << "sequence " << s << ": " << e;
+    }
+    // Against the per-token kernel on the same batch: within the output's rounding.
+    gpu::PagedAttentionParams a{dqkv.get(), qkv_w,         kc.get(),   vc.get(), dt.get(), ds.get(),
+                                dp.get(),   ref_out.get(), heads * d,  tokens,   heads,    kv_heads,
+                                d,          block,         max_blocks, scale};
+    a.chunk = max_blocks * block;
+    gpu::launch_paged_attention(a, nullptr);
+    EXPECT_LE(rel_l2(got, to_doubles(ref_out.download())), kFlipBound);
+    // One row per tile: the same bits.
+    std::vector<int32_t> single = {static_cast<int32_t>(tokens)};
+    for (int32_t i = 0; i < tokens; ++i)
+      single.push_back(i), single.push_back(1);
+    DeviceBuffer<int32_t> dsingle(single);
+    pa.tiles = dsingle.get(), pa.out = one_out.get();
+    gpu::launch_prefill_attention(pa, nullptr);
+    const std::vector<Bf16> one_bits = one_out.download();
+    EXPECT_EQ(std::memcmp(one_bits.data(), got_bits.data(), got_bits.size() * sizeof(Bf16)), 0)
+        << "a row's output depends on its tile";
   }
 }
 
