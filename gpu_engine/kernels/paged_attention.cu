@@ -241,6 +241,20 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
 
 }  // namespace
 
+void require_attention_shapes(const char* k, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
+                              int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
+                              int64_t q_stride, int64_t out_stride, float scale) {
+  require(num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0, k,
+          "num_heads must be a positive multiple of num_kv_heads");
+  require(block_size > 0 && max_blocks_per_seq > 0, k, "positive block sizes");
+  require(q_stride >= num_heads * head_dim && out_stride >= num_heads * head_dim, k,
+          "q / out stride < num_heads * head_dim");
+  require(scale > 0 && scale < INFINITY, k, "scale must be positive and finite");
+  require(aligned(k_cache, 16) && aligned(v_cache, 16), k,
+          "k_cache / v_cache must be 16-byte aligned (rows are read with vector loads)");
+}
+
 void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream) {
   constexpr const char* k = "kv_cache_write";
   require(p.k && p.v && p.k_cache && p.v_cache && p.block_table && p.seq && p.pos, k,
@@ -268,12 +282,8 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
           "every pointer is required");
   require(p.head_dim % 32 == 0 && p.head_dim > 0 && p.head_dim <= 32 * kMaxPerLane, k,
           "head_dim " + std::to_string(p.head_dim) + " must be a multiple of 32 in [32, 256]");
-  require(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0, k,
-          "num_heads must be a positive multiple of num_kv_heads");
-  require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
-  require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
-          "q / out stride < num_heads * head_dim");
-  require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");
+  require_attention_shapes(k, p.k_cache, p.v_cache, p.num_heads, p.num_kv_heads, p.head_dim,
+                           p.block_size, p.max_blocks_per_seq, p.q_stride, p.out_stride, p.scale);
   require(p.chunk > 0 && p.chunk % (kWarps * kKeys) == 0, k,
           "chunk " + std::to_string(p.chunk) + " must be a positive multiple of " +
               std::to_string(kWarps * kKeys));
@@ -282,9 +292,6 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
   require(p.max_chunks >= 1 && p.max_chunks <= 65535, k, "max_chunks in [1, 65535]");
   require(p.max_chunks == 1 || (p.partial_acc && p.partial_ml && p.chunks_done), k,
           "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
-  require(reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
-              reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0,
-          k, "k_cache / v_cache must be 16-byte aligned (rows are read with vector loads)");
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));

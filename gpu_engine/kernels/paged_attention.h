@@ -69,6 +69,13 @@ struct AttentionScratchSize {
 AttentionScratchSize paged_attention_scratch(int64_t tokens, int64_t num_heads, int64_t head_dim,
                                              int64_t max_chunks);
 
+// The checks every attention launcher over this cache makes (a qparity::Error naming `kernel`):
+// heads, GQA grouping, cache geometry, strides, scale, 16-byte aligned caches.
+void require_attention_shapes(const char* kernel, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
+                              int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
+                              int64_t q_stride, int64_t out_stride, float scale);
+
 void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream);
 // head_dim a multiple of 32, at most 256.
 void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream);

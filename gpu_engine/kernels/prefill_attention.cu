@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/prefill_attention.h"
 
@@ -173,15 +174,9 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stre
           "every pointer is required");
   require(p.head_dim == 64 || p.head_dim == 128, k,
           "head_dim " + std::to_string(p.head_dim) + " must be 64 or 128");
-  require(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0, k,
-          "num_heads must be a positive multiple of num_kv_heads");
-  require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
-  require(p.q_stride >= p.num_heads * p.head_dim && p.out_stride >= p.num_heads * p.head_dim, k,
-          "q / out stride < num_heads * head_dim");
-  require(p.scale > 0 && p.scale < INFINITY, k, "scale must be positive and finite");
+  require_attention_shapes(k, p.k_cache, p.v_cache, p.num_heads, p.num_kv_heads, p.head_dim,
+                           p.block_size, p.max_blocks_per_seq, p.q_stride, p.out_stride, p.scale);
   require(p.max_tiles >= 0 && p.max_tiles <= (int64_t{1} << 31) - 1, k, "max_tiles in [0, 2^31)");
-  require(aligned(p.k_cache, 16) && aligned(p.v_cache, 16), k,
-          "k_cache / v_cache must be 16-byte aligned (rows are read with vector loads)");
   if (p.max_tiles == 0) return;
   const dim3 grid(static_cast<unsigned>(p.max_tiles), static_cast<unsigned>(p.num_heads));
   if (p.head_dim == 64)

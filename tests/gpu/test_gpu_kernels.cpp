@@ -166,22 +166,20 @@ TEST_F(GpuKernels, AttentionPrologueNormRopeAndCacheWrite) {
     p.block_size = block, p.max_blocks_per_seq = max_blocks;
     gpu::launch_attention_prologue(p, nullptr);
     const std::vector<double> got = to_doubles(dx.download());
-    Matrix q(t, heads * d), k(t, kv_heads * d);
-    for (int64_t r = 0; r < t; ++r) {
-      for (int64_t c = 0; c < heads * d; ++c)
-        q(r, c) = x(r, c);
-      for (int64_t c = 0; c < kv_heads * d; ++c)
-        k(r, c) = x(r, heads * d + c);
-    }
-    if (!llama3) {
-      const std::vector<double> n = to_doubles(normed.download());
-      Matrix gq(t, heads * d), gk(t, kv_heads * d);
+    // The q and k heads of t rows of a flat [t, row] buffer.
+    const auto split_qk = [&](const std::vector<double>& flat, int64_t row) {
+      std::pair<Matrix, Matrix> qk{Matrix(t, heads * d), Matrix(t, kv_heads * d)};
       for (int64_t r = 0; r < t; ++r) {
         for (int64_t c = 0; c < heads * d; ++c)
-          gq(r, c) = n[static_cast<size_t>(r * qk_w + c)];
+          qk.first(r, c) = flat[static_cast<size_t>(r * row + c)];
         for (int64_t c = 0; c < kv_heads * d; ++c)
-          gk(r, c) = n[static_cast<size_t>(r * qk_w + heads * d + c)];
+          qk.second(r, c) = flat[static_cast<size_t>(r * row + heads * d + c)];
       }
+      return qk;
+    };
+    auto [q, k] = split_qk(x.data, stride);
+    if (!llama3) {
+      const auto [gq, gk] = split_qk(to_doubles(normed.download()), qk_w);
       const double eq =
           rel_l2(gq.data, round_bf16(reference::rms_norm_heads(q, d, wq.data, 1e-6).data));
       const double ek =
@@ -190,13 +188,7 @@ TEST_F(GpuKernels, AttentionPrologueNormRopeAndCacheWrite) {
       EXPECT_LE(ek, kFlipBound) << ek;
       q = gq, k = gk;
     }
-    Matrix gq(t, heads * d), gk(t, kv_heads * d);
-    for (int64_t r = 0; r < t; ++r) {
-      for (int64_t c = 0; c < heads * d; ++c)
-        gq(r, c) = got[static_cast<size_t>(r * stride + c)];
-      for (int64_t c = 0; c < kv_heads * d; ++c)
-        gk(r, c) = got[static_cast<size_t>(r * stride + heads * d + c)];
-    }
+    const auto [gq, gk] = split_qk(got, stride);
     rope.apply(q, heads, pos64);
     rope.apply(k, kv_heads, pos64);
     // fp64 on both sides: only libm's and CUDA's sin/cos (each within an fp64 ULP or two) differ.
