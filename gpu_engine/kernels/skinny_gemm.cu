@@ -60,7 +60,9 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
     if (blockIdx.y >= static_cast<unsigned>(p.group_active[0])) return;
     const int32_t e = p.group_active[1 + blockIdx.y];
     row0 = p.group_first[e];
-    rows = p.group_first[e + 1] - p.group_first[e];
+    // At most M by construction (a token's experts are distinct); the clamp keeps shared memory
+    // safe when they are not (router ids refused by the engine all land on expert 0).
+    rows = min(p.group_first[e + 1] - p.group_first[e], M);
     wbase += e * p.w_group_stride;
     xbase += row0 * k;
   }

@@ -236,6 +236,34 @@ TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
   }
 }
 
+// NaN router logits never turn into a silently wrong forward: the router's -1 ids refuse it,
+// naming the first MoE layer, on the host path (more than kSkinnyMaxM tokens), on the device path
+// (eager and through a CUDA graph).
+TEST_F(GpuEngine, NanRouterLogitsRefuseTheForwardNamingTheLayer) {
+  const fs::path dir = fixture("qwen3-moe", fixtures::FixtureSize::kTiny);
+  auto model = gpu::load_gpu_model(dir, nullptr);
+  int64_t l = 0;
+  while (!model->layers[static_cast<size_t>(l)].moe)
+    ++l;
+  gpu::Bf16Buffer& router = model->layers[static_cast<size_t>(l)].router;
+  ASSERT_EQ(cudaMemset(router.get(), 0xFF, router.bytes()), cudaSuccess);  // 0xFFFF: a bf16 NaN
+  gpu::EngineOptions o;
+  o.max_tokens = 64, o.max_seqs = 2, o.max_context = 64;
+  gpu::Engine e(std::move(model), o);
+  const std::string where = "layers." + std::to_string(l) + ".moe";
+  for (const int64_t t : {int64_t{8}, int64_t{1}})
+    for (const bool graph : {false, true}) {
+      if (graph && t > gpu::kSkinnyMaxM) continue;
+      SCOPED_TRACE(std::to_string(t) + " tokens" + (graph ? ", graph" : ""));
+      gpu::Batch b;
+      for (int32_t i = 0; i < t; ++i)
+        b.tokens.push_back(i + 1), b.slots.push_back(0), b.positions.push_back(i);
+      EXPECT_THAT(test::error_of([&] { graph ? e.forward_graph(b) : e.forward(b); }),
+                  ::testing::AllOf(HasSubstr(where), HasSubstr("NaN router logits")));
+      e.cache().release(0);
+    }
+}
+
 // One layer re-run from the reference golden's own inputs reproduces that layer within policy.
 TEST_F(GpuEngine, LayerRerunFromGoldenInputs) {
   const fs::path dir = fixture("qwen3-moe", fixtures::FixtureSize::kTiny);

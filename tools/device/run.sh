@@ -45,7 +45,7 @@ if want sanitize; then
     for t in build-device/tests/gpu/test_*; do
       [ -x "$t" ] || continue
       filter='*'
-      [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*'
+      [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*:*NanRouter*'
       log_file="$OUT/sanitizer-$tool-$(basename "$t").log"
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
       src=$?
