@@ -191,24 +191,20 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
   float ll = 0.f;
   for (int w = 0; w < kWarps; ++w)
     if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
-  if (chunks == 1) {
-    for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-      float v = 0.f;
-      for (int w = 0; w < kWarps; ++w)
-        if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
-      op[d] = __float2bfloat16_rn(v / ll);
-    }
-    return;
-  }
-  // This chunk's state into scratch, then count it; the last chunk block merges.
+  // One chunk: the output; several: this chunk's state into scratch, counted below, and the
+  // token's last chunk block merges them.
   const int64_t th = i * p.num_heads + h;
-  float* pacc = p.partial_acc + (th * p.max_chunks + c) * p.head_dim;
+  float* pacc = chunks == 1 ? nullptr : p.partial_acc + (th * p.max_chunks + c) * p.head_dim;
   for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float v = 0.f;
     for (int w = 0; w < kWarps; ++w)
       if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
-    pacc[d] = v;
+    if (chunks == 1)
+      op[d] = __float2bfloat16_rn(v / ll);
+    else
+      pacc[d] = v;
   }
+  if (chunks == 1) return;
   if (threadIdx.x == 0) {
     p.partial_ml[(th * p.max_chunks + c) * 2] = mm;
     p.partial_ml[(th * p.max_chunks + c) * 2 + 1] = ll;

@@ -312,6 +312,7 @@ void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
           "grouped: no prologue, max_active in [1, 65535], w_group_stride >= N*K and a multiple "
           "of 8");
   if (p.m == 0) return;
+  static_assert(kSkinnyMaxM == 4, "one instantiation per M up to kSkinnyMaxM");
   switch (p.m) {
     case 1:
       launch_m<1>(p, stream);
@@ -322,20 +323,8 @@ void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
     case 3:
       launch_m<3>(p, stream);
       break;
-    case 4:
+    default:  // the require above bounds m by kSkinnyMaxM = 4
       launch_m<4>(p, stream);
-      break;
-    case 5:
-      launch_m<5>(p, stream);
-      break;
-    case 6:
-      launch_m<6>(p, stream);
-      break;
-    case 7:
-      launch_m<7>(p, stream);
-      break;
-    default:
-      launch_m<8>(p, stream);
       break;
   }
   check_launch(kName);
