@@ -184,6 +184,8 @@ struct Options {
   std::string models = "qwen3-0.6b,llama3-8b", json;
   std::vector<int64_t> batches = {1, 8, 64};
   bool linears = true;
+  int64_t attention_chunk = gpu::EngineOptions{}.decode_attention_chunk;
+  std::string ablate;  // "", "attention", "linears"
 };
 
 Json bench_model(const std::string& name, const ModelConfig& cfg, const Options& o, double bw) {
@@ -193,8 +195,15 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   eo.max_tokens = std::max<int64_t>({o.prefill, o.context, 64});
   eo.max_seqs = 64;
   eo.max_context = o.context + o.steps + 16;
+  eo.decode_attention_chunk = o.attention_chunk;
+  eo.ablate_attention = o.ablate == "attention";
+  eo.ablate_linears = o.ablate == "linears";
+  const bool ablated = !o.ablate.empty();
   gpu::Engine e(std::move(model), eo);
-  Json out = {{"model", name}, {"weight_bytes", weight_bytes}};
+  Json out = {{"model", name},
+              {"weight_bytes", weight_bytes},
+              {"decode_attention_chunk", o.attention_chunk},
+              {"ablate", o.ablate}};
   const double kv_per_token = 2.0 * 2 * static_cast<double>(cfg.num_layers * cfg.kv_size());
   Json decode = Json::array();
   for (const int64_t batch : o.batches) {
@@ -227,6 +236,12 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
       const auto t1 = std::chrono::steady_clock::now();
       next = e.greedy(batch);
       sampling_secs += seconds(t1);
+      for (int32_t& id : next) {
+        if (id >= 0) continue;
+        // An ablated forward computes nothing meaningful; a real one must never give NaN logits.
+        if (!ablated) throw std::runtime_error(name + ": decode step gave NaN logits");
+        id = 1;
+      }
     };
     step(0);  // captures the graph for this batch size
     for (int32_t s = 0; s < batch; ++s)
@@ -249,7 +264,8 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
                       {"sampling_ms_per_step", sampling_secs / static_cast<double>(o.steps) * 1e3},
                       {"bytes_per_s", bytes / secs},
                       {"fraction_of_copy_bandwidth", bytes / secs / bw}});
-    std::cout << name << " decode batch " << batch << ": " << tps << " tokens/s, "
+    std::cout << name << " decode batch " << batch << " [attention chunk " << o.attention_chunk
+              << (ablated ? ", without " + o.ablate : "") << "]: " << tps << " tokens/s, "
               << secs / static_cast<double>(o.steps) * 1e3 << " ms/step, weights+KV "
               << bytes / secs / 1e9 << " GB/s = " << 100 * bytes / secs / bw
               << " % of copy bandwidth (greedy sampling "
@@ -299,6 +315,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_flag("!--no-linears", o.linears, "skip the per-linear skinny vs cuBLASLt comparison");
+  app.add_option("--attention-chunk", o.attention_chunk, "decode attention: keys per block")
+      ->capture_default_str();
+  app.add_option("--ablate", o.ablate,
+                 "timing study: leave out 'attention' (prologue + attention) or 'linears' (every "
+                 "GEMM) and report the step time without them (results meaningless)")
+      ->check(CLI::IsMember({"attention", "linears"}));
   app.add_option("--json", o.json, "write the results here");
   CLI11_PARSE(app, argc, argv);
   try {

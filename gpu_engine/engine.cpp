@@ -8,6 +8,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/attention_prologue.h"
+#include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/moe_dispatch.h"
 #include "gpu_engine/kernels/moe_routing.h"
@@ -91,11 +92,21 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
   act_ = Bf16Buffer(t * std::max<size_t>(inter, 1));
   logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab));
-  // Attention of decode-sized batches (up to kSkinnyMaxM tokens) is split into chunks of 128 keys
-  // (the kernel's step): a few tokens' heads alone would leave most SMs idle. Larger batches have
-  // blocks enough and take each token's keys whole (splitting them measured 1.4-1.7x slower).
+  argmax_keys_ = DeviceBuffer<unsigned long long>(static_cast<size_t>(kSkinnyMaxM));
+  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_keys_),
+                                    static_cast<size_t>(kSkinnyMaxM) * sizeof(unsigned long long)));
+  // Attention of decode-sized batches (up to kSkinnyMaxM tokens, decode_attention) is split into
+  // chunks of 64 keys (the kernel's step): a few tokens' heads alone would leave most SMs idle.
+  // Larger batches have blocks enough and take each token's keys whole (splitting them measured
+  // 1.4-1.7x slower).
+  attn_chunk_ = o.decode_attention_chunk;
+  if (attn_chunk_ <= 0 || attn_chunk_ % 64 != 0)
+    throw Error("engine", "decode_attention_chunk must be a positive multiple of 64 (got " +
+                              std::to_string(attn_chunk_) + ")");
   attn_max_chunks_ = (o.max_context + attn_chunk_ - 1) / attn_chunk_;
-  attn_whole_ = attn_max_chunks_ * attn_chunk_;
+  attn_whole_ = (o.max_context + 127) / 128 * 128;  // paged_attention's chunk: a multiple of 128
+  qk_roped_ = Bf16Buffer(
+      static_cast<size_t>(std::min(o.max_tokens, kSkinnyMaxM) * (c.q_size() + c.kv_size())));
   const AttentionScratchSize as = paged_attention_scratch(
       std::min(o.max_tokens, kSkinnyMaxM), c.num_heads, c.head_dim, attn_max_chunks_);
   if (as.acc > 0) {
@@ -134,6 +145,7 @@ Engine::~Engine() {
     cudaStreamDestroy(stream_);
   }
   if (pinned_inputs_) cudaFreeHost(pinned_inputs_);
+  if (pinned_keys_) cudaFreeHost(pinned_keys_);
 }
 
 void Engine::prepare(const Batch& b) {
@@ -157,6 +169,7 @@ void Engine::prepare(const Batch& b) {
   }
   cache_->sync(stream_);
   cur_ = 0;
+  keys_rows_ = 0;
   if (any_moe_)  // every entry point comes through here; check_moe_ids reads it after the sync
     QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
   // The previous forward's upload is done: forward() and forward_graph() synchronize the stream.
@@ -226,11 +239,17 @@ void Engine::forward_graph(const Batch& b) {
   }
   QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  keys_rows_ = fused_argmax(t) ? t : 0;  // the graph copied the fused argmax's keys to the host
   check_moe_ids();
 }
 
 void Engine::run(int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
+  // Decode-sized: the greedy argmax fused into the lm_head GEMM, its keys copied to the host by
+  // the forward itself (graph included).
+  const bool skinny_head = fused_argmax(t);
+  if (skinny_head)
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(argmax_keys_.get(), 0, static_cast<size_t>(t) * 8, stream_));
   launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
                    stream_);
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
@@ -238,8 +257,16 @@ void Engine::run(int64_t t, reference::Trace* tr) {
     run_layer(l, t, tr, l > 0);
   close_residual(t, tr, model_->final_norm.get(), h_.get());
   capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
-  linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden);
+  if (!options_.ablate_linears)
+    linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden,
+           skinny_head ? argmax_keys_.get() : nullptr);
   capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  if (skinny_head) {
+    QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),
+                                       static_cast<size_t>(t) * sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, stream_));
+    keys_rows_ = t;
+  }
 }
 
 // The last layer's MLP output joins the residual stream inside the next norm (fused add):
@@ -255,7 +282,7 @@ void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16
 }
 
 void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
-                    int64_t n, int64_t k) {
+                    int64_t n, int64_t k, unsigned long long* argmax_keys) {
   if (skinny_gemm_fits(t, k)) {
     SkinnyGemmParams g;
     g.x = in;
@@ -265,6 +292,7 @@ void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, 
     g.m = t;
     g.n = n;
     g.k = k;
+    g.argmax_keys = argmax_keys;
     launch_skinny_gemm(g, stream_);
   } else {
     gemm_->nt(in, w, out, f32 ? GemmOut::kF32 : GemmOut::kBf16, t, n, k, stream_);
@@ -296,7 +324,7 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
       g.add = mlp_out_.get();
       g.residual_out = resid_next();
     }
-    launch_skinny_gemm(g, s);
+    if (!options_.ablate_linears) launch_skinny_gemm(g, s);
     if (pending_residual) {
       cur_ = 1 - cur_;
       capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, s);
@@ -314,19 +342,114 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     gemm_->nt(h_.get(), w.qkv.get(), qkv_.get(), GemmOut::kBf16, t, qkv_w, hd, s);
   }
   capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
+  attention(l, t, tr);
+  if (!options_.ablate_linears)
+    linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q);
+  capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
+  const int64_t in = c.intermediate;
+  if (fused && !w.moe) {
+    // post-attention add + norm, gate_up and SiLU-and-mul in one launch
+    SkinnyGemmParams g;
+    g.x = resid();
+    g.add = attn_out_.get();
+    g.residual_out = resid_next();
+    g.norm_weight = w.post_norm.get();
+    g.normed_out = h_.get();
+    g.eps = eps;
+    g.w = w.gate_up.get();
+    g.y = act_.get();
+    g.m = t;
+    g.n = 2 * in;
+    g.k = hd;
+    g.silu_mul = true;
+    if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
+    if (!options_.ablate_linears) launch_skinny_gemm(g, s);
+    cur_ = 1 - cur_;
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
+  } else {
+    launch_rms_norm(
+        {attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    if (w.moe) {
+      moe_layer(l, t, tr);
+      return;
+    }
+    gemm_->nt(h_.get(), w.gate_up.get(), gate_up_.get(), GemmOut::kBf16, t, 2 * in, hd, s);
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
+    launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
+  }
+  if (!options_.ablate_linears) linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in);
+  capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+}
+
+// Attention of layer l on the qkv rows: q/k norm (Qwen3), RoPE, the KV-cache write and
+// softmax(QK^T)V into core_, with the attn.* capture points.
+void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
+  const ModelConfig& c = model_->cfg;
+  const GpuModel& m = *model_;
+  const int64_t q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cudaStream_t s = stream_;
+  const GpuLayerWeights& w = m.layers[static_cast<size_t>(l)];
+  const std::string p = lp(l);
   __nv_bfloat16* qp = qkv_.get();
   __nv_bfloat16* kp = qkv_.get() + q;
-  // q/k norm, RoPE and the cache write in one launch.
   const KvCacheShape& ks = cache_->shape();
   const bool want_normed =
       c.has_qk_norm && tr && (tr->wants(p + ".attn.q_norm") || tr->wants(p + ".attn.k_norm"));
-  launch_attention_prologue(
-      {qp, qkv_w, c.has_qk_norm ? w.q_norm.get() : nullptr,
-       c.has_qk_norm ? w.k_norm.get() : nullptr, eps, want_normed ? qk_normed_.get() : nullptr,
-       positions_dev(t), m.inv_freq.get(), m.rope_scaling, cache_->k(l), cache_->v(l),
-       cache_->block_table(), slots_dev(t), t, c.num_heads, c.num_kv_heads, c.head_dim,
-       ks.block_size, ks.max_blocks_per_seq},
-      s);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  if (t <= kSkinnyMaxM) {  // decode-sized: norm, RoPE, cache write and attention in one launch
+    DecodeAttentionParams da;
+    da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps;
+    da.q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr;
+    da.k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr;
+    da.positions = positions_dev(t), da.seq = slots_dev(t);
+    da.inv_freq = m.inv_freq.get(), da.rope_scaling = m.rope_scaling;
+    da.k_cache = cache_->k(l), da.v_cache = cache_->v(l), da.block_table = cache_->block_table();
+    da.block_size = ks.block_size, da.max_blocks_per_seq = ks.max_blocks_per_seq;
+    da.out = core_.get(), da.out_stride = q;
+    const bool want_roped = tr && (tr->wants(p + ".attn.rope_q") || tr->wants(p + ".attn.rope_k"));
+    da.normed_out = want_normed ? qk_normed_.get() : nullptr;
+    da.rope_out = want_roped ? qk_roped_.get() : nullptr;
+    da.tokens = t, da.num_heads = c.num_heads, da.num_kv_heads = c.num_kv_heads;
+    da.head_dim = c.head_dim, da.scale = scale;
+    da.chunk = attn_chunk_, da.max_chunks = attn_max_chunks_;  // options' decode_attention_chunk
+    da.partial_acc = attn_partial_acc_.get(), da.partial_ml = attn_partial_ml_.get();
+    da.chunks_done = attn_chunks_done_.get();
+    if (!options_.ablate_attention) launch_decode_attention(da, s);
+    if (want_normed) {
+      capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s);
+      capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s);
+    }
+    capture(tr, p + ".attn.rope_q", qk_roped_.get(), Elem::kBf16, t, q, q + kv, s);
+    capture(tr, p + ".attn.rope_k", qk_roped_.get() + q, Elem::kBf16, t, kv, q + kv, s);
+    capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s);
+    return;
+  }
+  // Larger batches: q/k norm, RoPE and the cache write in one launch, then attention.
+  AttentionPrologueParams pro{qp,
+                              qkv_w,
+                              c.has_qk_norm ? w.q_norm.get() : nullptr,
+                              c.has_qk_norm ? w.k_norm.get() : nullptr,
+                              eps,
+                              want_normed ? qk_normed_.get() : nullptr,
+                              positions_dev(t),
+                              m.inv_freq.get(),
+                              m.rope_scaling,
+                              cache_->k(l),
+                              cache_->v(l),
+                              cache_->block_table(),
+                              slots_dev(t),
+                              t,
+                              c.num_heads,
+                              c.num_kv_heads,
+                              c.head_dim,
+                              ks.block_size,
+                              ks.max_blocks_per_seq};
+  if (!options_.ablate_attention) launch_attention_prologue(pro, s);
   if (want_normed) {
     capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s);
     capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s);
@@ -348,8 +471,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
                           c.head_dim,
                           ks.block_size,
                           ks.max_blocks_per_seq,
-                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
-  if (tiled_attention_) {
+                          scale};
+  if (options_.ablate_attention) {
+    // a timing study: no attention
+  } else if (tiled_attention_) {
     PrefillAttentionParams pa;
     pa.q = qp, pa.q_stride = qkv_w, pa.k_cache = cache_->k(l), pa.v_cache = cache_->v(l);
     pa.block_table = cache_->block_table(), pa.seq = slots_dev(t), pa.pos = positions_dev(t);
@@ -359,52 +484,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     pa.max_blocks_per_seq = ks.max_blocks_per_seq, pa.scale = ap.scale;
     launch_prefill_attention(pa, s);
   } else {
-    const bool split = t <= kSkinnyMaxM;
-    ap.chunk = split ? attn_chunk_ : attn_whole_, ap.max_chunks = split ? attn_max_chunks_ : 1;
-    ap.partial_acc = attn_partial_acc_.get(), ap.partial_ml = attn_partial_ml_.get();
-    ap.chunks_done = attn_chunks_done_.get();
+    ap.chunk = attn_whole_, ap.max_chunks = 1;  // blocks enough without splitting keys
     launch_paged_attention(ap, s);
   }
   capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s);
-  linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q);
-  capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
-  const int64_t in = c.intermediate;
-  if (fused && !w.moe) {
-    // post-attention add + norm, gate_up and SiLU-and-mul in one launch
-    SkinnyGemmParams g;
-    g.x = resid();
-    g.add = attn_out_.get();
-    g.residual_out = resid_next();
-    g.norm_weight = w.post_norm.get();
-    g.normed_out = h_.get();
-    g.eps = eps;
-    g.w = w.gate_up.get();
-    g.y = act_.get();
-    g.m = t;
-    g.n = 2 * in;
-    g.k = hd;
-    g.silu_mul = true;
-    if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
-    launch_skinny_gemm(g, s);
-    cur_ = 1 - cur_;
-    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
-    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
-  } else {
-    launch_rms_norm(
-        {attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
-    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-    if (w.moe) {
-      moe_layer(l, t, tr);
-      return;
-    }
-    gemm_->nt(h_.get(), w.gate_up.get(), gate_up_.get(), GemmOut::kBf16, t, 2 * in, hd, s);
-    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
-    launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
-    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
-  }
-  linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in);
-  capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
 // Router GEMM (fp32 logits) and top-k on the device; the (token, slot) pairs grouped by expert
@@ -569,6 +652,12 @@ std::vector<float> Engine::logits_host(int64_t rows) const {
 }
 
 std::vector<int32_t> Engine::greedy(int64_t rows) {
+  if (rows >= 1 && rows <= keys_rows_) {  // the lm_head's fused argmax, already on the host
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      ids[static_cast<size_t>(r)] = argmax_id(pinned_keys_[r]);
+    return ids;
+  }
   launch_argmax({logits_.get(), next_ids_.get(), rows, model_->cfg.vocab}, stream_);
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   QPARITY_CUDA_CHECK(cudaMemcpyAsync(ids.data(), next_ids_.get(), ids.size() * 4,

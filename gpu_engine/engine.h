@@ -28,6 +28,7 @@
 
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/kernels/gemm.h"
+#include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_engine/kv_cache.h"
 
 namespace qparity::reference {
@@ -41,6 +42,11 @@ struct EngineOptions {
   int64_t max_seqs = 64;
   int64_t max_context = 4096;
   int64_t block_size = 16;
+  // Keys per block of the decode attention (decode_attention.h), a multiple of 64.
+  int64_t decode_attention_chunk = 64;
+  // Timing studies only (bench_engine --ablate): leave these kernels out of every forward, to
+  // measure what they cost inside a decode step. The results are then meaningless.
+  bool ablate_attention = false, ablate_linears = false;
 };
 
 struct Batch {
@@ -83,7 +89,10 @@ class Engine {
 
   const float* logits() const { return logits_.get(); }
   std::vector<float> logits_host(int64_t rows) const;
-  // argmax of each of the last forward's first `rows` logit rows (device kernel).
+  // argmax of each of the last forward's first `rows` logit rows: read from the argmax fused
+  // into the lm_head GEMM when the forward ran it (decode-sized batches; copied to the host
+  // inside the forward, graph included), else the argmax kernel. Ties to the lowest id, -1 for
+  // a row with a NaN, in both.
   std::vector<int32_t> greedy(int64_t rows);
 
  private:
@@ -95,11 +104,16 @@ class Engine {
                       __nv_bfloat16* out);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
-              int64_t n, int64_t k);
+              int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr);
+  void attention(int64_t layer, int64_t t, reference::Trace* capture);
   void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
   void moe_experts_via_host(int64_t layer, int64_t t, cudaStream_t s);
   // Whether t tokens' MoE layers run on the device alone (grouping + grouped skinny GEMMs).
   bool moe_on_device(int64_t t) const;
+  // Whether a forward of t tokens fuses the greedy argmax into its lm_head GEMM.
+  bool fused_argmax(int64_t t) const {
+    return skinny_gemm_fits(t, model_->cfg.hidden) && !options_.ablate_linears;
+  }
   // After a synchronized forward: refuses its result if a router returned an id outside the
   // experts (NaN router logits), naming the first such layer.
   void check_moe_ids();
@@ -130,9 +144,15 @@ class Engine {
   __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
   Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer<float> logits_;
+  // The lm_head's fused argmax (skinny path): keys on the device, copied to pinned memory inside
+  // the forward; keys_rows_ > 0 when the last forward produced them.
+  DeviceBuffer<unsigned long long> argmax_keys_;
+  unsigned long long* pinned_keys_ = nullptr;
+  int64_t keys_rows_ = 0;
   // Attention split into key chunks for decode-sized batches, and its scratch; attn_whole_: one
   // chunk covering max_context, for larger batches.
-  int64_t attn_chunk_ = 128, attn_max_chunks_ = 1, attn_whole_ = 128;
+  int64_t attn_chunk_ = 64, attn_max_chunks_ = 1, attn_whole_ = 128;
+  Bf16Buffer qk_roped_;  // decode attention's rope_q / rope_k capture, [kSkinnyMaxM, q + kv]
   DeviceBuffer<float> attn_partial_acc_, attn_partial_ml_;
   DeviceBuffer<uint32_t> attn_chunks_done_;
   // MoE scratch.

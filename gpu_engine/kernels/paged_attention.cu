@@ -1,4 +1,5 @@
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/packed_row.cuh"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
 
@@ -33,47 +34,6 @@ constexpr int kWarps = 16;       // warps per (token, head) block, each taking e
 constexpr int kMaxTable = 1024;  // block-table entries a sequence may use (staged in shared memory)
 constexpr int kKeys = 8;  // keys per warp iteration: all their K and V loads in flight at once
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
-
-// kN consecutive bf16 of a head row (lane l holds elements l*kN .. l*kN+kN-1), kept packed: half
-// the registers of fp32, so eight keys' K and V stay in flight without spills or lost occupancy.
-template <int kN>
-struct PackedRow {
-  uint32_t w[(kN + 1) / 2];
-  __device__ __forceinline__ void load(const __nv_bfloat16* src) {
-    if constexpr (kN % 8 == 0) {  // 16-byte loads (rows are 16-byte aligned: offsets are kN*lane)
-#pragma unroll
-      for (int i = 0; i < kN / 8; ++i) {
-        const uint4 v = reinterpret_cast<const uint4*>(src)[i];
-        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-      }
-    } else if constexpr (kN % 4 == 0) {
-#pragma unroll
-      for (int i = 0; i < kN / 4; ++i) {
-        const uint2 v = reinterpret_cast<const uint2*>(src)[i];
-        w[2 * i] = v.x, w[2 * i + 1] = v.y;
-      }
-    } else if constexpr (kN % 2 == 0) {
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i)
-        w[i] = reinterpret_cast<const uint32_t*>(src)[i];
-    } else {  // odd widths: 2-byte loads
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-#pragma unroll
-      for (int i = 0; i < (kN + 1) / 2; ++i)
-        w[i] = static_cast<uint32_t>(h[2 * i]) |
-               (2 * i + 1 < kN ? static_cast<uint32_t>(h[2 * i + 1]) << 16 : 0u);
-    }
-  }
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < (kN + 1) / 2; ++i)
-      w[i] = 0u;
-  }
-  // bf16 -> fp32 is exact: the bf16 bits are the high half of the float.
-  __device__ __forceinline__ float at(int j) const {
-    return __uint_as_float((j & 1) ? (w[j / 2] & 0xffff0000u) : (w[j / 2] << 16));
-  }
-};
 
 // One block per (token, head, key chunk). Warp w takes key groups w, w + kWarps, ... of the
 // chunk; a group is kKeys consecutive positions, whose K and V rows are all loaded before any is

@@ -4,12 +4,18 @@
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
+#include "gpu_engine/kernels/skinny_gemm_parts.cuh"
 
 namespace qparity::gpu {
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = kWarps * 32;
+using skinny::kThreads;
+using skinny::kWarps;
+using skinny::stage_x;
+using skinny::unpack8;
+using skinny::write_pair;
+
 // 16-byte weight chunks per row a lane loads before it uses any: with two rows per warp, eight
 // loads (128 bytes) in flight per lane, 32 KiB per block: enough to cover DRAM latency at full
 // bandwidth with one block per SM.
@@ -25,16 +31,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
 // Block layout: the kWarps warps take kWarps / ksplit row pairs at a time, each pair split along
 // K over ksplit warps (lane l of slice s reads chunks (s * 32 + l) + 32 * ksplit * j); the
 // slices' sums meet in shared memory, added in slice order. A pair is rows (2g, 2g + 1), or
@@ -43,8 +39,6 @@ template <int M>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams p, int ksplit) {
   extern __shared__ uint4 smem[];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
-  __shared__ float partial[kWarps][M];
-  __shared__ float rscale[M];
   __shared__ float slice_sum[kWarps][M][2];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t k = p.k, n = p.n;
@@ -106,60 +100,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   pdl_launch_dependents();
   pdl_wait();
 
-  // Prologue: X (normalized or not) into shared memory.
-  if (!p.norm_weight) {
-    // A group's rows beyond its own are zeros (their sums are computed and never stored).
-    const uint4* src = reinterpret_cast<const uint4*>(xbase);
-    for (int64_t i = tid; i < M * k / 8; i += kThreads)
-      smem[i] = i < rows * k / 8 ? src[i] : make_uint4(0, 0, 0, 0);
-  } else {
-    float sum[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      sum[m] = 0.f;
-    for (int64_t i = tid; i < k; i += kThreads) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float h = __bfloat162float(p.x[m * k + i]);
-        if (p.add) {
-          const __nv_bfloat16 hb = __float2bfloat16_rn(h + __bfloat162float(p.add[m * k + i]));
-          if (writer && p.residual_out) p.residual_out[m * k + i] = hb;
-          h = __bfloat162float(hb);
-        }
-        xs[m * k + i] = __float2bfloat16_rn(h);  // exact: h is a bf16 value
-        sum[m] += h * h;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float s = sum[m];
-      for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane == 0) partial[warp][m] = s;
-    }
-    __syncthreads();
-    if (tid < M) {
-      float total = 0.f;
-      for (int w = 0; w < kWarps; ++w)
-        total += partial[w][tid];
-      rscale[tid] = rsqrtf(total / static_cast<float>(k) + p.eps);
-    }
-    __syncthreads();
-    // Each thread rewrites the elements it wrote above: no barrier needed between the passes.
-    for (int64_t i = tid; i < k; i += kThreads) {
-      const float wi = __bfloat162float(p.norm_weight[i]);
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const __nv_bfloat16 v =
-            __float2bfloat16_rn(wi * (__bfloat162float(xs[m * k + i]) * rscale[m]));
-        xs[m * k + i] = v;
-        if (writer && p.normed_out) p.normed_out[m * k + i] = v;
-      }
-    }
-  }
-  __syncthreads();
+  stage_x<M>(p, xbase, rows, xs, writer);
 
-  bool preloaded = true;  // a and b hold the first group's first step
+  unsigned long long best = 0;  // fused argmax: lane m's best key for token m
+  bool preloaded = true;        // a and b hold the first group's first step
   for (int64_t gb = blockIdx.x; gb < groups; gb += gridDim.x) {
     const int64_t g = gb * per_block + warp / ksplit;
     float acc[M][2];
@@ -221,29 +165,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
     if (slice != 0 || g >= pairs || lane >= rows) continue;
       // Lane m writes token m's outputs.
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m != lane) continue;
-      if (p.silu_mul) {
-        const __nv_bfloat16 gb16 = __float2bfloat16_rn(acc[m][0]),
-                            ub16 = __float2bfloat16_rn(acc[m][1]);
-        if (p.gate_up_out) {
-          p.gate_up_out[(row0 + m) * n + g] = gb16;
-          p.gate_up_out[(row0 + m) * n + g + half] = ub16;
-        }
-        const float gf = __bfloat162float(gb16), uf = __bfloat162float(ub16);
-        static_cast<__nv_bfloat16*>(p.y)[(row0 + m) * half + g] =
-            __float2bfloat16_rn(gf / (1.f + expf(-gf)) * uf);
-      } else if (p.y_f32) {
-        float* y = static_cast<float*>(p.y) + (row0 + m) * n;
-        y[2 * g] = acc[m][0];
-        if (2 * g + 1 < n) y[2 * g + 1] = acc[m][1];
-      } else {
-        __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p.y) + (row0 + m) * n;
-        y[2 * g] = __float2bfloat16_rn(acc[m][0]);
-        if (2 * g + 1 < n) y[2 * g + 1] = __float2bfloat16_rn(acc[m][1]);
-      }
-    }
+    for (int m = 0; m < M; ++m)
+      if (m == lane) write_pair(p, g, row0, m, acc[m][0], acc[m][1], best);
   }
+  if (p.argmax_keys) skinny::block_argmax<M>(p, best, slice == 0 && lane < rows, lane, row0, rows);
 }
 
 template <int M>
@@ -306,6 +231,8 @@ void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
           "residual_out / normed_out without norm_weight");
   require(p.eps >= 0, kName, "eps must be >= 0");
   require(!p.group_first == !p.group_active, kName, "group_first and group_active go together");
+  require(!p.argmax_keys || (p.y_f32 && !p.group_first && p.n < (int64_t{1} << 32) - 1), kName,
+          "argmax_keys needs an fp32 output, no groups and N < 2^32 - 1");
   require(!p.group_first || (!p.norm_weight && p.max_active >= 1 && p.max_active <= 65535 &&
                              p.w_group_stride >= p.n * p.k && p.w_group_stride % 8 == 0),
           kName,

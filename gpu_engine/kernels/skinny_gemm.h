@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace qparity::gpu {
 
@@ -53,7 +54,37 @@ struct SkinnyGemmParams {
   const int32_t* group_first = nullptr;
   const int32_t* group_active = nullptr;
   int64_t max_active = 0, w_group_stride = 0;
+  // Greedy argmax fused into the epilogue (fp32 output, not grouped): argmax_keys[m] (zeroed
+  // before the launch) ends as the max over token m's outputs of argmax_key(y[m, j], j), one
+  // atomicMax per block and token. Decode it with argmax_id: the same id as launch_argmax over y.
+  unsigned long long* argmax_keys = nullptr;
 };
+
+// The argmax order as one 64-bit unsigned key: the value's bits mapped to an unsigned order
+// (-0 taken as +0, so it ties with +0 as the comparison does), above them the complement of the
+// index (ties go to the lowest index), and any NaN above every number. max() over keys is the
+// argmax with torch's ties and launch_argmax's NaN rule, in any reduction order.
+__host__ __device__ inline unsigned long long argmax_key(float v, uint32_t index) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t bits = __float_as_uint(v);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+#endif
+  uint32_t ordered;
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    ordered = 0xffffffffu;  // NaN
+  else if ((bits & 0x7fffffffu) == 0)
+    ordered = 0x80000000u;  // +-0
+  else
+    ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - index);
+}
+// The id a key names; -1 for a row with a NaN (launch_argmax's rule) or a key never set.
+inline int32_t argmax_id(unsigned long long key) {
+  if (key == 0 || (key >> 32) == 0xffffffffull) return -1;
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key & 0xffffffffull));
+}
 
 // Whether launch_skinny_gemm takes this M and K (X must fit in shared memory).
 bool skinny_gemm_fits(int64_t m, int64_t k);

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -19,6 +20,7 @@
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/kernels/sampling.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
 
@@ -232,6 +234,75 @@ TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
       EXPECT_LE(err, 0x1p-9) << "decode step " << j;
       ASSERT_EQ(std::memcmp(d.data(), graph[static_cast<size_t>(j)].data(), d.size() * 4), 0)
           << "graph decode differs from eager decode at step " << j;
+    }
+  }
+}
+
+// Graph decode of 1 to kSkinnyMaxM sequences (the fused decode attention, the fused argmax): two
+// engines on the same inputs give the same logits bit for bit; the greedy ids read from the
+// argmax fused into the lm_head GEMM equal the argmax kernel's and the host's over the same
+// logits; a prefill-sized forward (no fused argmax) still answers greedy through the kernel.
+TEST_F(GpuEngine, DecodeIsReproducibleAndFusedArgmaxMatchesTheKernel) {
+  for (const std::string arch : {"llama", "qwen3", "qwen3-moe"}) {
+    SCOPED_TRACE(arch);
+    const fs::path dir = fixture(arch, fixtures::FixtureSize::kTiny);
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    const int64_t v = cfg.vocab, seqs = gpu::kSkinnyMaxM, pre = 12;
+    const golden::TokenInputs in = golden::synthetic_inputs(seqs, pre + 3, v, 5);
+    const auto tok = [&](int64_t s, int64_t i) {
+      return static_cast<int32_t>(in.tokens[static_cast<size_t>(s * (pre + 3) + i)]);
+    };
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE("engine " + std::to_string(run));
+      gpu::EngineOptions o;
+      o.max_tokens = 64, o.max_seqs = seqs, o.max_context = 64;
+      gpu::Engine e(gpu::load_gpu_model(dir, nullptr), o);
+      gpu::Batch prefill;
+      for (int32_t s = 0; s < seqs; ++s)
+        for (int32_t i = 0; i < pre; ++i)
+          prefill.tokens.push_back(tok(s, i)), prefill.slots.push_back(s),
+              prefill.positions.push_back(i);
+      e.forward(prefill);
+      const std::vector<float> pl = e.logits_host(prefill.size());
+      const std::vector<int32_t> pg = e.greedy(prefill.size());  // the kernel: no fused keys
+      for (int64_t r = 0; r < prefill.size(); ++r) {
+        const auto row = pl.begin() + r * v;
+        ASSERT_EQ(pg[static_cast<size_t>(r)], std::max_element(row, row + v) - row) << "row " << r;
+      }
+      std::vector<float> all;
+      for (int64_t step = 0; step < 3; ++step)
+        for (int64_t t = 1; t <= seqs; ++t) {  // t sequences step together
+          if (step > 0 && t < seqs) continue;
+          gpu::Batch b;
+          for (int32_t s = 0; s < t; ++s)
+            b.tokens.push_back(tok(s, pre + step)), b.slots.push_back(s),
+                b.positions.push_back(static_cast<int32_t>(pre + step));
+          // (step 0 runs t = 1..kSkinnyMaxM at one position: each rewrites the same K/V bits,
+          // batches this size being batch-invariant bit for bit)
+          e.forward_graph(b);
+          const std::vector<float> l = e.logits_host(t);
+          const std::vector<int32_t> fused = e.greedy(t);
+          gpu::DeviceBuffer<int32_t> ids(static_cast<size_t>(t));
+          gpu::launch_argmax({e.logits(), ids.get(), t, v}, nullptr);  // then the copy waits
+          std::vector<int32_t> kernel(static_cast<size_t>(t));
+          ASSERT_EQ(cudaMemcpy(kernel.data(), ids.get(), kernel.size() * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          for (int64_t r = 0; r < t; ++r) {
+            const auto row = l.begin() + r * v;
+            const int32_t host = static_cast<int32_t>(std::max_element(row, row + v) - row);
+            EXPECT_EQ(fused[static_cast<size_t>(r)], kernel[static_cast<size_t>(r)])
+                << t << " tokens, row " << r;
+            EXPECT_EQ(fused[static_cast<size_t>(r)], host) << t << " tokens, row " << r;
+          }
+          all.insert(all.end(), l.begin(), l.end());
+        }
+      runs.push_back(all);
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      ASSERT_EQ(runs[r].size(), runs[0].size());
+      EXPECT_EQ(std::memcmp(runs[r].data(), runs[0].data(), runs[0].size() * 4), 0)
+          << "a second engine gave other logits";
     }
   }
 }

@@ -17,6 +17,7 @@
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/attention_prologue.h"
+#include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/moe_dispatch.h"
@@ -24,6 +25,7 @@
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/prefill_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
+#include "gpu_engine/kernels/sampling.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
 #include "kernel_test_util.h"
@@ -218,7 +220,7 @@ TEST_F(GpuKernels, AttentionPrologueNormRopeAndCacheWrite) {
 // kernel's own input to it. A token's row is bit-identical alone and inside a batch of M.
 TEST_F(GpuKernels, SkinnyGemmPlainAndFused) {
   for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
-           {1024, 3072}, {1001, 1024}, {6144, 1024}, {256, 14336}}) {
+           {1024, 3072}, {1001, 1024}, {6144, 1024}, {256, 14336}, {77, 64}}) {
     for (const int64_t m : {int64_t{1}, int64_t{3}, gpu::kSkinnyMaxM}) {
       SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
       ASSERT_TRUE(gpu::skinny_gemm_fits(m, k)) << "X fits in shared memory";
@@ -281,6 +283,61 @@ TEST_F(GpuKernels, SkinnyGemmPlainAndFused) {
   const double ea =
       rel_l2(to_doubles(act.download()), round_bf16(reference::silu_and_mul(got_gu).data));
   EXPECT_LE(ea, kFlipBound) << ea;
+}
+
+// The greedy argmax fused into the fp32 skinny GEMM: equal to the argmax kernel over the same
+// output for random rows, for an exact tie planted at two rows (the lower id wins, wherever the
+// two land among blocks), and -1 for a token whose row holds a NaN; the output is unchanged.
+TEST_F(GpuKernels, SkinnyGemmFusedArgmax) {
+  const int64_t n = 50021, k = 512;  // odd N: the last row pair has one row
+  for (const int64_t m : {int64_t{1}, int64_t{2}, gpu::kSkinnyMaxM}) {
+    SCOPED_TRACE(m);
+    std::vector<Bf16> hx, hw;
+    random_bf16(rng, m, k, 1.0, hx);
+    random_bf16(rng, n, k, 0.05, hw);
+    // rows 40000 and 123 identical and large for every token: an exact tie at the top.
+    for (int64_t j = 0; j < k; ++j)
+      hw[static_cast<size_t>(40000 * k + j)] = hw[static_cast<size_t>(123 * k + j)] =
+          test::to_bf16(0.5 * (j % 2 == 0 ? 1 : -1));
+    for (int64_t r = 0; r < m; ++r)  // each token's x aligned with that row
+      for (int64_t j = 0; j < k; ++j)
+        hx[static_cast<size_t>(r * k + j)] = test::to_bf16(j % 2 == 0 ? 1.0 : -1.0);
+    for (const bool nan_row : {false, true}) {
+      SCOPED_TRACE(nan_row ? "a NaN row" : "a tie");
+      std::vector<Bf16> w = hw;
+      if (nan_row) w[static_cast<size_t>(777 * k + 5)] = test::to_bf16(NAN);
+      DeviceBuffer<Bf16> dx(hx), dw(w);
+      DeviceBuffer<float> y(static_cast<size_t>(m * n)), y2(static_cast<size_t>(m * n));
+      DeviceBuffer<unsigned long long> keys(static_cast<size_t>(m));
+      DeviceBuffer<int32_t> ids(static_cast<size_t>(m));
+      y.poison();
+      y2.poison();
+      ASSERT_EQ(cudaMemset(keys.get(), 0, keys.bytes()), cudaSuccess);
+      gpu::SkinnyGemmParams p;
+      p.x = dx.get(), p.w = dw.get(), p.y = y.get(), p.y_f32 = true, p.m = m, p.n = n, p.k = k;
+      gpu::launch_skinny_gemm(p, nullptr);
+      p.y = y2.get(), p.argmax_keys = keys.get();
+      gpu::launch_skinny_gemm(p, nullptr);
+      gpu::launch_argmax({y.get(), ids.get(), m, n}, nullptr);
+      const std::vector<float> a = y.download(), b = y2.download();
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+          << "the fused argmax changed the output";
+      const std::vector<unsigned long long> kh = keys.download();
+      const std::vector<int32_t> want = ids.download();
+      for (int64_t r = 0; r < m; ++r) {
+        EXPECT_EQ(gpu::argmax_id(kh[static_cast<size_t>(r)]), want[static_cast<size_t>(r)])
+            << "token " << r;
+        EXPECT_EQ(want[static_cast<size_t>(r)], nan_row ? -1 : 123) << "token " << r;
+      }
+    }
+  }
+  gpu::SkinnyGemmParams bad;
+  DeviceBuffer<Bf16> x(8), w(8);
+  DeviceBuffer<unsigned long long> keys(1);
+  bad.x = x.get(), bad.w = w.get(), bad.y = x.get(), bad.m = 1, bad.n = 1, bad.k = 8;
+  bad.argmax_keys = keys.get();
+  EXPECT_THAT(test::error_of([&] { gpu::launch_skinny_gemm(bad, nullptr); }),
+              HasSubstr("argmax_keys needs an fp32 output"));
 }
 
 TEST_F(GpuKernels, SiluAndMul) {
@@ -471,6 +528,122 @@ TEST_F(GpuKernels, PagedAttentionPrefillAndDecodeWithGqa) {
 // sequence changes and every 16 rows; a 1-row tile), GQA, head_dim 64 and 128, against the fp64
 // reference, and within the output rounding of the per-token kernel. A row's bits do not depend
 // on its tile: the same rows re-tiled one by one give the same output.
+// The fused decode attention against the two-launch pipeline it replaces (attention_prologue,
+// then paged_attention), both tested against the fp64 reference above, on identical inputs: a
+// cache with sequences of 1..5 key chunks, then (a) one decode token per sequence and (b) a short
+// prefill (four tokens of one sequence across a chunk boundary, whose keys this launch must
+// compute itself) beside a decode token. Outputs, the new K/V in the cache and the rope / norm
+// captures agree within kFlipBound (bit for bit without the q/k norm, whose fp32 sum runs in
+// another order); the chunk counters end at zero; a position beyond the chunks gives NaN.
+TEST_F(GpuKernels, DecodeAttentionMatchesPrologueThenPagedAttention) {
+  const int64_t heads = 8, kv_heads = 2, block = 16, chunk = 64;
+  for (const int64_t d : {64, 96, 128}) {
+    for (const bool qk_norm : {false, true}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + (qk_norm ? ", qk norm" : ", no qk norm"));
+      const std::vector<int64_t> lens = {1, 37, 130, 300};  // cached positions per sequence
+      const int64_t nseq = static_cast<int64_t>(lens.size()), max_blocks = 24;
+      const int64_t num_blocks = nseq * max_blocks, max_chunks = max_blocks * block / chunk;
+      std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      const size_t cache_elems = static_cast<size_t>(num_blocks * block * kv_heads * d);
+      std::vector<Bf16> hk, hv, hwq, hwk;
+      random_bf16(rng, 1, static_cast<int64_t>(cache_elems), 1.0, hk);
+      random_bf16(rng, 1, static_cast<int64_t>(cache_elems), 1.0, hv);
+      random_bf16(rng, 1, d, 0.5, hwq);
+      random_bf16(rng, 1, d, 0.5, hwk);
+      const reference::Rope rope(rope_config(d, false));
+      DeviceBuffer<double> di(rope.inv_freq());
+      DeviceBuffer<Bf16> dwq(hwq), dwk(hwk);
+      DeviceBuffer<int32_t> dt(table);
+      const float scale = 1.f / std::sqrt(static_cast<float>(d));
+      const int64_t qkv_w = (heads + 2 * kv_heads) * d, qk_w = (heads + kv_heads) * d;
+      // (a) decode: sequence s at position lens[s]; (b) sequence 3 at 62..65 (crossing the
+      // chunk at 64; its cache holds 0..61 then) and sequence 1 at 37.
+      const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> batches = {
+          {{0, 1, 2, 3}, {1, 37, 130, 300}}, {{3, 3, 1, 3, 3}, {62, 63, 37, 64, 65}}};
+      for (const auto& [seq, pos] : batches) {
+        const int64_t t = static_cast<int64_t>(seq.size());
+        SCOPED_TRACE(std::to_string(t) + " tokens");
+        std::vector<Bf16> hqkv;
+        random_bf16(rng, t, qkv_w, 1.0, hqkv);
+        DeviceBuffer<Bf16> raw(hqkv), roped_in_place(hqkv), kc_a(hk), vc_a(hv), kc_b(hk), vc_b(hv);
+        DeviceBuffer<Bf16> out_a(static_cast<size_t>(t * heads * d)), out_b(out_a.size());
+        DeviceBuffer<Bf16> normed_a(static_cast<size_t>(t * qk_w)), normed_b(normed_a.size()),
+            rope_b(normed_a.size());
+        for (auto* b : {&out_a, &out_b, &normed_a, &normed_b, &rope_b})
+          b->poison();
+        DeviceBuffer<int32_t> ds(seq), dp(pos);
+        const gpu::AttentionScratchSize sz = gpu::paged_attention_scratch(t, heads, d, max_chunks);
+        DeviceBuffer<float> pacc(static_cast<size_t>(sz.acc)), pml(static_cast<size_t>(sz.ml));
+        DeviceBuffer<uint32_t> done(std::vector<uint32_t>(static_cast<size_t>(sz.counters), 0u));
+        // The pipeline.
+        gpu::AttentionPrologueParams pro;
+        pro.qkv = roped_in_place.get(), pro.row_stride = qkv_w, pro.positions = dp.get();
+        if (qk_norm)
+          pro.q_norm = dwq.get(), pro.k_norm = dwk.get(), pro.normed_out = normed_a.get();
+        pro.inv_freq = di.get(), pro.k_cache = kc_a.get(), pro.v_cache = vc_a.get();
+        pro.block_table = dt.get(), pro.seq = ds.get(), pro.tokens = t, pro.num_heads = heads;
+        pro.num_kv_heads = kv_heads, pro.head_dim = d, pro.block_size = block;
+        pro.max_blocks_per_seq = max_blocks;
+        gpu::launch_attention_prologue(pro, nullptr);
+        gpu::PagedAttentionParams pa;
+        pa.q = roped_in_place.get(), pa.q_stride = qkv_w, pa.k_cache = kc_a.get();
+        pa.v_cache = vc_a.get(), pa.block_table = dt.get(), pa.seq = ds.get(), pa.pos = dp.get();
+        pa.out = out_a.get(), pa.out_stride = heads * d, pa.tokens = t, pa.num_heads = heads;
+        pa.num_kv_heads = kv_heads, pa.head_dim = d, pa.block_size = block;
+        pa.max_blocks_per_seq = max_blocks, pa.scale = scale, pa.chunk = 128;
+        pa.max_chunks = max_chunks / 2, pa.partial_acc = pacc.get(), pa.partial_ml = pml.get();
+        pa.chunks_done = done.get();
+        gpu::launch_paged_attention(pa, nullptr);
+        // The fused kernel.
+        gpu::DecodeAttentionParams da;
+        da.qkv = raw.get(), da.qkv_stride = qkv_w, da.positions = dp.get(), da.seq = ds.get();
+        if (qk_norm) da.q_norm = dwq.get(), da.k_norm = dwk.get(), da.normed_out = normed_b.get();
+        da.rope_out = rope_b.get(), da.inv_freq = di.get(), da.k_cache = kc_b.get();
+        da.v_cache = vc_b.get(), da.block_table = dt.get(), da.block_size = block;
+        da.max_blocks_per_seq = max_blocks, da.out = out_b.get(), da.out_stride = heads * d;
+        da.tokens = t, da.num_heads = heads, da.num_kv_heads = kv_heads, da.head_dim = d;
+        da.scale = scale, da.chunk = chunk, da.max_chunks = max_chunks;
+        da.partial_acc = pacc.get(), da.partial_ml = pml.get(), da.chunks_done = done.get();
+        gpu::launch_decode_attention(da, nullptr);
+        const auto close = [&](const std::vector<Bf16>& a, const std::vector<Bf16>& b,
+                               const char* what) {
+          if (!qk_norm) {
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(Bf16)), 0) << what;
+          } else {
+            const double e = rel_l2(to_doubles(b), to_doubles(a));
+            EXPECT_LE(e, kFlipBound) << what << ": " << e;
+          }
+        };
+        // Attention sums in another order (64-key chunks, 8 warps): within the flip bound.
+        const double eo = rel_l2(to_doubles(out_b.download()), to_doubles(out_a.download()));
+        EXPECT_LE(eo, kFlipBound) << "attention output: " << eo;
+        close(kc_a.download(), kc_b.download(), "K cache");
+        close(vc_a.download(), vc_b.download(), "V cache");
+        // rope_out against the prologue's in-place q and k heads.
+        const std::vector<Bf16> ip = roped_in_place.download(), rb = rope_b.download();
+        std::vector<Bf16> want_rope;
+        for (int64_t r = 0; r < t; ++r)
+          want_rope.insert(want_rope.end(), ip.begin() + r * qkv_w, ip.begin() + r * qkv_w + qk_w);
+        close(want_rope, rb, "rope_out");
+        if (qk_norm) close(normed_a.download(), normed_b.download(), "normed_out");
+        for (const uint32_t c : done.download())
+          ASSERT_EQ(c, 0u) << "a launch leaves the chunk counters at zero";
+        // Too few chunks for position 300: NaN for that token, never a short sum.
+        da.max_chunks = 4;
+        out_b.poison();
+        gpu::launch_decode_attention(da, nullptr);
+        const std::vector<double> short_out = to_doubles(out_b.download());
+        for (int64_t r = 0; r < t; ++r)
+          EXPECT_EQ(std::isnan(short_out[static_cast<size_t>(r * heads * d)]),
+                    pos[static_cast<size_t>(r)] >= 4 * chunk)
+              << "token " << r;
+      }
+    }
+  }
+}
+
 TEST_F(GpuKernels, PrefillAttentionTiledMatchesTheReference) {
   EXPECT_EQ(gpu::plan_prefill_tiles({5, 5, 5, 2, 2, 5}),
             (std::vector<int32_t>{3, 0, 3, 3, 2, 5, 1}));

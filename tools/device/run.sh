@@ -9,6 +9,8 @@
 #   crosscheck quantization cross-checks against torch / ml_dtypes
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
+#   decode-study  batch-1 decode of the 0.6B/8B shapes: attention chunk, and the step with
+#              attention or the linears left out (what each costs inside the graph)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these shared hosts (KINDS.md)
 OUT=${OUT:-/tmp/qparity-out}
@@ -75,6 +77,19 @@ if want bench; then
   log "bench: engine against the copy bandwidth, then HF transformers on the same shapes"
   build-device/bench/bench_engine --json "$OUT/bench_engine.json" 2>&1 | tee "$OUT/bench_engine.log"
   python3 tools/device/bench_hf.py --json "$OUT/bench_hf.json" 2>&1 | grep -v Warning | tee "$OUT/bench_hf.log"
+fi
+if want decode-study; then
+  log "decode study: attention chunk, ablations (batch 1, 128 steps after 512 tokens)"
+  B=build-device/bench/bench_engine
+  common="--no-linears --batches 1 --steps 128 --prefill 512"
+  for variant in "" "--attention-chunk 128" "--ablate attention" "--ablate linears"; do
+    # shellcheck disable=SC2086
+    $B --models qwen3-0.6b $common $variant 2>&1 | grep "decode batch"
+  done
+  for variant in ""; do
+    # shellcheck disable=SC2086
+    $B --models llama3-8b $common $variant 2>&1 | grep "decode batch"
+  done
 fi
 if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"

@@ -1,0 +1,77 @@
+#pragma once
+// Attention for decode-sized batches (a few tokens), with what runs between the qkv projection
+// and attention fused in: one launch per layer instead of attention_prologue + paged_attention,
+// and the KV cache streamed before the previous kernel has finished.
+//
+// Why: at batch 1 the pair costs ~15 us per layer inside a CUDA graph (bench_engine --ablate
+// attention on an H100), almost all of it latency: a kernel boundary, then a chain of dependent
+// reads (positions, block table, keys) after the wait. Here, before pdl_wait() (pdl.h), a block
+// reads the batch's positions and its block-table entries, computes its RoPE angles and loads
+// its keys' K and V - every cached key was written by an earlier forward, never by this one.
+// After the wait it only reads the token's own q/k/v row, which the qkv GEMM just wrote.
+//
+// Semantics (the same function as attention_prologue.h followed by paged_attention.h):
+//   q, k: Qwen3's per-head RMSNorm (q_norm / k_norm; skipped when null), fp32, rounded to bf16;
+//   RoPE in fp64 (HF rotate-half, angles double(pos) * inv_freq, times rope_scaling), rounded to
+//   bf16; the new K and V go to the paged cache (paged_attention.h's layout); then
+//   softmax(q.k * scale) V over positions 0..pos of the token's sequence: fp32 dot products and
+//   online softmax, fp32 accumulation, the output rounded once to bf16.
+// A key at a position that some token of this batch holds (same sequence) is computed from that
+// token's qkv row, never read from the cache (this launch writes it there); every other key
+// comes from the cache. So a batch may hold several tokens of one sequence (a short prefill).
+// Each token's K/V is written exactly once: by its own block at its last chunk, for the first q
+// head of each KV group.
+//
+// Split keys: token i's positions are cut into chunks of `chunk` keys (a multiple of 64), one
+// block per (token, head, chunk); chunk states merge in chunk order in the token's last block to
+// finish (paged_attention.h's scheme). The cut depends only on the position: a token's result
+// is bit-identical alone or batched, run to run.
+//
+// The per-head norm sums squares in a different order from attention_prologue's (each lane holds
+// head_dim/32 consecutive elements), so the two may differ in the last bit of the norm's fp32
+// scale; everything else is the same arithmetic.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+// Tokens per launch at most (the batch's positions are staged in shared memory).
+constexpr int64_t kDecodeAttentionMaxTokens = 8;
+
+struct DecodeAttentionParams {
+  // Token i's raw [q heads | k heads | v heads] (the qkv GEMM's output) at qkv + i * qkv_stride.
+  const __nv_bfloat16* qkv = nullptr;
+  int64_t qkv_stride = 0;
+  const __nv_bfloat16* q_norm = nullptr;  // [head_dim]; q_norm and k_norm both or neither
+  const __nv_bfloat16* k_norm = nullptr;
+  float eps = 1e-6f;
+  const int32_t* positions = nullptr;  // [tokens]
+  const int32_t* seq = nullptr;        // [tokens]
+  const double* inv_freq = nullptr;    // [head_dim / 2]
+  double rope_scaling = 1.0;
+  __nv_bfloat16* k_cache = nullptr;
+  __nv_bfloat16* v_cache = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_size = 0, max_blocks_per_seq = 0;
+  __nv_bfloat16* out = nullptr;  // token i, head h at out + i * out_stride + h * head_dim
+  int64_t out_stride = 0;
+  // Optional capture outputs, [tokens, (num_heads + num_kv_heads) * head_dim] each: q and k after
+  // the norm (before RoPE), and after RoPE.
+  __nv_bfloat16* normed_out = nullptr;
+  __nv_bfloat16* rope_out = nullptr;
+  int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 0;  // 1/sqrt(head_dim) for Llama / Qwen3
+  // Positions must be < chunk * max_chunks (beyond, the token's output is NaN: keys are never
+  // silently dropped). With max_chunks > 1 the scratch is required (paged_attention_scratch).
+  int64_t chunk = 64, max_chunks = 1;
+  float* partial_acc = nullptr;
+  float* partial_ml = nullptr;
+  uint32_t* chunks_done = nullptr;  // zero; each launch leaves it zero
+};
+
+// head_dim a multiple of 32 in [32, 256]; at most kDecodeAttentionMaxTokens tokens.
+void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu
