@@ -12,8 +12,11 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <stdexcept>
 
 #include "core/json_util.h"
@@ -179,12 +182,61 @@ Json bench_linears(const std::string& name, const ModelConfig& c, double bw) {
   return out;
 }
 
+// Where a decode step's time goes (EngineOptions::kernel_timeline): `steps` more steps, each
+// probed kernel's run after its wait release and the gap before that release (since the kernel
+// before it ended), averaged per kernel family; printed and returned.
+Json timeline_study(gpu::Engine& e, const std::function<void(int64_t)>& step, int64_t steps,
+                    const std::string& name, int64_t batch) {
+  struct Acc {
+    int64_t n = 0;
+    double run = 0, gap = 0, early = 0;
+  };
+  std::map<std::string, Acc> by;
+  std::vector<std::string> order;
+  double span = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    step(k);
+    const std::vector<gpu::TimelineEntry> t = e.timeline();
+    if (t.empty()) throw std::runtime_error("no timeline: is the batch decode-sized?");
+    span += t.back().end_us - t.front().start_us;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (!by.count(t[i].kernel)) order.push_back(t[i].kernel);
+      Acc& a = by[t[i].kernel];
+      a.n += 1;
+      a.run += t[i].end_us - t[i].release_us;
+      a.early += t[i].release_us - t[i].start_us;
+      if (i > 0) a.gap += t[i].release_us - t[i - 1].end_us;
+    }
+  }
+  const double per = static_cast<double>(steps);
+  std::cout << name << " batch " << batch << " timeline, mean over " << steps
+            << " probed steps: first start to last end " << span / per << " us\n"
+            << "  kernel          per step   run after release (us)   gap before release (us)"
+               "   started early by (us)   total (us/step)\n";
+  Json rows = Json::array();
+  for (const std::string& k : order) {
+    const Acc& a = by[k];
+    const double n = static_cast<double>(a.n);
+    const double total = (a.run + a.gap) / per;
+    std::printf("  %-14s %9.1f %24.2f %25.2f %23.2f %17.1f\n", k.c_str(), n / per, a.run / n,
+                a.gap / n, a.early / n, total);
+    rows.push_back({{"kernel", k},
+                    {"per_step", n / per},
+                    {"run_us", a.run / n},
+                    {"gap_us", a.gap / n},
+                    {"early_us", a.early / n},
+                    {"total_us_per_step", total}});
+  }
+  return {{"span_us", span / per}, {"kernels", rows}};
+}
+
 struct Options {
   int64_t context = 512, steps = 64, prefill = 2048;
   std::string models = "qwen3-0.6b,llama3-8b", json;
   std::vector<int64_t> batches = {1, 8, 64};
   bool linears = true;
   int64_t attention_chunk = gpu::EngineOptions{}.decode_attention_chunk;
+  bool timeline = false;
   std::string ablate;  // "", "attention", "linears"
 };
 
@@ -196,14 +248,12 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   eo.max_seqs = 64;
   eo.max_context = o.context + o.steps + 16;
   eo.decode_attention_chunk = o.attention_chunk;
+  eo.kernel_timeline = o.timeline;
   eo.ablate_attention = o.ablate == "attention";
   eo.ablate_linears = o.ablate == "linears";
   const bool ablated = !o.ablate.empty();
   gpu::Engine e(std::move(model), eo);
-  Json out = {{"model", name},
-              {"weight_bytes", weight_bytes},
-              {"decode_attention_chunk", o.attention_chunk},
-              {"ablate", o.ablate}};
+  Json out = {{"model", name}, {"weight_bytes", weight_bytes}, {"ablate", o.ablate}};
   const double kv_per_token = 2.0 * 2 * static_cast<double>(cfg.num_layers * cfg.kv_size());
   Json decode = Json::array();
   for (const int64_t batch : o.batches) {
@@ -264,12 +314,12 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
                       {"sampling_ms_per_step", sampling_secs / static_cast<double>(o.steps) * 1e3},
                       {"bytes_per_s", bytes / secs},
                       {"fraction_of_copy_bandwidth", bytes / secs / bw}});
-    std::cout << name << " decode batch " << batch << " [attention chunk " << o.attention_chunk
-              << (ablated ? ", without " + o.ablate : "") << "]: " << tps << " tokens/s, "
-              << secs / static_cast<double>(o.steps) * 1e3 << " ms/step, weights+KV "
-              << bytes / secs / 1e9 << " GB/s = " << 100 * bytes / secs / bw
-              << " % of copy bandwidth (greedy sampling "
+    std::cout << name << " decode batch " << batch << (ablated ? " [without " + o.ablate + "]" : "")
+              << ": " << tps << " tokens/s, " << secs / static_cast<double>(o.steps) * 1e3
+              << " ms/step, weights+KV " << bytes / secs / 1e9
+              << " GB/s = " << 100 * bytes / secs / bw << " % of copy bandwidth (greedy sampling "
               << sampling_secs / static_cast<double>(o.steps) * 1e3 << " ms/step of it)\n";
+    if (o.timeline) decode.back()["timeline"] = timeline_study(e, step, o.steps, name, batch);
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
   }
@@ -317,6 +367,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-linears", o.linears, "skip the per-linear skinny vs cuBLASLt comparison");
   app.add_option("--attention-chunk", o.attention_chunk, "decode attention: keys per block")
       ->capture_default_str();
+  app.add_flag("--timeline", o.timeline,
+               "decode: stamp the main kernels (kernel_probe.h) and print where a step's time goes "
+               "(the timed steps then carry the probes' small cost)");
   app.add_option("--ablate", o.ablate,
                  "timing study: leave out 'attention' (prologue + attention) or 'linears' (every "
                  "GEMM) and report the step time without them (results meaningless)")

@@ -96,7 +96,7 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_keys_),
                                     static_cast<size_t>(kSkinnyMaxM) * sizeof(unsigned long long)));
   // Attention of decode-sized batches (up to kSkinnyMaxM tokens, decode_attention) is split into
-  // chunks of 64 keys (the kernel's step): a few tokens' heads alone would leave most SMs idle.
+  // chunks of decode_attention_chunk keys: a few tokens' heads alone would leave most SMs idle.
   // Larger batches have blocks enough and take each token's keys whole (splitting them measured
   // 1.4-1.7x slower).
   attn_chunk_ = o.decode_attention_chunk;
@@ -107,6 +107,8 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   attn_whole_ = (o.max_context + 127) / 128 * 128;  // paged_attention's chunk: a multiple of 128
   qk_roped_ = Bf16Buffer(
       static_cast<size_t>(std::min(o.max_tokens, kSkinnyMaxM) * (c.q_size() + c.kv_size())));
+  if (o.kernel_timeline)  // eight probed kernels a layer at most, plus the head's
+    probes_ = DeviceBuffer<KernelProbe>(static_cast<size_t>(8 * c.num_layers + 8));
   const AttentionScratchSize as = paged_attention_scratch(
       std::min(o.max_tokens, kSkinnyMaxM), c.num_heads, c.head_dim, attn_max_chunks_);
   if (as.acc > 0) {
@@ -250,8 +252,15 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   const bool skinny_head = fused_argmax(t);
   if (skinny_head)
     QPARITY_CUDA_CHECK(cudaMemsetAsync(argmax_keys_.get(), 0, static_cast<size_t>(t) * 8, stream_));
-  launch_embedding({tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden},
-                   stream_);
+  if (options_.kernel_timeline && t <= kSkinnyMaxM) {
+    labelling_ = &probe_labels_[t];
+    labelling_->clear();
+    probed_t_ = t;
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(probes_.get(), 0xFF, probes_.bytes(), stream_));
+  }
+  EmbeddingParams ep{tokens_dev(t), model_->embed.get(), resid(), nullptr, t, c.vocab, c.hidden};
+  ep.probe = probe("embedding");
+  launch_embedding(ep, stream_);
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, t, tr, l > 0);
@@ -259,7 +268,7 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   if (!options_.ablate_linears)
     linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden,
-           skinny_head ? argmax_keys_.get() : nullptr);
+           skinny_head ? argmax_keys_.get() : nullptr, probe("lm_head"));
   capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
   if (skinny_head) {
     QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),
@@ -267,6 +276,40 @@ void Engine::run(int64_t t, reference::Trace* tr) {
                                        cudaMemcpyDeviceToHost, stream_));
     keys_rows_ = t;
   }
+  labelling_ = nullptr;
+}
+
+KernelProbe* Engine::probe(const char* kernel) {
+  if (!labelling_) return nullptr;
+  const size_t i = labelling_->size();
+  if (i >= probes_.size())
+    throw Error("engine timeline",
+                "more than " + std::to_string(probes_.size()) + " probed kernels in one forward");
+  labelling_->push_back(kernel);
+  return probes_.get() + i;
+}
+
+std::vector<TimelineEntry> Engine::timeline() const {
+  std::vector<TimelineEntry> out;
+  const auto it = probe_labels_.find(probed_t_);
+  if (!options_.kernel_timeline || it == probe_labels_.end()) return out;
+  std::vector<KernelProbe> raw(it->second.size());
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  QPARITY_CUDA_CHECK(cudaMemcpy(raw.data(), probes_.get(), raw.size() * sizeof(KernelProbe),
+                                cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (const KernelProbe& p : raw)
+    t0 = std::min(t0, p.first_entry);
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const KernelProbe& p = raw[i];
+    const auto us = [&](unsigned long long t) { return static_cast<double>(t - t0) * 1e-3; };
+    if (p.first_entry == ~0ull || p.first_release == ~0ull || p.last_exit_complement == ~0ull)
+      throw Error("engine timeline", "kernel " + std::to_string(i) + " (" + it->second[i] +
+                                         ") left its probe unstamped");
+    out.push_back(
+        {it->second[i], us(p.first_entry), us(p.first_release), us(~p.last_exit_complement)});
+  }
+  return out;
 }
 
 // The last layer's MLP output joins the residual stream inside the next norm (fused add):
@@ -275,14 +318,23 @@ void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16
                             __nv_bfloat16* out) {
   const ModelConfig& c = model_->cfg;
   const int64_t hd = c.hidden;
-  launch_rms_norm({mlp_out_.get(), resid(), resid(), weight, out, t, 1, hd, hd,
-                   static_cast<float>(c.rms_norm_eps)},
-                  stream_);
+  RmsNormParams np{mlp_out_.get(),
+                   resid(),
+                   resid(),
+                   weight,
+                   out,
+                   t,
+                   1,
+                   hd,
+                   hd,
+                   static_cast<float>(c.rms_norm_eps)};
+  np.probe = probe("residual_norm");
+  launch_rms_norm(np, stream_);
   capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, stream_);
 }
 
 void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
-                    int64_t n, int64_t k, unsigned long long* argmax_keys) {
+                    int64_t n, int64_t k, unsigned long long* argmax_keys, KernelProbe* probe) {
   if (skinny_gemm_fits(t, k)) {
     SkinnyGemmParams g;
     g.x = in;
@@ -293,6 +345,7 @@ void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, 
     g.n = n;
     g.k = k;
     g.argmax_keys = argmax_keys;
+    g.probe = probe;
     launch_skinny_gemm(g, stream_);
   } else {
     gemm_->nt(in, w, out, f32 ? GemmOut::kF32 : GemmOut::kBf16, t, n, k, stream_);
@@ -324,7 +377,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
       g.add = mlp_out_.get();
       g.residual_out = resid_next();
     }
-    if (!options_.ablate_linears) launch_skinny_gemm(g, s);
+    if (!options_.ablate_linears) {
+      g.probe = probe("qkv");
+      launch_skinny_gemm(g, s);
+    }
     if (pending_residual) {
       cur_ = 1 - cur_;
       capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, s);
@@ -344,7 +400,7 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
   attention(l, t, tr);
   if (!options_.ablate_linears)
-    linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q);
+    linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q, nullptr, probe("o_proj"));
   capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
   if (fused && !w.moe) {
@@ -363,7 +419,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     g.k = hd;
     g.silu_mul = true;
     if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
-    if (!options_.ablate_linears) launch_skinny_gemm(g, s);
+    if (!options_.ablate_linears) {
+      g.probe = probe("gate_up");
+      launch_skinny_gemm(g, s);
+    }
     cur_ = 1 - cur_;
     capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
@@ -381,7 +440,8 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   }
-  if (!options_.ablate_linears) linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in);
+  if (!options_.ablate_linears)
+    linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in, nullptr, probe("down"));
   capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
@@ -416,10 +476,13 @@ void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
     da.rope_out = want_roped ? qk_roped_.get() : nullptr;
     da.tokens = t, da.num_heads = c.num_heads, da.num_kv_heads = c.num_kv_heads;
     da.head_dim = c.head_dim, da.scale = scale;
-    da.chunk = attn_chunk_, da.max_chunks = attn_max_chunks_;  // options' decode_attention_chunk
+    da.chunk = attn_chunk_, da.max_chunks = attn_max_chunks_;
     da.partial_acc = attn_partial_acc_.get(), da.partial_ml = attn_partial_ml_.get();
     da.chunks_done = attn_chunks_done_.get();
-    if (!options_.ablate_attention) launch_decode_attention(da, s);
+    if (!options_.ablate_attention) {
+      da.probe = probe("attention");
+      launch_decode_attention(da, s);
+    }
     if (want_normed) {
       capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s);
       capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s);

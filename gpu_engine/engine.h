@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpu_engine/gpu_model.h"
@@ -42,11 +43,22 @@ struct EngineOptions {
   int64_t max_seqs = 64;
   int64_t max_context = 4096;
   int64_t block_size = 16;
-  // Keys per block of the decode attention (decode_attention.h), a multiple of 64.
-  int64_t decode_attention_chunk = 64;
   // Timing studies only (bench_engine --ablate): leave these kernels out of every forward, to
   // measure what they cost inside a decode step. The results are then meaningless.
+  // Keys per block of the decode attention (decode_attention.h), a multiple of 64.
+  int64_t decode_attention_chunk = 64;
   bool ablate_attention = false, ablate_linears = false;
+  // Decode-sized forwards stamp their main kernels' start, wait release and end (kernel_probe.h),
+  // read back by timeline(): where a step's time goes inside its CUDA graph.
+  bool kernel_timeline = false;
+};
+
+// One probed kernel of a decode-sized forward, times in microseconds from the forward's first
+// probed start: its first block's start, its first block's release from pdl_wait() and its last
+// block's end.
+struct TimelineEntry {
+  std::string kernel;
+  double start_us = 0, release_us = 0, end_us = 0;
 };
 
 struct Batch {
@@ -87,6 +99,10 @@ class Engine {
   // The model's head on given inputs (the last layer's residual rows): final_norm and logits.
   void forward_final(const std::vector<double>& input, const Batch& b, reference::Trace* capture);
 
+  // The last decode-sized forward's probed kernels in launch order (kernel_timeline on; else
+  // empty). Synchronous.
+  std::vector<TimelineEntry> timeline() const;
+
   const float* logits() const { return logits_.get(); }
   std::vector<float> logits_host(int64_t rows) const;
   // argmax of each of the last forward's first `rows` logit rows: read from the argmax fused
@@ -104,7 +120,11 @@ class Engine {
                       __nv_bfloat16* out);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
-              int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr);
+              int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,
+              KernelProbe* probe = nullptr);
+  // The probe for the next kernel of a decode-sized forward when kernel_timeline is on (null
+  // otherwise), labelled `kernel`.
+  KernelProbe* probe(const char* kernel);
   void attention(int64_t layer, int64_t t, reference::Trace* capture);
   void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
   void moe_experts_via_host(int64_t layer, int64_t t, cudaStream_t s);
@@ -160,6 +180,12 @@ class Engine {
   DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_, moe_first_, moe_active_, moe_bad_;
   Bf16Buffer moe_x_, moe_gate_up_, moe_act_, moe_y_, moe_slots_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  // kernel_timeline: one probe per probed launch of a decode-sized forward, their labels per
+  // batch size (a graph replays the labels of its capture), and the last probed size.
+  DeviceBuffer<KernelProbe> probes_;
+  std::map<int64_t, std::vector<std::string>> probe_labels_;
+  std::vector<std::string>* labelling_ = nullptr;  // inside run() of a probed forward
+  int64_t probed_t_ = 0;
   bool any_moe_ = false;
   int64_t last_layer_ = 0;  // the layer whose MLP output is pending (close_residual names it)
 };

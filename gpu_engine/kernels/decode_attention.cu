@@ -71,6 +71,7 @@ __device__ __forceinline__ void store_row(__nv_bfloat16* dst, const PackedRow<kP
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(DecodeAttentionParams p) {
+  probe_entry(p.probe);
   pdl_launch_dependents();
   const int64_t i = blockIdx.x, h = blockIdx.y, c = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -158,6 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   if (base < end) load_cached(base);  // the first step's cached keys stream during the wait
 
   pdl_wait();
+  probe_release(p.probe);
   // The rows this forward wrote: q, and the first step's batch keys, loaded together.
   const __nv_bfloat16* row_i = p.qkv + i * p.qkv_stride;
   const auto load_new = [&] {
@@ -287,7 +289,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     else
       pacc[e] = v;
   }
-  if (chunks == 1) return;
+  if (chunks == 1) {
+    probe_exit(p.probe);
+    return;
+  }
   if (threadIdx.x == 0) {
     p.partial_ml[(th * p.max_chunks + c) * 2] = mm;
     p.partial_ml[(th * p.max_chunks + c) * 2 + 1] = ll;
@@ -302,7 +307,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     if (merge_chunks) count.store(0u, cuda::memory_order_relaxed);  // ready for the next launch
   }
   __syncthreads();
-  if (!merge_chunks) return;
+  if (!merge_chunks) {
+    probe_exit(p.probe);
+    return;
+  }
   const float* ml = p.partial_ml + th * p.max_chunks * 2;
   float gm = -INFINITY;
   for (int64_t k = 0; k < chunks; ++k)
@@ -317,6 +325,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
       v += __ldcg(acc0 + k * d + e) * expf(__ldcg(ml + 2 * k) - gm);
     op[e] = __float2bfloat16_rn(v / gl);
   }
+  probe_exit(p.probe);
 }
 
 template <int kPerLane>

@@ -25,7 +25,9 @@
 // Split keys: token i's positions are cut into chunks of `chunk` keys (a multiple of 64), one
 // block per (token, head, chunk); chunk states merge in chunk order in the token's last block to
 // finish (paged_attention.h's scheme). The cut depends only on the position: a token's result
-// is bit-identical alone or batched, run to run.
+// is bit-identical alone or batched, run to run. (Measured on an H100, 0.6B decode at ~600
+// positions: 64-key chunks beat 128 by 6 %; one block per KV head serving its whole q-head group
+// was 3 % slower overall than one block per q head.)
 //
 // The per-head norm sums squares in a different order from attention_prologue's (each lane holds
 // head_dim/32 consecutive elements), so the two may differ in the last bit of the norm's fp32
@@ -34,6 +36,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "gpu_engine/kernels/kernel_probe.h"
 
 namespace qparity::gpu {
 
@@ -69,6 +73,7 @@ struct DecodeAttentionParams {
   float* partial_acc = nullptr;
   float* partial_ml = nullptr;
   uint32_t* chunks_done = nullptr;  // zero; each launch leaves it zero
+  KernelProbe* probe = nullptr;     // optional timeline stamps (kernel_probe.h)
 };
 
 // head_dim a multiple of 32 in [32, 256]; at most kDecodeAttentionMaxTokens tokens.

@@ -7,8 +7,10 @@ namespace qparity::gpu {
 namespace {
 
 __global__ void embedding_kernel(EmbeddingParams p) {
+  probe_entry(p.probe);
   pdl_launch_dependents();
   pdl_wait();
+  probe_release(p.probe);
   const int64_t t = blockIdx.x;
   const int32_t id = p.ids[t];
   const bool ok = id >= 0 && id < p.vocab;
@@ -16,6 +18,7 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x)
     p.out[t * p.hidden + j] = ok ? p.table[static_cast<int64_t>(id) * p.hidden + j]
                                  : __float2bfloat16_rn(__int_as_float(0x7fc00000));
+  probe_exit(p.probe);
 }
 
 }  // namespace

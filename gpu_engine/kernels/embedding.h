@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "gpu_engine/kernels/kernel_probe.h"
+
 namespace qparity::gpu {
 
 struct EmbeddingParams {
@@ -17,6 +19,7 @@ struct EmbeddingParams {
   int64_t tokens = 0;
   int64_t vocab = 0;
   int64_t hidden = 0;
+  KernelProbe* probe = nullptr;  // optional timeline stamps (kernel_probe.h)
 };
 
 void launch_embedding(const EmbeddingParams& p, cudaStream_t stream);

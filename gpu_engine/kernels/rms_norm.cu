@@ -9,8 +9,10 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void rms_norm_kernel(RmsNormParams p) {
+  probe_entry(p.probe);
   pdl_launch_dependents();
   pdl_wait();
+  probe_release(p.probe);
   const int64_t vec = blockIdx.x;
   const int64_t row = vec / p.vectors_per_row, sub = vec % p.vectors_per_row;
   const int64_t base = row * p.row_stride + sub * p.dim;
@@ -45,6 +47,7 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
                                                __bfloat162float(p.residual[base + i])));
     p.out[base + i] = __float2bfloat16_rn(__bfloat162float(p.weight[i]) * (h * r));
   }
+  probe_exit(p.probe);
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "gpu_engine/kernels/kernel_probe.h"
+
 namespace qparity::gpu {
 
 struct RmsNormParams {
@@ -26,6 +28,7 @@ struct RmsNormParams {
   int64_t dim = 0;
   int64_t row_stride = 0;  // elements between rows of x, residual and out
   float eps = 1e-6f;
+  KernelProbe* probe = nullptr;  // optional timeline stamps (kernel_probe.h)
 };
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);

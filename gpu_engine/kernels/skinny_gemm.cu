@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   extern __shared__ uint4 smem[];
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
   __shared__ float slice_sum[kWarps][M][2];
+  probe_entry(p.probe);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t k = p.k, n = p.n;
   // Grouped: this block's group, known only once the grouping kernel before it is done.
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   if (grouped) {
     pdl_launch_dependents();
     pdl_wait();
+    probe_release(p.probe);
     if (blockIdx.y >= static_cast<unsigned>(p.group_active[0])) return;
     const int32_t e = p.group_active[1 + blockIdx.y];
     row0 = p.group_first[e];
@@ -99,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
       asm volatile("prefetch.global.L1 [%0];" ::"l"(p.norm_weight + i));
   pdl_launch_dependents();
   pdl_wait();
+  if (!grouped) probe_release(p.probe);
 
   stage_x<M>(p, xbase, rows, xs, writer);
 
@@ -169,6 +172,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
       if (m == lane) write_pair(p, g, row0, m, acc[m][0], acc[m][1], best);
   }
   if (p.argmax_keys) skinny::block_argmax<M>(p, best, slice == 0 && lane < rows, lane, row0, rows);
+  probe_exit(p.probe);
 }
 
 template <int M>

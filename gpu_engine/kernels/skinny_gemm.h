@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gpu_engine/kernels/kernel_probe.h"
+
 namespace qparity::gpu {
 
 // Up to 4 tokens. Measured on an H100 (bench_engine, weights streamed from DRAM, CUDA graph):
@@ -58,6 +60,7 @@ struct SkinnyGemmParams {
   // before the launch) ends as the max over token m's outputs of argmax_key(y[m, j], j), one
   // atomicMax per block and token. Decode it with argmax_id: the same id as launch_argmax over y.
   unsigned long long* argmax_keys = nullptr;
+  KernelProbe* probe = nullptr;  // optional timeline stamps (kernel_probe.h)
 };
 
 // The argmax order as one 64-bit unsigned key: the value's bits mapped to an unsigned order

@@ -307,6 +307,52 @@ TEST_F(GpuEngine, DecodeIsReproducibleAndFusedArgmaxMatchesTheKernel) {
   }
 }
 
+// The kernel timeline of a graph decode step: the probed kernels in launch order (embedding;
+// per layer qkv, attention, o_proj, gate_up, down; the final norm; lm_head), each stamped start
+// <= release <= end, each released only after the kernel before it ended (what pdl_wait
+// promises); and probing changes no logit.
+TEST_F(GpuEngine, KernelTimelineFollowsTheLaunchOrderAndChangesNothing) {
+  const fs::path dir = fixture("qwen3", fixtures::FixtureSize::kTiny);
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  std::vector<std::vector<float>> logits;
+  std::vector<gpu::TimelineEntry> tl;
+  for (const bool probed : {false, true}) {
+    gpu::EngineOptions o;
+    o.max_tokens = 64, o.max_seqs = 2, o.max_context = 64, o.kernel_timeline = probed;
+    gpu::Engine e(gpu::load_gpu_model(dir, nullptr), o);
+    gpu::Batch pre;
+    for (int32_t i = 0; i < 10; ++i)
+      pre.tokens.push_back(3 * i + 1), pre.slots.push_back(0), pre.positions.push_back(i);
+    e.forward(pre);
+    EXPECT_TRUE(e.timeline().empty()) << "a prefill-sized forward is not probed";
+    for (int32_t i = 10; i < 13; ++i) {
+      gpu::Batch b;
+      b.tokens = {5 + i}, b.slots = {0}, b.positions = {i};
+      e.forward_graph(b);
+    }
+    logits.push_back(e.logits_host(1));
+    if (probed) tl = e.timeline();
+  }
+  ASSERT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0)
+      << "probing changed the logits";
+  std::vector<std::string> want = {"embedding"};
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (const char* k : {"qkv", "attention", "o_proj", "gate_up", "down"})
+      want.push_back(k);
+  want.push_back("residual_norm");
+  want.push_back("lm_head");
+  ASSERT_EQ(tl.size(), want.size());
+  for (size_t i = 0; i < tl.size(); ++i) {
+    SCOPED_TRACE(std::to_string(i) + " " + tl[i].kernel);
+    EXPECT_EQ(tl[i].kernel, want[i]);
+    EXPECT_LE(tl[i].start_us, tl[i].release_us);
+    EXPECT_LE(tl[i].release_us, tl[i].end_us);
+    if (i > 0) {
+      EXPECT_GE(tl[i].release_us, tl[i - 1].end_us) << "released before its predecessor ended";
+    }
+  }
+}
+
 // NaN router logits never turn into a silently wrong forward: the router's -1 ids refuse it,
 // naming the first MoE layer, on the host path (more than kSkinnyMaxM tokens), on the device path
 // (eager and through a CUDA graph).
