@@ -77,8 +77,12 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
   const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
   // [tokens | slots | positions | prefill tiles (count, then first row and rows per tile)]
-  inputs_ = DeviceBuffer<int32_t>(5 * t + 1);
-  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), (5 * t + 1) * 4));
+  // ... then, at a fixed offset, decode-sized batches' per-token block-table rows.
+  const size_t input_ints =
+      5 * t + 1 + static_cast<size_t>(kSkinnyMaxM * cache_->shape().max_blocks_per_seq);
+  inputs_ = DeviceBuffer<int32_t>(input_ints);
+  QPARITY_CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), input_ints * sizeof(int32_t)));
   next_ids_ = DeviceBuffer<int32_t>(t);
   residual_[0] = Bf16Buffer(t * h);
   residual_[1] = Bf16Buffer(t * h);
@@ -188,6 +192,16 @@ void Engine::prepare(const Batch& b) {
   QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get(), pinned_inputs_,
                                      static_cast<size_t>(3 * t) * 4 + tiles.size() * 4,
                                      cudaMemcpyHostToDevice, stream_));
+  if (t <= kSkinnyMaxM) {  // the decode attention reads each token's table row directly
+    const int64_t mb = cache_->shape().max_blocks_per_seq;
+    int32_t* rows = pinned_inputs_ + token_tables_offset();
+    for (int64_t i = 0; i < t; ++i)
+      std::copy(cache_->host_row(b.slots[static_cast<size_t>(i)]),
+                cache_->host_row(b.slots[static_cast<size_t>(i)]) + mb, rows + i * mb);
+    QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get() + token_tables_offset(), rows,
+                                       static_cast<size_t>(t * mb) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_));
+  }
 }
 
 void Engine::forward(const Batch& b, reference::Trace* capture_to) {
@@ -470,6 +484,7 @@ void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
     da.inv_freq = m.inv_freq.get(), da.rope_scaling = m.rope_scaling;
     da.k_cache = cache_->k(l), da.v_cache = cache_->v(l), da.block_table = cache_->block_table();
     da.block_size = ks.block_size, da.max_blocks_per_seq = ks.max_blocks_per_seq;
+    da.token_table = inputs_.get() + token_tables_offset();
     da.out = core_.get(), da.out_stride = q;
     const bool want_roped = tr && (tr->wants(p + ".attn.rope_q") || tr->wants(p + ".attn.rope_k"));
     da.normed_out = want_normed ? qk_normed_.get() : nullptr;

@@ -144,13 +144,17 @@ class Engine {
   std::unique_ptr<BlasLtGemm> gemm_;
   cudaStream_t stream_ = nullptr;
   // Activations, sized for max_tokens.
-  // One upload per forward: [tokens | slots | positions] of the batch, packed, from pinned memory.
+  // One upload per forward: [tokens | slots | positions | prefill tiles] of the batch, packed,
+  // from pinned memory (a second upload: decode-sized batches' per-token block-table rows).
   DeviceBuffer<int32_t> inputs_, next_ids_;
   int32_t* pinned_inputs_ = nullptr;
   const int32_t* tokens_dev(int64_t) const { return inputs_.get(); }
   const int32_t* slots_dev(int64_t t) const { return inputs_.get() + t; }
   const int32_t* positions_dev(int64_t t) const { return inputs_.get() + 2 * t; }
   const int32_t* tiles_dev(int64_t t) const { return inputs_.get() + 3 * t; }
+  // Decode-sized batches: token i's block-table row at token_tables_offset() + i *
+  // max_blocks_per_seq (a fixed offset: graphs capture the pointer).
+  int64_t token_tables_offset() const { return 5 * options_.max_tokens + 1; }
   // This batch's attention: query-tiled (a sequence with several rows) or per token; and how
   // many tiles its grid covers.
   bool tiled_attention_ = false;

@@ -38,6 +38,11 @@ class PagedKvCache {
   __nv_bfloat16* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
   __nv_bfloat16* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
   const int32_t* block_table() const { return table_dev_.get(); }
+  // Slot s's row of the host block table (max_blocks_per_seq entries, -1 past its blocks).
+  const int32_t* host_row(int32_t slot) const {
+    return table_.data() +
+           static_cast<size_t>(slot) * static_cast<size_t>(shape_.max_blocks_per_seq);
+  }
   const KvCacheShape& shape() const { return shape_; }
   size_t bytes() const { return bytes_; }
 

@@ -95,9 +95,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   __shared__ int32_t table[kMaxTable];
   __shared__ int32_t batch_seq[kDecodeAttentionMaxTokens], batch_pos[kDecodeAttentionMaxTokens];
   const int32_t bs = static_cast<int32_t>(p.block_size);
-  const int64_t first_block = begin / bs, blocks = (end - 1) / bs - first_block + 1;
+  // Every entry a chunk can touch (a bound that needs neither the position nor, with
+  // token_table, the sequence: these loads go out with those of seq and positions).
+  const int64_t first_block = begin / bs;
+  const int64_t blocks = min(p.chunk / bs + 2, p.max_blocks_per_seq - first_block);
+  const int32_t* row = p.token_table ? p.token_table + i * p.max_blocks_per_seq
+                                     : p.block_table + s * p.max_blocks_per_seq;
   for (int64_t j = threadIdx.x; j < blocks; j += blockDim.x)
-    table[j] = p.block_table[s * p.max_blocks_per_seq + first_block + j];
+    table[j] = row[first_block + j];
   if (threadIdx.x < p.tokens) {
     batch_seq[threadIdx.x] = p.seq[threadIdx.x];
     batch_pos[threadIdx.x] = p.positions[threadIdx.x];
@@ -311,18 +316,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     probe_exit(p.probe);
     return;
   }
+  // The chunks' states in chunk order, merged online (a running max), so every chunk's loads
+  // are independent and go out together: one round trip, not one for the maxima and another
+  // for the rest.
   const float* ml = p.partial_ml + th * p.max_chunks * 2;
-  float gm = -INFINITY;
-  for (int64_t k = 0; k < chunks; ++k)
-    gm = fmaxf(gm, __ldcg(ml + 2 * k));
-  float gl = 0.f;
-  for (int64_t k = 0; k < chunks; ++k)
-    gl += __ldcg(ml + 2 * k + 1) * expf(__ldcg(ml + 2 * k) - gm);
   const float* acc0 = p.partial_acc + th * p.max_chunks * d;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
-    float v = 0.f;
-    for (int64_t k = 0; k < chunks; ++k)
-      v += __ldcg(acc0 + k * d + e) * expf(__ldcg(ml + 2 * k) - gm);
+    float gm = -INFINITY, gl = 0.f, v = 0.f;
+#pragma unroll 4
+    for (int64_t k = 0; k < chunks; ++k) {
+      const float mk = __ldcg(ml + 2 * k), lk = __ldcg(ml + 2 * k + 1),
+                  ak = __ldcg(acc0 + k * d + e);
+      const float m_new = fmaxf(gm, mk);
+      const float old = expf(gm - m_new), mine = expf(mk - m_new);  // exp(-inf) = 0 at first
+      gl = gl * old + lk * mine;
+      v = v * old + ak * mine;
+      gm = m_new;
+    }
     op[e] = __float2bfloat16_rn(v / gl);
   }
   probe_exit(p.probe);

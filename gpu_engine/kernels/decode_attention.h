@@ -58,6 +58,10 @@ struct DecodeAttentionParams {
   __nv_bfloat16* k_cache = nullptr;
   __nv_bfloat16* v_cache = nullptr;
   const int32_t* block_table = nullptr;
+  // Optional [tokens, max_blocks_per_seq]: token i's own copy of its sequence's block-table row,
+  // uploaded with the batch. Read instead of block_table[seq[i]], it removes one dependent
+  // memory round trip (seq, then the table) before the cached keys can be requested.
+  const int32_t* token_table = nullptr;
   int64_t block_size = 0, max_blocks_per_seq = 0;
   __nv_bfloat16* out = nullptr;  // token i, head h at out + i * out_stride + h * head_dim
   int64_t out_stride = 0;

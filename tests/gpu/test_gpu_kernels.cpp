@@ -606,6 +606,13 @@ TEST_F(GpuKernels, DecodeAttentionMatchesPrologueThenPagedAttention) {
         da.tokens = t, da.num_heads = heads, da.num_kv_heads = kv_heads, da.head_dim = d;
         da.scale = scale, da.chunk = chunk, da.max_chunks = max_chunks;
         da.partial_acc = pacc.get(), da.partial_ml = pml.get(), da.chunks_done = done.get();
+        // The short-prefill batch reads per-token table rows instead of the shared table.
+        std::vector<int32_t> rows;
+        for (const int32_t sq : seq)
+          rows.insert(rows.end(), table.begin() + sq * max_blocks,
+                      table.begin() + (sq + 1) * max_blocks);
+        DeviceBuffer<int32_t> drows(rows);
+        if (t == 5) da.token_table = drows.get();
         gpu::launch_decode_attention(da, nullptr);
         const auto close = [&](const std::vector<Bf16>& a, const std::vector<Bf16>& b,
                                const char* what) {
