@@ -8,13 +8,17 @@
 // Precision: bf16 activations and weights; every linear is a GEMM with fp32 accumulation rounded
 // once to bf16 (router logits and logits kept in fp32): for up to kSkinnyMaxM tokens the skinny
 // GEMM (skinny_gemm.h, with the RMSNorm before it and the SiLU-and-mul after it fused in; MoE
-// experts as grouped skinny launches), for more tokens cuBLASLt; norms, RoPE, SiLU-and-mul,
-// attention and the MoE combine compute in fp32 (RoPE in fp64) and round once, the reference's
-// emulate-mode rule: each capture point is one bf16 rounding of the exact value of its bf16
-// inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical results run
+// experts as grouped skinny launches), for more tokens cuBLASLt. Attention: for up to
+// kSkinnyMaxM tokens one decode_attention launch a layer (q/k norm, RoPE and the cache write
+// fused in), for more attention_prologue then query-tiled or per-token paged attention. Norms,
+// RoPE, SiLU-and-mul, attention and the MoE combine compute in fp32 (RoPE in fp64) and round
+// once, the reference's emulate-mode rule: each capture point is one bf16 rounding of the exact
+// value of its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical results run
 // to run. Batches of up to kSkinnyMaxM tokens are also batch-invariant bit for bit (a token's
 // sums run in the same order alone or batched); across that threshold the GEMM and the attention
-// split change their summation order, and results agree within the bf16 policy.
+// kernels change their summation order, and results agree within the bf16 policy. Decode-sized
+// forwards also fuse the greedy argmax into the lm_head GEMM (greedy() then reads it from the
+// host, no launch).
 //
 // Capture: with a reference::Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the

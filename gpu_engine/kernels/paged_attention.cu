@@ -1,5 +1,5 @@
+#include "gpu_engine/kernels/attention_parts.cuh"
 #include "gpu_engine/kernels/launch_check.h"
-#include "gpu_engine/kernels/packed_row.cuh"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
 
@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
   for (int64_t base = begin + static_cast<int64_t>(warp) * kKeys; base < end;
        base += kWarps * kKeys) {
     PackedRow<kPerLane> kv[kKeys], vv[kKeys];
-    float dot[kKeys];
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
       const int64_t key = base + u;
@@ -98,59 +97,14 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
         vv[u].zero();
       }
     }
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      dot[u] = 0.f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        dot[u] += q[j] * kv[u].at(j);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-      for (int u = 0; u < kKeys; ++u)
-        dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u)
-      if (base + u < end) m_new = fmaxf(m_new, dot[u]);
-    const float corr = expf(m - m_new);  // exp(-inf) = 0 before the first key
-    float e[kKeys];
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u)
-      e[u] = base + u < end ? expf(dot[u] - m_new) : 0.f;
-    l *= corr;
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u)
-      l += e[u];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      float a = acc[j] * corr;
-#pragma unroll
-      for (int u = 0; u < kKeys; ++u)
-        a += e[u] * vv[u].at(j);
-      acc[j] = a;
-    }
-    m = m_new;
+    online_softmax_step(q, kv, vv, base, end, m, l, acc);
   }
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];
   __shared__ bool merge_chunks;
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j)
-    sacc[warp][lane * kPerLane + j] = acc[j];
-  __syncthreads();
-  float mm = -INFINITY;
-  for (int w = 0; w < kWarps; ++w)
-    mm = fmaxf(mm, sm[w]);
-  float ll = 0.f;
-  for (int w = 0; w < kWarps; ++w)
-    if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
+  float mm, ll;
+  gather_warp_states(m, l, acc, warp, lane, sm, sl, sacc, mm, ll);
   // One chunk: the output; several: this chunk's state into scratch, counted below, and the
   // token's last chunk block merges them.
   const int64_t th = i * p.num_heads + h;

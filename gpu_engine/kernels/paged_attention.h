@@ -19,8 +19,9 @@
 // GPU. A chunk's softmax state (running max, sum, fp32 accumulator) goes to scratch; the last of
 // the token's chunk blocks to finish merges them in chunk order. The cut depends only on the
 // position and `chunk`, never on the batch: for a given chunk, prefill and decode, alone or
-// batched, give the same bits. (The engine splits decode-sized batches only; across that
-// threshold a token's output agrees within the bf16 rounding of the output.)
+// batched, give the same bits. (The engine runs decode-sized batches through decode_attention.h,
+// and this kernel with one chunk covering the context for larger ones; the two agree within the
+// bf16 rounding of the output.)
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 

@@ -46,8 +46,10 @@ if want sanitize; then
   for tool in memcheck racecheck; do
     for t in build-device/tests/gpu/test_*; do
       [ -x "$t" ] || continue
+      # host-only logic makes no CUDA call: the sanitizer has nothing to watch and refuses it
+      [ "$(basename "$t")" = test_engine_host_logic ] && continue
       filter='*'
-      [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*:*NanRouter*'
+      [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*:*NanRouter*:*DecodeIsReproducible*'
       log_file="$OUT/sanitizer-$tool-$(basename "$t").log"
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
       src=$?

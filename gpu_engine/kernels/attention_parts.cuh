@@ -1,0 +1,128 @@
+#pragma once
+// What the attention kernels (paged_attention.cu, decode_attention.cu) share: a slice of a bf16
+// head row held packed in registers, and a warp's online-softmax step over a few keys.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+// kN consecutive bf16 of a head row (lane l holds elements l*kN .. l*kN+kN-1), kept packed: half
+// the registers of fp32, so eight keys' K and V stay in flight without spills or lost occupancy.
+template <int kN>
+struct PackedRow {
+  uint32_t w[(kN + 1) / 2];
+  __device__ __forceinline__ void load(const __nv_bfloat16* src) {
+    if constexpr (kN % 8 == 0) {  // 16-byte loads (rows are 16-byte aligned: offsets are kN*lane)
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+        const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+      }
+    } else if constexpr (kN % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        const uint2 v = reinterpret_cast<const uint2*>(src)[i];
+        w[2 * i] = v.x, w[2 * i + 1] = v.y;
+      }
+    } else if constexpr (kN % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i)
+        w[i] = reinterpret_cast<const uint32_t*>(src)[i];
+    } else {  // odd widths: 2-byte loads
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+      for (int i = 0; i < (kN + 1) / 2; ++i)
+        w[i] = static_cast<uint32_t>(h[2 * i]) |
+               (2 * i + 1 < kN ? static_cast<uint32_t>(h[2 * i + 1]) << 16 : 0u);
+    }
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < (kN + 1) / 2; ++i)
+      w[i] = 0u;
+  }
+  __device__ __forceinline__ void set(int j, __nv_bfloat16 v) {
+    const uint32_t b = __bfloat16_as_ushort(v);
+    w[j / 2] = (j & 1) ? ((w[j / 2] & 0xffffu) | (b << 16)) : ((w[j / 2] & 0xffff0000u) | b);
+  }
+  __device__ __forceinline__ __nv_bfloat16 bf16_at(int j) const {
+    return __ushort_as_bfloat16(static_cast<unsigned short>((j & 1) ? (w[j / 2] >> 16) : w[j / 2]));
+  }
+  // bf16 -> fp32 is exact: the bf16 bits are the high half of the float.
+  __device__ __forceinline__ float at(int j) const {
+    return __uint_as_float((j & 1) ? (w[j / 2] & 0xffff0000u) : (w[j / 2] << 16));
+  }
+};
+
+// One warp step of flash attention over keys [base, base + kKeys) of which those below `end`
+// count: q.k in fp32 (each lane's partial dot, then xor shuffles: every lane holds the sum), the
+// running max m, sum l and accumulator acc updated online (rescaled by exp(m_old - m_new)).
+// q is pre-scaled; masked keys weigh 0.
+template <int kPerLane, int kKeys>
+__device__ __forceinline__ void online_softmax_step(const float (&q)[kPerLane],
+                                                    const PackedRow<kPerLane> (&kv)[kKeys],
+                                                    const PackedRow<kPerLane> (&vv)[kKeys],
+                                                    int64_t base, int64_t end, float& m, float& l,
+                                                    float (&acc)[kPerLane]) {
+  float dot[kKeys];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) {
+    dot[u] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      dot[u] += q[j] * kv[u].at(j);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
+  float m_new = m;
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u)
+    if (base + u < end) m_new = fmaxf(m_new, dot[u]);
+  const float corr = expf(m - m_new);  // exp(-inf) = 0 before the first key
+  float e[kKeys];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u)
+    e[u] = base + u < end ? expf(dot[u] - m_new) : 0.f;
+  l *= corr;
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u)
+    l += e[u];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    float a = acc[j] * corr;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      a += e[u] * vv[u].at(j);
+    acc[j] = a;
+  }
+  m = m_new;
+}
+
+// The block's warps' softmax states (m, l, acc) into shared memory (sm, sl, sacc, then one
+// barrier), and their max mm and weight ll, summed in warp order. Every thread calls it.
+template <int kWarps, int kPerLane, int kRow>
+__device__ __forceinline__ void gather_warp_states(float m, float l, const float (&acc)[kPerLane],
+                                                   int warp, int lane, float (&sm)[kWarps],
+                                                   float (&sl)[kWarps], float (&sacc)[kWarps][kRow],
+                                                   float& mm, float& ll) {
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    sacc[warp][lane * kPerLane + j] = acc[j];
+  __syncthreads();
+  mm = -INFINITY;
+  for (int w = 0; w < kWarps; ++w)
+    mm = fmaxf(mm, sm[w]);
+  ll = 0.f;
+  for (int w = 0; w < kWarps; ++w)
+    if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
+}
+
+}  // namespace qparity::gpu
