@@ -176,6 +176,7 @@ void Engine::prepare(const Batch& b) {
   cache_->sync(stream_);
   cur_ = 0;
   keys_rows_ = 0;
+  labelling_ = nullptr;  // run() sets it; a forward that threw must not leave it to the next
   if (any_moe_)  // every entry point comes through here; check_moe_ids reads it after the sync
     QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
   // The previous forward's upload is done: forward() and forward_graph() synchronize the stream.
