@@ -189,7 +189,7 @@ Json timeline_study(gpu::Engine& e, const std::function<void(int64_t)>& step, in
                     const std::string& name, int64_t batch) {
   struct Acc {
     int64_t n = 0;
-    double run = 0, gap = 0, early = 0;
+    double run = 0, gap = 0, early = 0, late_start = 0, late_release = 0;
   };
   std::map<std::string, Acc> by;
   std::vector<std::string> order;
@@ -205,6 +205,8 @@ Json timeline_study(gpu::Engine& e, const std::function<void(int64_t)>& step, in
       a.n += 1;
       a.run += t[i].end_us - t[i].release_us;
       a.early += t[i].release_us - t[i].start_us;
+      a.late_start += t[i].last_start_us - t[i].release_us;
+      a.late_release += t[i].last_release_us - t[i].release_us;
       if (i > 0) a.gap += t[i].release_us - t[i - 1].end_us;
     }
   }
@@ -212,19 +214,22 @@ Json timeline_study(gpu::Engine& e, const std::function<void(int64_t)>& step, in
   std::cout << name << " batch " << batch << " timeline, mean over " << steps
             << " probed steps: first start to last end " << span / per << " us\n"
             << "  kernel          per step   run after release (us)   gap before release (us)"
-               "   started early by (us)   total (us/step)\n";
+               "   started early by (us)   last start / last release after release (us)   total "
+               "(us/step)\n";
   Json rows = Json::array();
   for (const std::string& k : order) {
     const Acc& a = by[k];
     const double n = static_cast<double>(a.n);
     const double total = (a.run + a.gap) / per;
-    std::printf("  %-14s %9.1f %24.2f %25.2f %23.2f %17.1f\n", k.c_str(), n / per, a.run / n,
-                a.gap / n, a.early / n, total);
+    std::printf("  %-14s %9.1f %24.2f %25.2f %23.2f %22.2f / %-22.2f %17.1f\n", k.c_str(), n / per,
+                a.run / n, a.gap / n, a.early / n, a.late_start / n, a.late_release / n, total);
     rows.push_back({{"kernel", k},
                     {"per_step", n / per},
                     {"run_us", a.run / n},
                     {"gap_us", a.gap / n},
                     {"early_us", a.early / n},
+                    {"last_start_after_release_us", a.late_start / n},
+                    {"last_release_after_release_us", a.late_release / n},
                     {"total_us_per_step", total}});
   }
   return {{"span_us", span / per}, {"kernels", rows}};

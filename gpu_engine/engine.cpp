@@ -321,8 +321,9 @@ std::vector<TimelineEntry> Engine::timeline() const {
     if (p.first_entry == ~0ull || p.first_release == ~0ull || p.last_exit_complement == ~0ull)
       throw Error("engine timeline", "kernel " + std::to_string(i) + " (" + it->second[i] +
                                          ") left its probe unstamped");
-    out.push_back(
-        {it->second[i], us(p.first_entry), us(p.first_release), us(~p.last_exit_complement)});
+    out.push_back({it->second[i], us(p.first_entry), us(p.first_release),
+                   us(~p.last_exit_complement), us(~p.last_entry_complement),
+                   us(~p.last_release_complement)});
   }
   return out;
 }

@@ -13,12 +13,12 @@
 // fused in), for more attention_prologue then query-tiled or per-token paged attention. Norms,
 // RoPE, SiLU-and-mul, attention and the MoE combine compute in fp32 (RoPE in fp64) and round
 // once, the reference's emulate-mode rule: each capture point is one bf16 rounding of the exact
-// value of its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives bit-identical results run
-// to run. Batches of up to kSkinnyMaxM tokens are also batch-invariant bit for bit (a token's
-// sums run in the same order alone or batched); across that threshold the GEMM and the attention
-// kernels change their summation order, and results agree within the bf16 policy. Decode-sized
-// forwards also fuse the greedy argmax into the lm_head GEMM (greedy() then reads it from the
-// host, no launch).
+// value of its bf16 inputs, up to fp32 arithmetic. Deterministic: the same batch gives
+// bit-identical results run to run. Batches of up to kSkinnyMaxM tokens are also batch-invariant
+// bit for bit (a token's sums run in the same order alone or batched); across that threshold the
+// GEMM and the attention kernels change their summation order, and results agree within the bf16
+// policy. Decode-sized forwards also fuse the greedy argmax into the lm_head GEMM (greedy() then
+// reads it from the host, no launch).
 //
 // Capture: with a reference::Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
@@ -63,6 +63,8 @@ struct EngineOptions {
 struct TimelineEntry {
   std::string kernel;
   double start_us = 0, release_us = 0, end_us = 0;
+  // The last block's start and release (a block that exits without waiting stamps no release).
+  double last_start_us = 0, last_release_us = 0;
 };
 
 struct Batch {

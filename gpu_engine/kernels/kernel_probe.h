@@ -1,11 +1,13 @@
 #pragma once
 // Where a decode step's time goes, inside a CUDA graph (bench_engine --timeline): a kernel given a
-// KernelProbe stamps the device's global nanosecond timer when its first block starts, when its
-// first block is released by pdl_wait() (the kernel before it has completed), and when its last
-// block ends. Consecutive probes then give each kernel's launch-to-release gap and its run after
-// the wait. No value changes; a null probe costs one predicated branch per stamp.
+// KernelProbe stamps the device's global nanosecond timer when its first and its last block
+// start, when its first and its last block are released by pdl_wait() (the kernel before it has
+// completed), and when its last block ends. Consecutive probes then give each kernel's
+// launch-to-release gap, its run after the wait, and whether all of its blocks were resident
+// (started) before the release or only became so after. No value changes; a null probe costs
+// one predicated branch per stamp.
 //
-// All three fields are reduced with atomicMin (the exit stamp stored complemented), so a 0xFF
+// Every field is reduced with atomicMin (the "last" stamps stored complemented), so a 0xFF
 // memset resets a probe.
 #include <cstdint>
 
@@ -13,6 +15,7 @@ namespace qparity::gpu {
 
 struct KernelProbe {
   unsigned long long first_entry, first_release, last_exit_complement;
+  unsigned long long last_entry_complement, last_release_complement;
 };
 
 #if defined(__CUDACC__)
@@ -22,10 +25,18 @@ __device__ __forceinline__ unsigned long long probe_now() {
   return t;
 }
 __device__ __forceinline__ void probe_entry(KernelProbe* p) {
-  if (p && threadIdx.x == 0) atomicMin(&p->first_entry, probe_now());
+  if (p && threadIdx.x == 0) {
+    const unsigned long long t = probe_now();
+    atomicMin(&p->first_entry, t);
+    atomicMin(&p->last_entry_complement, ~t);
+  }
 }
 __device__ __forceinline__ void probe_release(KernelProbe* p) {
-  if (p && threadIdx.x == 0) atomicMin(&p->first_release, probe_now());
+  if (p && threadIdx.x == 0) {
+    const unsigned long long t = probe_now();
+    atomicMin(&p->first_release, t);
+    atomicMin(&p->last_release_complement, ~t);
+  }
 }
 __device__ __forceinline__ void probe_exit(KernelProbe* p) {
   if (p && threadIdx.x == 0) atomicMin(&p->last_exit_complement, ~probe_now());

@@ -347,6 +347,8 @@ TEST_F(GpuEngine, KernelTimelineFollowsTheLaunchOrderAndChangesNothing) {
     EXPECT_EQ(tl[i].kernel, want[i]);
     EXPECT_LE(tl[i].start_us, tl[i].release_us);
     EXPECT_LE(tl[i].release_us, tl[i].end_us);
+    EXPECT_LE(tl[i].start_us, tl[i].last_start_us);
+    EXPECT_LE(tl[i].release_us, tl[i].last_release_us);
     if (i > 0) {
       EXPECT_GE(tl[i].release_us, tl[i - 1].end_us) << "released before its predecessor ended";
     }
