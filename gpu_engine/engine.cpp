@@ -196,9 +196,10 @@ void Engine::prepare(const Batch& b) {
   if (t <= kSkinnyMaxM) {  // the decode attention reads each token's table row directly
     const int64_t mb = cache_->shape().max_blocks_per_seq;
     int32_t* rows = pinned_inputs_ + token_tables_offset();
-    for (int64_t i = 0; i < t; ++i)
-      std::copy(cache_->host_row(b.slots[static_cast<size_t>(i)]),
-                cache_->host_row(b.slots[static_cast<size_t>(i)]) + mb, rows + i * mb);
+    for (int64_t i = 0; i < t; ++i) {
+      const int32_t* row = cache_->host_row(b.slots[static_cast<size_t>(i)]);
+      std::copy(row, row + mb, rows + i * mb);
+    }
     QPARITY_CUDA_CHECK(cudaMemcpyAsync(inputs_.get() + token_tables_offset(), rows,
                                        static_cast<size_t>(t * mb) * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_));

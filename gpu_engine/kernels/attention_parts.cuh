@@ -1,11 +1,25 @@
 #pragma once
 // What the attention kernels (paged_attention.cu, decode_attention.cu) share: a slice of a bf16
-// head row held packed in registers, and a warp's online-softmax step over a few keys.
+// head row held packed in registers, a warp's online-softmax step over a few keys, the block's
+// merge of its warps, and the merge of a token's key chunks across blocks.
 #include <cuda_bf16.h>
+#include <cuda/atomic>
 
 #include <cstdint>
+#include <utility>
 
 namespace qparity::gpu {
+
+// The launchers' dispatch to a kernel instantiated per head_dim / 32 (kPerLane, 1..8; head_dim is
+// checked before): f.template operator()<kPerLane>().
+template <typename F, int... N>
+void with_per_lane_impl(int64_t per_lane, F& f, std::integer_sequence<int, N...>) {
+  ((per_lane == N + 1 ? (f.template operator()<N + 1>(), 0) : 0), ...);
+}
+template <typename F>
+void with_per_lane(int64_t head_dim, F&& f) {
+  with_per_lane_impl(head_dim / 32, f, std::make_integer_sequence<int, 8>{});
+}
 
 // kN consecutive bf16 of a head row (lane l holds elements l*kN .. l*kN+kN-1), kept packed: half
 // the registers of fp32, so eight keys' K and V stay in flight without spills or lost occupancy.
@@ -123,6 +137,64 @@ __device__ __forceinline__ void gather_warp_states(float m, float l, const float
   ll = 0.f;
   for (int w = 0; w < kWarps; ++w)
     if (sl[w] > 0.f) ll += sl[w] * expf(sm[w] - mm);
+}
+
+// The end of a (token, head, chunk) block, after gather_warp_states: with one chunk, the output
+// row `op`; with several, this chunk's state (its unnormalized accumulator and mm, ll) into the
+// scratch at slot th * max_chunks + c, counted on chunks_done[th], and the token's last block to
+// count merges every chunk's state in chunk order into `op`. Every thread of the block calls it.
+// The count is a release of this block's state (ordered before it by the barrier) and, for the
+// last block, an acquire of every other chunk's: one acq_rel atomic, no full fences. The merge is
+// online (a running max), so every chunk's loads are independent and go out together: one round
+// trip, not one for the maxima and another for the rest. The counter is left at zero.
+template <int kWarps, int kRow>
+__device__ __forceinline__ void finish_chunk(const float (&sm)[kWarps], const float (&sl)[kWarps],
+                                             const float (&sacc)[kWarps][kRow], float mm, float ll,
+                                             int64_t th, int64_t c, int64_t chunks,
+                                             int64_t max_chunks, int64_t d, float* partial_acc,
+                                             float* partial_ml, uint32_t* chunks_done,
+                                             __nv_bfloat16* op) {
+  __shared__ bool merge_chunks;
+  float* pacc = chunks == 1 ? nullptr : partial_acc + (th * max_chunks + c) * d;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float v = 0.f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sl[w] > 0.f) v += sacc[w][e] * expf(sm[w] - mm);
+    if (chunks == 1)
+      op[e] = __float2bfloat16_rn(v / ll);
+    else
+      pacc[e] = v;
+  }
+  if (chunks == 1) return;
+  if (threadIdx.x == 0) {
+    partial_ml[(th * max_chunks + c) * 2] = mm;
+    partial_ml[(th * max_chunks + c) * 2 + 1] = ll;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> count(chunks_done[th]);
+    const uint32_t done = count.fetch_add(1u, cuda::memory_order_acq_rel);
+    merge_chunks = done == static_cast<uint32_t>(chunks - 1);
+    if (merge_chunks) count.store(0u, cuda::memory_order_relaxed);  // ready for the next launch
+  }
+  __syncthreads();
+  if (!merge_chunks) return;
+  const float* ml = partial_ml + th * max_chunks * 2;
+  const float* acc0 = partial_acc + th * max_chunks * d;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float gm = -INFINITY, gl = 0.f, v = 0.f;
+#pragma unroll 4
+    for (int64_t k = 0; k < chunks; ++k) {
+      const float mk = __ldcg(ml + 2 * k), lk = __ldcg(ml + 2 * k + 1),
+                  ak = __ldcg(acc0 + k * d + e);
+      const float m_new = fmaxf(gm, mk);
+      const float old = expf(gm - m_new), mine = expf(mk - m_new);  // exp(-inf) = 0 at first
+      gl = gl * old + lk * mine;
+      v = v * old + ak * mine;
+      gm = m_new;
+    }
+    op[e] = __float2bfloat16_rn(v / gl);
+  }
 }
 
 }  // namespace qparity::gpu

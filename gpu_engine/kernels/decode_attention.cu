@@ -1,5 +1,3 @@
-#include <cuda/atomic>
-
 #include "gpu_engine/kernels/attention_parts.cuh"
 #include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/launch_check.h"
@@ -234,61 +232,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];
-  __shared__ bool merge_chunks;
   float mm, ll;
   gather_warp_states(m, l, acc, warp, lane, sm, sl, sacc, mm, ll);
-  const int64_t th = i * nq + h;
-  float* pacc = chunks == 1 ? nullptr : p.partial_acc + (th * p.max_chunks + c) * d;
-  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
-    float v = 0.f;
-    for (int w = 0; w < kWarps; ++w)
-      if (sl[w] > 0.f) v += sacc[w][e] * expf(sm[w] - mm);
-    if (chunks == 1)
-      op[e] = __float2bfloat16_rn(v / ll);
-    else
-      pacc[e] = v;
-  }
-  if (chunks == 1) {
-    probe_exit(p.probe);
-    return;
-  }
-  if (threadIdx.x == 0) {
-    p.partial_ml[(th * p.max_chunks + c) * 2] = mm;
-    p.partial_ml[(th * p.max_chunks + c) * 2 + 1] = ll;
-  }
-  // The count is a release of this block's state (ordered before it by the barrier) and, for the
-  // last block, an acquire of every other chunk's: one acq_rel atomic, no full fences.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> count(p.chunks_done[th]);
-    const uint32_t done = count.fetch_add(1u, cuda::memory_order_acq_rel);
-    merge_chunks = done == static_cast<uint32_t>(chunks - 1);
-    if (merge_chunks) count.store(0u, cuda::memory_order_relaxed);  // ready for the next launch
-  }
-  __syncthreads();
-  if (!merge_chunks) {
-    probe_exit(p.probe);
-    return;
-  }
-  // The chunks' states in chunk order, merged online (a running max), so every chunk's loads
-  // are independent and go out together: one round trip, not one for the maxima and another
-  // for the rest.
-  const float* ml = p.partial_ml + th * p.max_chunks * 2;
-  const float* acc0 = p.partial_acc + th * p.max_chunks * d;
-  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
-    float gm = -INFINITY, gl = 0.f, v = 0.f;
-#pragma unroll 4
-    for (int64_t k = 0; k < chunks; ++k) {
-      const float mk = __ldcg(ml + 2 * k), lk = __ldcg(ml + 2 * k + 1),
-                  ak = __ldcg(acc0 + k * d + e);
-      const float m_new = fmaxf(gm, mk);
-      const float old = expf(gm - m_new), mine = expf(mk - m_new);  // exp(-inf) = 0 at first
-      gl = gl * old + lk * mine;
-      v = v * old + ak * mine;
-      gm = m_new;
-    }
-    op[e] = __float2bfloat16_rn(v / gl);
-  }
+  finish_chunk(sm, sl, sacc, mm, ll, i * nq + h, c, chunks, p.max_chunks, d, p.partial_acc,
+               p.partial_ml, p.chunks_done, op);
   probe_exit(p.probe);
 }
 
@@ -329,32 +276,7 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream
   require(p.max_chunks == 1 || (p.partial_acc && p.partial_ml && p.chunks_done), k,
           "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
   if (p.tokens == 0) return;
-  switch (p.head_dim / 32) {
-    case 1:
-      launch_per_lane<1>(p, stream);
-      break;
-    case 2:
-      launch_per_lane<2>(p, stream);
-      break;
-    case 3:
-      launch_per_lane<3>(p, stream);
-      break;
-    case 4:
-      launch_per_lane<4>(p, stream);
-      break;
-    case 5:
-      launch_per_lane<5>(p, stream);
-      break;
-    case 6:
-      launch_per_lane<6>(p, stream);
-      break;
-    case 7:
-      launch_per_lane<7>(p, stream);
-      break;
-    default:  // the require above bounds head_dim by 256
-      launch_per_lane<8>(p, stream);
-      break;
-  }
+  with_per_lane(p.head_dim, [&]<int kPerLane>() { launch_per_lane<kPerLane>(p, stream); });
 }
 
 }  // namespace qparity::gpu

@@ -102,51 +102,12 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];
-  __shared__ bool merge_chunks;
   float mm, ll;
   gather_warp_states(m, l, acc, warp, lane, sm, sl, sacc, mm, ll);
-  // One chunk: the output; several: this chunk's state into scratch, counted below, and the
-  // token's last chunk block merges them.
-  const int64_t th = i * p.num_heads + h;
-  float* pacc = chunks == 1 ? nullptr : p.partial_acc + (th * p.max_chunks + c) * p.head_dim;
-  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float v = 0.f;
-    for (int w = 0; w < kWarps; ++w)
-      if (sl[w] > 0.f) v += sacc[w][d] * expf(sm[w] - mm);
-    if (chunks == 1)
-      op[d] = __float2bfloat16_rn(v / ll);
-    else
-      pacc[d] = v;
-  }
-  if (chunks == 1) return;
-  if (threadIdx.x == 0) {
-    p.partial_ml[(th * p.max_chunks + c) * 2] = mm;
-    p.partial_ml[(th * p.max_chunks + c) * 2 + 1] = ll;
-  }
-  __threadfence();  // the state is visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t done = atomicAdd(p.chunks_done + th, 1u);
-    merge_chunks = done == static_cast<uint32_t>(chunks - 1);
-    if (merge_chunks) p.chunks_done[th] = 0;  // every chunk has counted: ready for the next launch
-  }
-  __syncthreads();
-  if (!merge_chunks) return;
-  __threadfence();  // the other chunks' states, made visible before their counts
-  const float* ml = p.partial_ml + th * p.max_chunks * 2;
-  float gm = -INFINITY;
-  for (int64_t q2 = 0; q2 < chunks; ++q2)
-    gm = fmaxf(gm, __ldcg(ml + 2 * q2));
-  float gl = 0.f;
-  for (int64_t q2 = 0; q2 < chunks; ++q2)
-    gl += __ldcg(ml + 2 * q2 + 1) * expf(__ldcg(ml + 2 * q2) - gm);
-  const float* acc0 = p.partial_acc + th * p.max_chunks * p.head_dim;
-  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float v = 0.f;
-    for (int64_t q2 = 0; q2 < chunks; ++q2)
-      v += __ldcg(acc0 + q2 * p.head_dim + d) * expf(__ldcg(ml + 2 * q2) - gm);
-    op[d] = __float2bfloat16_rn(v / gl);
-  }
+  // One chunk: the output; several: this chunk's state into scratch, and the token's last chunk
+  // block merges them.
+  finish_chunk(sm, sl, sacc, mm, ll, i * p.num_heads + h, c, chunks, p.max_chunks, p.head_dim,
+               p.partial_acc, p.partial_ml, p.chunks_done, op);
 }
 
 }  // namespace
@@ -205,32 +166,9 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));
-  switch (p.head_dim / 32) {
-    case 1:
-      launch_pdl(k, paged_attention_kernel<1>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 2:
-      launch_pdl(k, paged_attention_kernel<2>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 3:
-      launch_pdl(k, paged_attention_kernel<3>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 4:
-      launch_pdl(k, paged_attention_kernel<4>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 5:
-      launch_pdl(k, paged_attention_kernel<5>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 6:
-      launch_pdl(k, paged_attention_kernel<6>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    case 7:
-      launch_pdl(k, paged_attention_kernel<7>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-    default:
-      launch_pdl(k, paged_attention_kernel<8>, grid, dim3(kWarps * 32), 0, stream, p);
-      break;
-  }
+  with_per_lane(p.head_dim, [&]<int kPerLane>() {
+    launch_pdl(k, paged_attention_kernel<kPerLane>, grid, dim3(kWarps * 32), 0, stream, p);
+  });
 }
 
 }  // namespace qparity::gpu
