@@ -267,14 +267,8 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream
   require(aligned(p.qkv, 16) && p.qkv_stride % 8 == 0, k,
           "qkv must be 16-byte aligned with a stride that keeps rows aligned");
   require(p.eps >= 0, k, "eps must be >= 0");
-  require(p.chunk > 0 && p.chunk % kStep == 0, k,
-          "chunk " + std::to_string(p.chunk) + " must be a positive multiple of " +
-              std::to_string(kStep));
-  require(p.chunk / p.block_size + 2 <= kMaxTable, k,
-          "chunk / block_size too large for the shared-memory block table");
-  require(p.max_chunks >= 1 && p.max_chunks <= 65535, k, "max_chunks in [1, 65535]");
-  require(p.max_chunks == 1 || (p.partial_acc && p.partial_ml && p.chunks_done), k,
-          "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
+  require_attention_chunks(k, p.chunk, kStep, p.block_size, kMaxTable, p.max_chunks, p.partial_acc,
+                           p.partial_ml, p.chunks_done);
   if (p.tokens == 0) return;
   with_per_lane(p.head_dim, [&]<int kPerLane>() { launch_per_lane<kPerLane>(p, stream); });
 }

@@ -112,6 +112,20 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
 
 }  // namespace
 
+void require_attention_chunks(const char* k, int64_t chunk, int64_t keys_per_step,
+                              int64_t block_size, int64_t max_table, int64_t max_chunks,
+                              const float* partial_acc, const float* partial_ml,
+                              const uint32_t* chunks_done) {
+  require(chunk > 0 && chunk % keys_per_step == 0, k,
+          "chunk " + std::to_string(chunk) + " must be a positive multiple of " +
+              std::to_string(keys_per_step));
+  require(chunk / block_size + 2 <= max_table, k,
+          "chunk / block_size too large for the shared-memory block table");
+  require(max_chunks >= 1 && max_chunks <= 65535, k, "max_chunks in [1, 65535]");
+  require(max_chunks == 1 || (partial_acc && partial_ml && chunks_done), k,
+          "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
+}
+
 void require_attention_shapes(const char* k, const __nv_bfloat16* k_cache,
                               const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
                               int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
@@ -155,14 +169,8 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
           "head_dim " + std::to_string(p.head_dim) + " must be a multiple of 32 in [32, 256]");
   require_attention_shapes(k, p.k_cache, p.v_cache, p.num_heads, p.num_kv_heads, p.head_dim,
                            p.block_size, p.max_blocks_per_seq, p.q_stride, p.out_stride, p.scale);
-  require(p.chunk > 0 && p.chunk % (kWarps * kKeys) == 0, k,
-          "chunk " + std::to_string(p.chunk) + " must be a positive multiple of " +
-              std::to_string(kWarps * kKeys));
-  require(p.chunk / p.block_size + 2 <= kMaxTable, k,
-          "chunk / block_size too large for the shared-memory block table");
-  require(p.max_chunks >= 1 && p.max_chunks <= 65535, k, "max_chunks in [1, 65535]");
-  require(p.max_chunks == 1 || (p.partial_acc && p.partial_ml && p.chunks_done), k,
-          "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
+  require_attention_chunks(k, p.chunk, kWarps * kKeys, p.block_size, kMaxTable, p.max_chunks,
+                           p.partial_acc, p.partial_ml, p.chunks_done);
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));

@@ -76,6 +76,13 @@ void require_attention_shapes(const char* kernel, const __nv_bfloat16* k_cache,
                               const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
                               int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
                               int64_t q_stride, int64_t out_stride, float scale);
+// The key-chunk scheme's checks: chunk a positive multiple of the kernel's keys per block step,
+// its block-table entries within the kernel's shared-memory table, max_chunks in [1, 65535], and
+// the scratch given when the keys may split.
+void require_attention_chunks(const char* kernel, int64_t chunk, int64_t keys_per_step,
+                              int64_t block_size, int64_t max_table, int64_t max_chunks,
+                              const float* partial_acc, const float* partial_ml,
+                              const uint32_t* chunks_done);
 
 void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream);
 // head_dim a multiple of 32, at most 256.
