@@ -280,11 +280,36 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, t, tr, l > 0);
-  close_residual(t, tr, model_->final_norm.get(), h_.get());
-  capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
-  if (!options_.ablate_linears)
-    linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden,
-           skinny_head ? argmax_keys_.get() : nullptr, probe("lm_head"));
+  if (skinny_gemm_fits(t, c.hidden) && !options_.ablate_linears) {
+    // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
+    // (as each layer's in its qkv GEMM): one dependent launch fewer a step.
+    SkinnyGemmParams g;
+    g.x = resid();
+    g.add = mlp_out_.get();
+    g.residual_out = resid_next();
+    g.norm_weight = model_->final_norm.get();
+    g.normed_out = h_.get();
+    g.eps = static_cast<float>(c.rms_norm_eps);
+    g.w = model_->lm_head;
+    g.y = logits_.get();
+    g.y_f32 = true;
+    g.m = t;
+    g.n = c.vocab;
+    g.k = c.hidden;
+    g.argmax_keys = skinny_head ? argmax_keys_.get() : nullptr;
+    g.probe = probe("lm_head");
+    launch_skinny_gemm(g, stream_);
+    cur_ = 1 - cur_;
+    capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, c.hidden, c.hidden,
+            stream_);
+    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  } else {
+    close_residual(t, tr, model_->final_norm.get(), h_.get());
+    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+    if (!options_.ablate_linears)
+      linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden,
+             skinny_head ? argmax_keys_.get() : nullptr, probe("lm_head"));
+  }
   capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
   if (skinny_head) {
     QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),

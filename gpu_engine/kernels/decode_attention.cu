@@ -12,7 +12,8 @@ constexpr int kWarps = 8;  // warps per (token, head, chunk) block
 constexpr int kKeys = 8;   // keys per warp step, all their K and V loads in flight at once
 constexpr int kStep = kWarps * kKeys;
 constexpr int kMaxTable = 1024;  // block-table entries of one chunk (staged in shared memory)
-constexpr int kMaxPerLane = 8;   // head_dim <= 256
+static_assert(kMaxTable % (kWarps * 32) == 0, "the table is staged kMaxTable / threads a thread");
+constexpr int kMaxPerLane = 8;  // head_dim <= 256
 
 // Lane l holds elements l*kPerLane .. l*kPerLane+kPerLane-1 of a head. RoPE pairs element e with
 // e + head_dim/2, held by lane l ^ 16 in the same slot (head_dim/2 / kPerLane = 16).
@@ -75,9 +76,45 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = p.head_dim, nq = p.num_heads, nkv = p.num_kv_heads;
   const int64_t group = nq / nkv, kv_h = h / group;
-  // Before the wait: only the batch's positions, the block table, weights and cached keys.
+  // Before the wait: only the batch's positions, the block table, weights and cached keys. The
+  // chain up to the cached keys' requests is one round trip (positions, table entries and the
+  // batch's tokens together; with token_table the entries need neither the sequence nor the
+  // position), then the requests; the RoPE angles and norm weights follow while they fly. A
+  // block made resident only near the release (all of them do not fit beside the qkv GEMM's) has
+  // its keys that much sooner.
+  __shared__ int32_t table[kMaxTable];
+  __shared__ int32_t batch_seq[kDecodeAttentionMaxTokens], batch_pos[kDecodeAttentionMaxTokens];
+  const int32_t bs = static_cast<int32_t>(p.block_size);
+  // Every entry a chunk can touch (a bound that needs neither the position nor, with
+  // token_table, the sequence).
+  const int64_t begin = c * p.chunk;
+  const int64_t first_block = begin / bs;
+  const int64_t blocks = min(p.chunk / bs + 2, p.max_blocks_per_seq - first_block);
   const int32_t s = p.seq[i];
   const int64_t last = p.positions[i];
+  const int32_t* row = p.token_table ? p.token_table + i * p.max_blocks_per_seq
+                                     : p.block_table + s * p.max_blocks_per_seq;
+  // All loads first, then the stores: a store waits for its load, and the next loads would wait
+  // behind it.
+  constexpr int kTablePerThread = kMaxTable / (kWarps * 32);
+  int32_t entry[kTablePerThread];
+#pragma unroll
+  for (int r = 0; r < kTablePerThread; ++r) {
+    const int64_t j = threadIdx.x + r * kWarps * 32;
+    entry[r] = j < blocks ? row[first_block + j] : 0;
+  }
+  const bool holds_token = threadIdx.x < p.tokens;
+  const int32_t token_seq = holds_token ? p.seq[threadIdx.x] : 0;
+  const int32_t token_pos = holds_token ? p.positions[threadIdx.x] : 0;
+#pragma unroll
+  for (int r = 0; r < kTablePerThread; ++r) {
+    const int64_t j = threadIdx.x + r * kWarps * 32;
+    if (j < blocks) table[j] = entry[r];
+  }
+  if (holds_token) {
+    batch_seq[threadIdx.x] = token_seq;
+    batch_pos[threadIdx.x] = token_pos;
+  }
   const int64_t chunks = last / p.chunk + 1;
   __nv_bfloat16* op = p.out + i * p.out_stride + h * d;
   if (chunks > p.max_chunks) {  // keys beyond the last chunk: refuse loudly, never drop them
@@ -88,24 +125,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     return;
   }
   if (c >= chunks) return;  // writes nothing: no need to wait
-  const int64_t begin = c * p.chunk;
+  __syncthreads();  // (block-uniform: every thread of a block takes the same branches above)
   const int64_t end = last + 1 < begin + p.chunk ? last + 1 : begin + p.chunk;  // [begin, end)
-  __shared__ int32_t table[kMaxTable];
-  __shared__ int32_t batch_seq[kDecodeAttentionMaxTokens], batch_pos[kDecodeAttentionMaxTokens];
-  const int32_t bs = static_cast<int32_t>(p.block_size);
-  // Every entry a chunk can touch (a bound that needs neither the position nor, with
-  // token_table, the sequence: these loads go out with those of seq and positions).
-  const int64_t first_block = begin / bs;
-  const int64_t blocks = min(p.chunk / bs + 2, p.max_blocks_per_seq - first_block);
-  const int32_t* row = p.token_table ? p.token_table + i * p.max_blocks_per_seq
-                                     : p.block_table + s * p.max_blocks_per_seq;
-  for (int64_t j = threadIdx.x; j < blocks; j += blockDim.x)
-    table[j] = row[first_block + j];
-  if (threadIdx.x < p.tokens) {
-    batch_seq[threadIdx.x] = p.seq[threadIdx.x];
-    batch_pos[threadIdx.x] = p.positions[threadIdx.x];
-  }
-  __syncthreads();
   const int ntok = static_cast<int>(p.tokens);
   // The batch token holding position `key` of this sequence, or -1 (the key is cached).
   const auto batch_token = [&](int64_t key) {
@@ -121,23 +142,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
             kv_h) *
            d;
   };
-  // RoPE at the token's own position (its q and its own key), one angle per frequency, shared
-  // by the block's warps.
-  __shared__ double rope_c[kMaxPerLane * 16], rope_s[kMaxPerLane * 16];
-  for (int64_t f = threadIdx.x; f < d / 2; f += blockDim.x) {
-    double sn, cs;
-    sincos(static_cast<double>(last) * p.inv_freq[f], &sn, &cs);
-    rope_c[f] = cs * p.rope_scaling;
-    rope_s[f] = sn * p.rope_scaling;
-  }
-  __syncthreads();
-  const bool norm = p.q_norm != nullptr;
-  float qw[kPerLane], kw[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    qw[j] = norm ? __bfloat162float(p.q_norm[lane * kPerLane + j]) : 0.f;
-    kw[j] = norm ? __bfloat162float(p.k_norm[lane * kPerLane + j]) : 0.f;
-  }
   PackedRow<kPerLane> kv[kKeys], vv[kKeys];
   int src[kKeys];  // per key of the current step: the batch token holding it, or -1
 #pragma unroll
@@ -160,6 +164,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   };
   int64_t base = begin + static_cast<int64_t>(warp) * kKeys;
   if (base < end) load_cached(base);  // the first step's cached keys stream during the wait
+  // RoPE at the token's own position (its q and its own key), one angle per frequency, shared
+  // by the block's warps.
+  __shared__ double rope_c[kMaxPerLane * 16], rope_s[kMaxPerLane * 16];
+  for (int64_t f = threadIdx.x; f < d / 2; f += blockDim.x) {
+    double sn, cs;
+    sincos(static_cast<double>(last) * p.inv_freq[f], &sn, &cs);
+    rope_c[f] = cs * p.rope_scaling;
+    rope_s[f] = sn * p.rope_scaling;
+  }
+  const bool norm = p.q_norm != nullptr;
+  PackedRow<kPerLane> qw_raw, kw_raw;  // converted where used, after the wait
+  if (norm) {
+    qw_raw.load(p.q_norm + lane * kPerLane);
+    kw_raw.load(p.k_norm + lane * kPerLane);
+  } else {
+    qw_raw.zero();
+    kw_raw.zero();
+  }
+  __syncthreads();
 
   pdl_wait();
   probe_release(p.probe);
@@ -175,6 +198,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     }
   };
   load_new();
+  float qw[kPerLane], kw[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    qw[j] = qw_raw.at(j);
+    kw[j] = kw_raw.at(j);
+  }
   HeadRope<kPerLane> rope;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {

@@ -96,14 +96,13 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
     rows_of(g_first, w0, w1);
     load(w0, w1, slice * 32 + lane, a, b);
   }
-  if (p.norm_weight)  // the norm weight into L1 too: the prologue's second pass reads it
-    for (int64_t i = static_cast<int64_t>(tid) * 64; i < k; i += kThreads * 64)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(p.norm_weight + i));
+  skinny::NormWeightChunks nw;  // the prologue's norm weight, for its second pass
+  skinny::preload_norm_weight(p, nw);
   pdl_launch_dependents();
   pdl_wait();
   if (!grouped) probe_release(p.probe);
 
-  stage_x<M>(p, xbase, rows, xs, writer);
+  stage_x<M>(p, xbase, rows, xs, writer, nw);
 
   unsigned long long best = 0;  // fused argmax: lane m's best key for token m
   bool preloaded = true;        // a and b hold the first group's first step
@@ -189,11 +188,13 @@ void launch_m(const SkinnyGemmParams& p, cudaStream_t stream) {
                                                                    kThreads, smem));
   per_sm = std::max(per_sm, 1);
   // Split K over more warps while the row pairs alone would leave SMs idle (small N), as long as
-  // each lane keeps at least one full unrolled step of its own.
+  // each lane keeps at least one full unrolled step of its own - or while a lane would need a
+  // second unrolled step, whose loads could only go out after the PDL wait (0.6B's down, K = 3072:
+  // six chunks a lane at ksplit 2, three at 4).
   const int64_t pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2, chunks = p.k / 8;
   int ksplit = 1;
   while (ksplit < kWarps && (pairs * ksplit + kWarps - 1) / kWarps < 2 * sms &&
-         chunks >= 2 * ksplit * 32 * kUnroll)
+         (chunks >= 2 * ksplit * 32 * kUnroll || chunks > ksplit * 32 * kUnroll))
     ksplit *= 2;
   const int64_t groups = (pairs + kWarps / ksplit - 1) / (kWarps / ksplit);
   // Grouped: the resident blocks shared among the groups that may have rows (grid y).
@@ -223,6 +224,9 @@ void launch_skinny_gemm(const SkinnyGemmParams& p, cudaStream_t stream) {
               std::to_string(kSkinnyMaxM) + " and M*K*2 <= " + std::to_string(kMaxSmem) +
               " bytes of shared memory (use the cuBLASLt GEMM)");
   require(aligned(p.x, 16) && aligned(p.w, 16), kName, "x and w must be 16-byte aligned");
+  require(aligned(p.norm_weight, 16) && aligned(p.add, 16) && aligned(p.residual_out, 16) &&
+              aligned(p.normed_out, 16),
+          kName, "norm_weight, add, residual_out and normed_out must be 16-byte aligned");
   require(!p.silu_mul || (p.n % 2 == 0 && !p.y_f32), kName,
           "SiLU-and-mul needs an even N (gate and up halves) and a bf16 output");
   require(!p.gate_up_out || p.silu_mul, kName, "gate_up_out without silu_mul");
