@@ -283,19 +283,9 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   if (skinny_gemm_fits(t, c.hidden) && !options_.ablate_linears) {
     // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
     // (as each layer's in its qkv GEMM): one dependent launch fewer a step.
-    SkinnyGemmParams g;
-    g.x = resid();
-    g.add = mlp_out_.get();
-    g.residual_out = resid_next();
-    g.norm_weight = model_->final_norm.get();
-    g.normed_out = h_.get();
-    g.eps = static_cast<float>(c.rms_norm_eps);
-    g.w = model_->lm_head;
-    g.y = logits_.get();
+    SkinnyGemmParams g = normed_linear(mlp_out_.get(), model_->final_norm.get(), model_->lm_head,
+                                       logits_.get(), t, c.vocab);
     g.y_f32 = true;
-    g.m = t;
-    g.n = c.vocab;
-    g.k = c.hidden;
     g.argmax_keys = skinny_head ? argmax_keys_.get() : nullptr;
     g.probe = probe("lm_head");
     launch_skinny_gemm(g, stream_);
@@ -394,6 +384,26 @@ void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, 
   }
 }
 
+SkinnyGemmParams Engine::normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
+                                       const __nv_bfloat16* w, void* y, int64_t t,
+                                       int64_t n) const {
+  SkinnyGemmParams g;
+  g.x = resid();
+  if (add) {
+    g.add = add;
+    g.residual_out = resid_next();
+  }
+  g.norm_weight = norm_weight;
+  g.normed_out = h_.get();
+  g.eps = static_cast<float>(model_->cfg.rms_norm_eps);
+  g.w = w;
+  g.y = y;
+  g.m = t;
+  g.n = n;
+  g.k = model_->cfg.hidden;
+  return g;
+}
+
 void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_residual) {
   const ModelConfig& c = model_->cfg;
   const GpuModel& m = *model_;
@@ -405,20 +415,9 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   // Decode-sized batches: each norm runs inside the GEMM that consumes it.
   const bool fused = skinny_gemm_fits(t, hd);
   if (fused) {
-    SkinnyGemmParams g;
-    g.x = resid();
-    g.w = w.qkv.get();
-    g.y = qkv_.get();
-    g.m = t;
-    g.n = qkv_w;
-    g.k = hd;
-    g.norm_weight = w.input_norm.get();
-    g.normed_out = h_.get();
-    g.eps = eps;
-    if (pending_residual) {  // the previous layer's MLP output joins the residual stream here
-      g.add = mlp_out_.get();
-      g.residual_out = resid_next();
-    }
+    // The previous layer's MLP output (pending_residual) joins the residual stream here.
+    SkinnyGemmParams g = normed_linear(pending_residual ? mlp_out_.get() : nullptr,
+                                       w.input_norm.get(), w.qkv.get(), qkv_.get(), t, qkv_w);
     if (!options_.ablate_linears) {
       g.probe = probe("qkv");
       launch_skinny_gemm(g, s);
@@ -447,18 +446,8 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   const int64_t in = c.intermediate;
   if (fused && !w.moe) {
     // post-attention add + norm, gate_up and SiLU-and-mul in one launch
-    SkinnyGemmParams g;
-    g.x = resid();
-    g.add = attn_out_.get();
-    g.residual_out = resid_next();
-    g.norm_weight = w.post_norm.get();
-    g.normed_out = h_.get();
-    g.eps = eps;
-    g.w = w.gate_up.get();
-    g.y = act_.get();
-    g.m = t;
-    g.n = 2 * in;
-    g.k = hd;
+    SkinnyGemmParams g =
+        normed_linear(attn_out_.get(), w.post_norm.get(), w.gate_up.get(), act_.get(), t, 2 * in);
     g.silu_mul = true;
     if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
     if (!options_.ablate_linears) {

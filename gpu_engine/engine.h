@@ -128,6 +128,11 @@ class Engine {
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
               int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,
               KernelProbe* probe = nullptr);
+  // A decode-sized linear over the residual stream with its RMSNorm fused into the skinny GEMM's
+  // prologue: x = resid(), normalized by norm_weight into h_ (the capture point); with `add`,
+  // the residual add first, its sum into resid_next() (the caller then flips cur_).
+  SkinnyGemmParams normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
+                                 const __nv_bfloat16* w, void* y, int64_t t, int64_t n) const;
   // The probe for the next kernel of a decode-sized forward when kernel_timeline is on (null
   // otherwise), labelled `kernel`.
   KernelProbe* probe(const char* kernel);
