@@ -280,13 +280,13 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, t, tr, l > 0);
-  if (skinny_gemm_fits(t, c.hidden) && !options_.ablate_linears) {
+  if (skinny_head) {
     // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
     // (as each layer's in its qkv GEMM): one dependent launch fewer a step.
     SkinnyGemmParams g = normed_linear(mlp_out_.get(), model_->final_norm.get(), model_->lm_head,
                                        logits_.get(), t, c.vocab);
     g.y_f32 = true;
-    g.argmax_keys = skinny_head ? argmax_keys_.get() : nullptr;
+    g.argmax_keys = argmax_keys_.get();
     g.probe = probe("lm_head");
     launch_skinny_gemm(g, stream_);
     cur_ = 1 - cur_;
@@ -296,9 +296,9 @@ void Engine::run(int64_t t, reference::Trace* tr) {
   } else {
     close_residual(t, tr, model_->final_norm.get(), h_.get());
     capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
-    if (!options_.ablate_linears)
-      linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden,
-             skinny_head ? argmax_keys_.get() : nullptr, probe("lm_head"));
+    if (!options_.ablate_linears)  // (no fused argmax here: skinny_head is false)
+      linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, c.hidden, nullptr,
+             probe("lm_head"));
   }
   capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
   if (skinny_head) {
