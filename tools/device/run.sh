@@ -9,8 +9,9 @@
 #   crosscheck quantization cross-checks against torch / ml_dtypes
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
-#   decode-study  batch-1 decode of the 0.6B/8B shapes: the kernel timeline of a step, and the
-#              step with attention or the linears left out (what each costs inside the graph)
+#   decode-study  batch-1 decode of the 0.6B/8B shapes: the kernel timeline of a step, the
+#              step with attention or the linears left out (what each costs inside the graph),
+#              and bench_dependent_chain (the per-kernel floor of a dependent chain)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these shared hosts (KINDS.md)
 OUT=${OUT:-/tmp/qparity-out}
@@ -92,6 +93,8 @@ if want decode-study; then
     # shellcheck disable=SC2086
     $B --models llama3-8b $common $variant 2>&1 | grep "decode batch"
   done
+  log "decode study: the floor of a chain of dependent kernels, and the skinny GEMM's chain cost"
+  build-device/bench/bench_dependent_chain --grids 128 384 --chain 56
 fi
 if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
