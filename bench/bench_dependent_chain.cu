@@ -175,6 +175,7 @@ int run(const Options& o) {
   QPARITY_CUDA_CHECK(cudaMemset(done, 0, sizeof(unsigned)));
   const auto in = [&](int i) { return buf + (i % 2) * kVector; };
   const auto out = [&](int i) { return buf + ((i + 1) % 2) * kVector; };
+  const int layers = (o.chain + 1) / 2;  // weight sets when each pair of kernels has its own
   std::printf("  %-18s %6s %14s %18s\n", "variant", "blocks", "us / kernel", "x baseline");
   for (const int blocks : o.grids) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
@@ -195,27 +196,24 @@ int run(const Options& o) {
           gpu::launch_pdl("relay_merge", relay_merge_kernel, grid, block, 0, s, in(i), out(i), done,
                           merged);
         }));
-    for (const int sets : {1, (o.chain + 1) / 2}) {
+    for (const int sets : {1, layers}) {
       const size_t per = static_cast<size_t>(blocks) * kThreads * kWeightChunks;
       uint4* w;
       QPARITY_CUDA_CHECK(cudaMalloc(&w, per * sets * sizeof(uint4)));
       QPARITY_CUDA_CHECK(cudaMemset(w, 1, per * sets * sizeof(uint4)));
-      const std::string name = "relay+w+pdl /" + std::to_string(sets);
-      row(name.c_str(), us_per_kernel(o, s, [&](int i) {
-            gpu::launch_pdl("relay_weights", relay_weights_kernel, grid, block, 0, s, in(i), out(i),
-                            w + (i / 2 % sets) * per);
-          }));
-      // The same kernel allowed 160 KiB of dynamic shared memory (the skinny GEMM's attribute),
-      // launched with 4 KiB: does the carveout the driver then picks change the cost?
-      QPARITY_CUDA_CHECK(cudaFuncSetAttribute(
-          relay_weights_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-      const std::string name2 = "relay+w+smem /" + std::to_string(sets);
-      row(name2.c_str(), us_per_kernel(o, s, [&](int i) {
-            gpu::launch_pdl("relay_weights", relay_weights_kernel, grid, block, 4096, s, in(i),
-                            out(i), w + (i / 2 % sets) * per);
-          }));
-      QPARITY_CUDA_CHECK(cudaFuncSetAttribute(
-          relay_weights_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024));
+      // Then the same kernel allowed 160 KiB of dynamic shared memory (the skinny GEMM's
+      // attribute) and launched with 4 KiB: does the carveout the driver then picks matter?
+      for (const size_t smem : {size_t{0}, size_t{4096}}) {
+        QPARITY_CUDA_CHECK(cudaFuncSetAttribute(relay_weights_kernel,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                smem ? 160 * 1024 : 48 * 1024));
+        const std::string name =
+            std::string(smem ? "relay+w+smem /" : "relay+w+pdl /") + std::to_string(sets);
+        row(name.c_str(), us_per_kernel(o, s, [&](int i) {
+              gpu::launch_pdl("relay_weights", relay_weights_kernel, grid, block, smem, s, in(i),
+                              out(i), w + (i / 2 % sets) * per);
+            }));
+      }
       QPARITY_CUDA_CHECK(cudaFree(w));
     }
   }
@@ -247,7 +245,6 @@ int run(const Options& o) {
   };
   const Linear o_proj{1024, 2048, false}, o_proj_t{2048, 1024, false};
   const Linear gate_up{6144, 1024, true}, down{1024, 3072, false};
-  const int layers = (o.chain + 1) / 2;
   pair_chain("attn pair", o_proj, o_proj_t, 1);
   pair_chain("attn pair", o_proj, o_proj_t, layers);
   pair_chain("mlp pair", gate_up, down, 1);
