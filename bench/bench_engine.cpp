@@ -11,8 +11,10 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -23,6 +25,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine.h"
+#include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
@@ -235,13 +238,90 @@ Json timeline_study(gpu::Engine& e, const std::function<void(int64_t)>& step, in
   return {{"span_us", span / per}, {"kernels", rows}};
 }
 
+// Where the decode attention's time goes (--attention-stages, batch 1): `steps` more steps with
+// the per-block stage stamps on (decode_attention.h); for each step's last layer, the min /
+// median / max over the token's blocks of each stage in us from the first block's release,
+// averaged over the steps; and for each head the block that counted last (the one that merges
+// the chunks): when it counted and when it exited.
+void attention_stage_study(const std::function<void(int64_t)>& step, int64_t steps, int64_t heads,
+                           int64_t max_context, int64_t chunk) {
+  const int64_t chunks_max = (max_context + chunk - 1) / chunk;
+  const int S = gpu::kStageSlots;
+  std::vector<double> lo(8), med(8), hi(8);
+  double m_count = 0, m_exit = 0, m_dur = 0, nonm_exit = 0, active = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    gpu::reset_decode_attention_stages();
+    step(k);
+    const std::vector<unsigned long long> st =
+        gpu::read_decode_attention_stages(heads * chunks_max);
+    std::vector<int64_t> blocks;
+    unsigned long long r = ~0ull;
+    for (int64_t b = 0; b < heads * chunks_max; ++b) {
+      const unsigned long long* x = &st[static_cast<size_t>(b * S)];
+      if (x[0] == 0 || b % chunks_max >= static_cast<int64_t>(x[8])) continue;
+      blocks.push_back(b);
+      r = std::min(r, x[2]);
+    }
+    active += static_cast<double>(blocks.size());
+    for (int s2 = 0; s2 < 8; ++s2) {
+      std::vector<double> v;
+      for (const int64_t b : blocks) {
+        const unsigned long long t = st[static_cast<size_t>(b * S + s2)];
+        if (s2 == 6 && t == 0) continue;
+        v.push_back((static_cast<double>(t) - static_cast<double>(r)) * 1e-3);
+      }
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      lo[s2] += v.front();
+      med[s2] += v[v.size() / 2];
+      hi[s2] += v.back();
+    }
+    double me = 0, mc = 0, md = 0, ne = 0;
+    int nn = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t best = -1;
+      for (const int64_t b : blocks)
+        if (b / chunks_max == h && (best < 0 || st[static_cast<size_t>(b * S + 6)] >
+                                                    st[static_cast<size_t>(best * S + 6)]))
+          best = b;
+      if (best < 0) continue;
+      const unsigned long long* x = &st[static_cast<size_t>(best * S)];
+      mc += (static_cast<double>(x[6]) - static_cast<double>(r)) * 1e-3;
+      me += (static_cast<double>(x[7]) - static_cast<double>(r)) * 1e-3;
+      md += (static_cast<double>(x[7]) - static_cast<double>(x[6])) * 1e-3;
+      for (const int64_t b : blocks)
+        if (b / chunks_max == h && b != best) {
+          ne += (static_cast<double>(st[static_cast<size_t>(b * S + 7)]) - static_cast<double>(r)) *
+                1e-3;
+          ++nn;
+        }
+    }
+    m_count += mc / static_cast<double>(heads);
+    m_exit += me / static_cast<double>(heads);
+    m_dur += md / static_cast<double>(heads);
+    nonm_exit += nn ? ne / nn : 0;
+  }
+  const double n = static_cast<double>(steps);
+  const char* names[8] = {"entry",        "before wait",  "released", "q ready",
+                          "softmax done", "warps merged", "counted",  "exit"};
+  std::printf(
+      "attention stages (last layer, us from the first release, mean over %lld steps, "
+      "%.1f active blocks):\n",
+      static_cast<long long>(steps), active / n);
+  for (int s2 = 0; s2 < 8; ++s2)
+    std::printf("  %-14s min %8.2f  median %8.2f  max %8.2f\n", names[s2], lo[s2] / n, med[s2] / n,
+                hi[s2] / n);
+  std::printf("  merging blocks: counted at %.2f, exit at %.2f (merge %.2f); others exit at %.2f\n",
+              m_count / n, m_exit / n, m_dur / n, nonm_exit / n);
+}
+
 struct Options {
   int64_t context = 512, steps = 64, prefill = 2048;
   std::string models = "qwen3-0.6b,llama3-8b", json;
   std::vector<int64_t> batches = {1, 8, 64};
   bool linears = true;
   int64_t attention_chunk = gpu::EngineOptions{}.decode_attention_chunk;
-  bool timeline = false;
+  bool timeline = false, attention_stages = false;
   std::string ablate;  // "", "attention", "linears"
 };
 
@@ -254,6 +334,7 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   eo.max_context = o.context + o.steps + 16;
   eo.decode_attention_chunk = o.attention_chunk;
   eo.kernel_timeline = o.timeline;
+  eo.attention_stages = o.attention_stages;
   eo.ablate_attention = o.ablate == "attention";
   eo.ablate_linears = o.ablate == "linears";
   const bool ablated = !o.ablate.empty();
@@ -324,7 +405,18 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
               << " ms/step, weights+KV " << bytes / secs / 1e9
               << " GB/s = " << 100 * bytes / secs / bw << " % of copy bandwidth (greedy sampling "
               << sampling_secs / static_cast<double>(o.steps) * 1e3 << " ms/step of it)\n";
+    {  // the last step's graph replayed back to back: a step without the host's per-step work
+      e.replay_graph(batch, 8);
+      const auto t2 = std::chrono::steady_clock::now();
+      e.replay_graph(batch, o.steps);
+      const double rs = seconds(t2) / static_cast<double>(o.steps);
+      decode.back()["replayed_ms_per_step"] = rs * 1e3;
+      std::cout << name << " decode batch " << batch << ": the step's graph replayed back to back "
+                << rs * 1e3 << " ms/step (" << static_cast<double>(batch) / rs << " tokens/s)\n";
+    }
     if (o.timeline) decode.back()["timeline"] = timeline_study(e, step, o.steps, name, batch);
+    if (o.attention_stages && batch == 1)
+      attention_stage_study(step, o.steps, cfg.num_heads, eo.max_context, o.attention_chunk);
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
   }
@@ -372,6 +464,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-linears", o.linears, "skip the per-linear skinny vs cuBLASLt comparison");
   app.add_option("--attention-chunk", o.attention_chunk, "decode attention: keys per block")
       ->capture_default_str();
+  app.add_flag("--attention-stages", o.attention_stages,
+               "decode batch 1: stamp the decode attention's stages per block (decode_attention.h) "
+               "and print, for each step's last layer, when its blocks reach each stage");
   app.add_flag("--timeline", o.timeline,
                "decode: stamp the main kernels (kernel_probe.h) and print where a step's time goes "
                "(the timed steps then carry the probes' small cost)");

@@ -261,6 +261,16 @@ void Engine::forward_graph(const Batch& b) {
   check_moe_ids();
 }
 
+void Engine::replay_graph(int64_t t, int64_t times) {
+  const auto it = graphs_.find(2 * t);  // (decode graphs: no tiled attention, forward_graph's key)
+  if (it == graphs_.end())
+    throw Error("engine", "replay_graph: no decode graph of batch size " + std::to_string(t) +
+                              " was captured (forward_graph runs one first)");
+  for (int64_t i = 0; i < times; ++i)
+    QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void Engine::run(int64_t t, reference::Trace* tr) {
   const ModelConfig& c = model_->cfg;
   // Decode-sized: the greedy argmax fused into the lm_head GEMM, its keys copied to the host by
@@ -511,6 +521,7 @@ void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
     da.chunk = attn_chunk_, da.max_chunks = attn_max_chunks_;
     da.partial_acc = attn_partial_acc_.get(), da.partial_ml = attn_partial_ml_.get();
     da.chunks_done = attn_chunks_done_.get();
+    if (options_.attention_stages) da.stages = decode_attention_stage_buffer();
     if (!options_.ablate_attention) {
       da.probe = probe("attention");
       launch_decode_attention(da, s);

@@ -55,6 +55,9 @@ struct EngineOptions {
   // Decode-sized forwards stamp their main kernels' start, wait release and end (kernel_probe.h),
   // read back by timeline(): where a step's time goes inside its CUDA graph.
   bool kernel_timeline = false;
+  // Decode-sized forwards stamp the decode attention's stages per block (decode_attention.h);
+  // the last layer's are read with read_decode_attention_stages().
+  bool attention_stages = false;
 };
 
 // One probed kernel of a decode-sized forward, times in microseconds from the forward's first
@@ -93,6 +96,11 @@ class Engine {
   // up to kSkinnyMaxM tokens (experts grouped on the device); larger batches route through the
   // host and run eagerly. Same results as forward().
   void forward_graph(const Batch& b);
+  // Replays the graph forward_graph() captured for batch size t, `times` times back to back with
+  // no host work between (the same inputs: each replay recomputes the last step of that size, bit
+  // for bit), then synchronizes. What a step costs on the device alone (bench_engine); throws if
+  // no graph of that size was captured.
+  void replay_graph(int64_t t, int64_t times);
 
   // One decoder layer on given inputs (input [T, H] row-major, e.g. a golden's embed or
   // layers.<i-1>.residual rows): captures that layer's points, its residual output included.

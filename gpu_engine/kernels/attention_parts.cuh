@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "gpu_engine/kernels/kernel_probe.h"
+
 namespace qparity::gpu {
 
 // The launchers' dispatch to a kernel instantiated per head_dim / 32 (kPerLane, 1..8; head_dim is
@@ -153,7 +155,8 @@ __device__ __forceinline__ void finish_chunk(const float (&sm)[kWarps], const fl
                                              int64_t th, int64_t c, int64_t chunks,
                                              int64_t max_chunks, int64_t d, float* partial_acc,
                                              float* partial_ml, uint32_t* chunks_done,
-                                             __nv_bfloat16* op) {
+                                             __nv_bfloat16* op,
+                                             unsigned long long* stamp_count = nullptr) {
   __shared__ bool merge_chunks;
   float* pacc = chunks == 1 ? nullptr : partial_acc + (th * max_chunks + c) * d;
   for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
@@ -176,6 +179,7 @@ __device__ __forceinline__ void finish_chunk(const float (&sm)[kWarps], const fl
     const uint32_t done = count.fetch_add(1u, cuda::memory_order_acq_rel);
     merge_chunks = done == static_cast<uint32_t>(chunks - 1);
     if (merge_chunks) count.store(0u, cuda::memory_order_relaxed);  // ready for the next launch
+    if (stamp_count) *stamp_count = probe_now();  // decode_attention's stage stamps
   }
   __syncthreads();
   if (!merge_chunks) return;

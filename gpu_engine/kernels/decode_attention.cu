@@ -1,3 +1,6 @@
+#include <climits>
+
+#include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/attention_parts.cuh"
 #include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/launch_check.h"
@@ -11,9 +14,10 @@ namespace {
 constexpr int kWarps = 8;  // warps per (token, head, chunk) block
 constexpr int kKeys = 8;   // keys per warp step, all their K and V loads in flight at once
 constexpr int kStep = kWarps * kKeys;
-constexpr int kMaxTable = 1024;  // block-table entries of one chunk (staged in shared memory)
-static_assert(kMaxTable % (kWarps * 32) == 0, "the table is staged kMaxTable / threads a thread");
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
+// Each warp reads its keys' table entries straight from global memory: no shared-memory table
+// bounds the chunk / block_size ratio.
+constexpr int64_t kNoTableLimit = int64_t{1} << 40;
 
 // Lane l holds elements l*kPerLane .. l*kPerLane+kPerLane-1 of a head. RoPE pairs element e with
 // e + head_dim/2, held by lane l ^ 16 in the same slot (head_dim/2 / kPerLane = 16).
@@ -68,54 +72,74 @@ __device__ __forceinline__ void store_row(__nv_bfloat16* dst, const PackedRow<kP
     dst[j] = row.bf16_at(j);
 }
 
-template <int kPerLane>
+// The stage stamps of the last stamped launch, token 0's blocks (h * max_chunks + c), see
+// decode_attention.h.
+constexpr int kMaxStageBlocks = 8192;
+__device__ unsigned long long g_stages[kMaxStageBlocks * kStageSlots];
+
+// kStamp: the stage-stamping instantiation (DecodeAttentionParams::stages), so the plain one
+// carries no trace of it.
+template <int kPerLane, bool kStamp>
 __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(DecodeAttentionParams p) {
+  unsigned long long st[kStamp ? kStageSlots : 1];
+  const bool stamp = kStamp && threadIdx.x == 0;
+  const auto stage = [&](int slot) {
+    if constexpr (kStamp)
+      if (stamp) st[slot] = probe_now();
+  };
+  stage(0);
   probe_entry(p.probe);
   pdl_launch_dependents();
   const int64_t i = blockIdx.x, h = blockIdx.y, c = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t d = p.head_dim, nq = p.num_heads, nkv = p.num_kv_heads;
   const int64_t group = nq / nkv, kv_h = h / group;
-  // Before the wait: only the batch's positions, the block table, weights and cached keys. The
-  // chain up to the cached keys' requests is one round trip (positions, table entries and the
-  // batch's tokens together; with token_table the entries need neither the sequence nor the
-  // position), then the requests; the RoPE angles and norm weights follow while they fly. A
-  // block made resident only near the release (all of them do not fit beside the qkv GEMM's) has
-  // its keys that much sooner.
-  __shared__ int32_t table[kMaxTable];
-  __shared__ int32_t batch_seq[kDecodeAttentionMaxTokens], batch_pos[kDecodeAttentionMaxTokens];
+  // Before the wait: only the batch's positions, the block table, weights and cached keys, and
+  // no barrier: every warp issues its own loads as soon as its own addresses are known. The chain
+  // up to the cached keys' requests is one round trip (this token's position, the batch's tokens,
+  // the table entries of the warp's keys, all independent with token_table), then the requests;
+  // the RoPE angles (each lane its own frequencies) are computed while they fly.
   const int32_t bs = static_cast<int32_t>(p.block_size);
-  // Every entry a chunk can touch (a bound that needs neither the position nor, with
-  // token_table, the sequence).
-  const int64_t begin = c * p.chunk;
-  const int64_t first_block = begin / bs;
-  const int64_t blocks = min(p.chunk / bs + 2, p.max_blocks_per_seq - first_block);
+  const int32_t chunk = static_cast<int32_t>(p.chunk);
+  const int32_t mbps = static_cast<int32_t>(p.max_blocks_per_seq);
+  const int32_t begin = static_cast<int32_t>(c) * chunk;
+  const int ntok = static_cast<int>(p.tokens);
+  const int32_t last = p.positions[i];
   const int32_t s = p.seq[i];
-  const int64_t last = p.positions[i];
+  // Lane j < ntok holds batch token j's sequence and position (a key this launch writes is read
+  // from its token's qkv row, never from the cache).
+  const int32_t tseq = lane < ntok ? p.seq[lane] : -1;
+  const int32_t tpos = lane < ntok ? p.positions[lane] : 0;
   const int32_t* row = p.token_table ? p.token_table + i * p.max_blocks_per_seq
-                                     : p.block_table + s * p.max_blocks_per_seq;
-  // All loads first, then the stores: a store waits for its load, and the next loads would wait
-  // behind it.
-  constexpr int kTablePerThread = kMaxTable / (kWarps * 32);
-  int32_t entry[kTablePerThread];
+                                     : p.block_table + static_cast<int64_t>(s) * mbps;
+  // The table entries of a step's keys [base, base + kKeys), entry u for key base + u (a bound
+  // that needs neither the position nor, with token_table, the sequence).
+  int32_t ent[kKeys], off[kKeys];  // the key's cache block and its slot in the block
+  const auto load_entries = [&](int32_t base) {
+    int32_t kb = base / bs, r = base - kb * bs;
 #pragma unroll
-  for (int r = 0; r < kTablePerThread; ++r) {
-    const int64_t j = threadIdx.x + r * kWarps * 32;
-    entry[r] = j < blocks ? row[first_block + j] : 0;
+    for (int u = 0; u < kKeys; ++u) {
+      ent[u] = kb < mbps ? row[kb] : 0;
+      off[u] = r;
+      if (++r == bs) ++kb, r = 0;
+    }
+  };
+  int32_t base = begin + warp * kKeys;
+  load_entries(base);
+  const bool norm = p.q_norm != nullptr;
+  PackedRow<kPerLane> qw_raw, kw_raw;  // converted where used, after the wait
+  double inv_freq[kPerLane];
+  if (norm) {
+    qw_raw.load(p.q_norm + lane * kPerLane);
+    kw_raw.load(p.k_norm + lane * kPerLane);
+  } else {
+    qw_raw.zero();
+    kw_raw.zero();
   }
-  const bool holds_token = threadIdx.x < p.tokens;
-  const int32_t token_seq = holds_token ? p.seq[threadIdx.x] : 0;
-  const int32_t token_pos = holds_token ? p.positions[threadIdx.x] : 0;
 #pragma unroll
-  for (int r = 0; r < kTablePerThread; ++r) {
-    const int64_t j = threadIdx.x + r * kWarps * 32;
-    if (j < blocks) table[j] = entry[r];
-  }
-  if (holds_token) {
-    batch_seq[threadIdx.x] = token_seq;
-    batch_pos[threadIdx.x] = token_pos;
-  }
-  const int64_t chunks = last / p.chunk + 1;
+  for (int j = 0; j < kPerLane; ++j)
+    inv_freq[j] = p.inv_freq[(lane & 15) * kPerLane + j];
+  const int32_t chunks = last / chunk + 1;
   __nv_bfloat16* op = p.out + i * p.out_stride + h * d;
   if (chunks > p.max_chunks) {  // keys beyond the last chunk: refuse loudly, never drop them
     pdl_wait();
@@ -124,36 +148,34 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
         op[e] = __float2bfloat16_rn(NAN);
     return;
   }
-  if (c >= chunks) return;  // writes nothing: no need to wait
-  __syncthreads();  // (block-uniform: every thread of a block takes the same branches above)
-  const int64_t end = last + 1 < begin + p.chunk ? last + 1 : begin + p.chunk;  // [begin, end)
-  const int ntok = static_cast<int>(p.tokens);
-  // The batch token holding position `key` of this sequence, or -1 (the key is cached).
-  const auto batch_token = [&](int64_t key) {
-    for (int j = 0; j < ntok; ++j)
-      if (batch_seq[j] == s && batch_pos[j] == key) return j;
-    return -1;
+  if (c >= chunks) return;                           // writes nothing: no need to wait
+  const int32_t end = min(last + 1, begin + chunk);  // keys [begin, end)
+  // Keys below first_new are all cached; at or above it a key may be a batch token's.
+  const int32_t first_new = __reduce_min_sync(0xffffffffu, tseq == s ? tpos : INT_MAX);
+  // The batch token holding position `key` of this sequence, or -1 (warp-uniform).
+  const auto batch_token = [&](int32_t key) {
+    if (key < first_new) return -1;
+    const unsigned hit = __ballot_sync(0xffffffffu, tseq == s && tpos == key);
+    return hit ? __ffs(hit) - 1 : -1;
   };
-  const auto cache_at = [&](int64_t key) {
-    const int32_t kb = static_cast<int32_t>(key) / bs;
-    return ((static_cast<int64_t>(table[kb - first_block]) * bs +
-             (static_cast<int32_t>(key) - kb * bs)) *
-                nkv +
-            kv_h) *
-           d;
+  // The offset of key u's row of this KV head in the caches.
+  const auto cache_at = [&](int u) {
+    return ((static_cast<int64_t>(ent[u]) * bs + off[u]) * nkv + kv_h) * d;
   };
   PackedRow<kPerLane> kv[kKeys], vv[kKeys];
   int src[kKeys];  // per key of the current step: the batch token holding it, or -1
 #pragma unroll
   for (int u = 0; u < kKeys; ++u)
-    src[u] = -1;  // a warp whose first step is past the chunk's end has no keys at all
-  const auto load_cached = [&](int64_t base) {
+    src[u] = -1;        // a warp whose first step is past the chunk's end has no keys at all
+  int64_t own_at = -1;  // the cache offset of token i's own key, when this step holds it
+  const auto load_cached = [&](int32_t base) {
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
-      const int64_t key = base + u;
+      const int32_t key = base + u;
       src[u] = key < end ? batch_token(key) : -1;
+      if (src[u] == i) own_at = cache_at(u);
       if (key < end && src[u] < 0) {
-        const int64_t o = cache_at(key) + lane * kPerLane;
+        const int64_t o = cache_at(u) + lane * kPerLane;
         kv[u].load(p.k_cache + o);
         vv[u].load(p.v_cache + o);
       } else {
@@ -162,29 +184,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
       }
     }
   };
-  int64_t base = begin + static_cast<int64_t>(warp) * kKeys;
   if (base < end) load_cached(base);  // the first step's cached keys stream during the wait
-  // RoPE at the token's own position (its q and its own key), one angle per frequency, shared
-  // by the block's warps.
-  __shared__ double rope_c[kMaxPerLane * 16], rope_s[kMaxPerLane * 16];
-  for (int64_t f = threadIdx.x; f < d / 2; f += blockDim.x) {
+  // RoPE at the token's own position (its q and its own key): each lane its own frequencies,
+  // kept in the warp's own shared-memory slots across the wait (registers are the scarce part).
+  __shared__ double rope_cs[kWarps][2][kPerLane * 16];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
     double sn, cs;
-    sincos(static_cast<double>(last) * p.inv_freq[f], &sn, &cs);
-    rope_c[f] = cs * p.rope_scaling;
-    rope_s[f] = sn * p.rope_scaling;
+    sincos(static_cast<double>(last) * inv_freq[j], &sn, &cs);
+    rope_cs[warp][0][(lane & 15) * kPerLane + j] = cs * p.rope_scaling;
+    rope_cs[warp][1][(lane & 15) * kPerLane + j] = sn * p.rope_scaling;
   }
-  const bool norm = p.q_norm != nullptr;
-  PackedRow<kPerLane> qw_raw, kw_raw;  // converted where used, after the wait
-  if (norm) {
-    qw_raw.load(p.q_norm + lane * kPerLane);
-    kw_raw.load(p.k_norm + lane * kPerLane);
-  } else {
-    qw_raw.zero();
-    kw_raw.zero();
-  }
-  __syncthreads();
-
+  __syncwarp();
+  stage(1);
   pdl_wait();
+  stage(2);
   probe_release(p.probe);
   // The rows this forward wrote: q, and the first step's batch keys, loaded together.
   const __nv_bfloat16* row_i = p.qkv + i * p.qkv_stride;
@@ -198,18 +212,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     }
   };
   load_new();
+  HeadRope<kPerLane> rope;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    rope.c[j] = rope_cs[warp][0][(lane & 15) * kPerLane + j];
+    rope.s[j] = rope_cs[warp][1][(lane & 15) * kPerLane + j];
+  }
   float qw[kPerLane], kw[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     qw[j] = qw_raw.at(j);
     kw[j] = kw_raw.at(j);
-  }
-  HeadRope<kPerLane> rope;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int f = (lane & 15) * kPerLane + j;
-    rope.c[j] = rope_c[f];
-    rope.s[j] = rope_s[f];
   }
   float q[kPerLane];
   {
@@ -225,58 +238,108 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
       if (p.rope_out) store_row(p.rope_out + at, roped);
     }
   }
+  stage(3);
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
     acc[j] = 0.f;
   for (bool first = true; base < end; base += kStep, first = false) {
     if (!first) {
+      load_entries(base);
       load_cached(base);
       load_new();
     }
     // Keys this batch holds: computed from their token's qkv row (warp-uniform: src depends on
-    // the key only). The token's own key is also written to the cache, by one block.
+    // the key only). The token's own key is also written to the cache, by one block. Most warps
+    // hold none: one branch skips the whole unrolled block, whose code (eight keys' norm and
+    // RoPE) would otherwise be fetched, cold, on the path after the release.
+    bool any_new = false;
 #pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const int j = src[u];
-      if (j < 0) continue;
-      HeadRope<kPerLane> rj;
-      if (batch_pos[j] == last)
-        rj = rope;
-      else  // another token of this sequence in the batch (a short prefill): its own angles
-        rj.angles(batch_pos[j], p.inv_freq, p.rope_scaling, lane);
-      PackedRow<kPerLane> normed = kv[u];  // the raw k slice load_new fetched
-      norm_rope(kw, norm, p.eps, d, rj, lane, normed, kv[u]);
-      if (j == i && h == kv_h * group) {  // token i's own K/V: into the cache, and its captures
-        const int64_t o = cache_at(base + u) + lane * kPerLane;
-        store_row(p.k_cache + o, kv[u]);
-        store_row(p.v_cache + o, vv[u]);
-        const int64_t at = i * (nq + nkv) * d + (nq + kv_h) * d + lane * kPerLane;
-        if (p.normed_out) store_row(p.normed_out + at, normed);
-        if (p.rope_out) store_row(p.rope_out + at, kv[u]);
+    for (int u = 0; u < kKeys; ++u)
+      any_new |= src[u] >= 0;
+    if (any_new) {
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        const int j = src[u];
+        if (j < 0) continue;
+        HeadRope<kPerLane> rj;
+        const int32_t pos_j = __shfl_sync(0xffffffffu, tpos, j);
+        if (pos_j == last)
+          rj = rope;
+        else  // another token of this sequence in the batch (a short prefill): its own angles
+          rj.angles(pos_j, p.inv_freq, p.rope_scaling, lane);
+        PackedRow<kPerLane> normed = kv[u];  // the raw k slice load_new fetched
+        norm_rope(kw, norm, p.eps, d, rj, lane, normed, kv[u]);
+        if (j == i && h == kv_h * group) {  // token i's own K/V: into the cache, and its captures
+          const int64_t o = own_at + lane * kPerLane;
+          store_row(p.k_cache + o, kv[u]);
+          store_row(p.v_cache + o, vv[u]);
+          const int64_t at = i * (nq + nkv) * d + (nq + kv_h) * d + lane * kPerLane;
+          if (p.normed_out) store_row(p.normed_out + at, normed);
+          if (p.rope_out) store_row(p.rope_out + at, kv[u]);
+        }
       }
     }
     online_softmax_step(q, kv, vv, base, end, m, l, acc);
   }
+  stage(4);
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];
   float mm, ll;
   gather_warp_states(m, l, acc, warp, lane, sm, sl, sacc, mm, ll);
+  stage(5);
+  unsigned long long* counted = nullptr;
+  if constexpr (kStamp) {
+    st[6] = 0;
+    counted = stamp ? &st[6] : nullptr;
+  }
   finish_chunk(sm, sl, sacc, mm, ll, i * nq + h, c, chunks, p.max_chunks, d, p.partial_acc,
-               p.partial_ml, p.chunks_done, op);
+               p.partial_ml, p.chunks_done, op, counted);
+  stage(7);
   probe_exit(p.probe);
+  if constexpr (kStamp) {
+    if (stamp && i == 0 && h * p.max_chunks + c < kMaxStageBlocks) {
+      st[8] = static_cast<unsigned long long>(chunks);
+      for (int s2 = 0; s2 < kStageSlots; ++s2)
+        p.stages[(h * p.max_chunks + c) * kStageSlots + s2] = st[s2];
+    }
+  }
 }
 
 template <int kPerLane>
 void launch_per_lane(const DecodeAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));
-  launch_pdl("decode_attention", decode_attention_kernel<kPerLane>, grid, dim3(kWarps * 32), 0,
-             stream, p);
+  if (p.stages)
+    launch_pdl("decode_attention", decode_attention_kernel<kPerLane, true>, grid, dim3(kWarps * 32),
+               0, stream, p);
+  else
+    launch_pdl("decode_attention", decode_attention_kernel<kPerLane, false>, grid,
+               dim3(kWarps * 32), 0, stream, p);
 }
 
 }  // namespace
+
+unsigned long long* decode_attention_stage_buffer() {
+  void* a = nullptr;
+  QPARITY_CUDA_CHECK(cudaGetSymbolAddress(&a, g_stages));
+  return static_cast<unsigned long long*>(a);
+}
+
+void reset_decode_attention_stages() {
+  QPARITY_CUDA_CHECK(cudaMemset(decode_attention_stage_buffer(), 0, sizeof(g_stages)));
+}
+
+std::vector<unsigned long long> read_decode_attention_stages(int64_t blocks) {
+  require(
+      blocks >= 0 && blocks <= kMaxStageBlocks, "decode_attention stages",
+      "blocks " + std::to_string(blocks) + " outside [0, " + std::to_string(kMaxStageBlocks) + "]");
+  std::vector<unsigned long long> out(static_cast<size_t>(blocks * kStageSlots));
+  QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+  QPARITY_CUDA_CHECK(cudaMemcpyFromSymbol(out.data(), g_stages, out.size() * 8));
+  return out;
+}
 
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   constexpr const char* k = "decode_attention";
@@ -296,8 +359,10 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream
   require(aligned(p.qkv, 16) && p.qkv_stride % 8 == 0, k,
           "qkv must be 16-byte aligned with a stride that keeps rows aligned");
   require(p.eps >= 0, k, "eps must be >= 0");
-  require_attention_chunks(k, p.chunk, kStep, p.block_size, kMaxTable, p.max_chunks, p.partial_acc,
-                           p.partial_ml, p.chunks_done);
+  require_attention_chunks(k, p.chunk, kStep, p.block_size, kNoTableLimit, p.max_chunks,
+                           p.partial_acc, p.partial_ml, p.chunks_done);
+  require(p.chunk * p.max_chunks <= INT32_MAX && p.max_blocks_per_seq * p.block_size <= INT32_MAX,
+          k, "key positions (chunk * max_chunks, max_blocks_per_seq * block_size) must fit int32");
   if (p.tokens == 0) return;
   with_per_lane(p.head_dim, [&]<int kPerLane>() { launch_per_lane<kPerLane>(p, stream); });
 }

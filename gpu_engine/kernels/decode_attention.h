@@ -5,10 +5,13 @@
 //
 // Why: at batch 1 the pair costs ~15 us per layer inside a CUDA graph (bench_engine --ablate
 // attention on an H100), almost all of it latency: a kernel boundary, then a chain of dependent
-// reads (positions, block table, keys) after the wait. Here, before pdl_wait() (pdl.h), a block
-// reads the batch's positions and its block-table entries, computes its RoPE angles and loads
-// its keys' K and V - every cached key was written by an earlier forward, never by this one.
-// After the wait it only reads the token's own q/k/v row, which the qkv GEMM just wrote.
+// reads (positions, block table, keys) after the wait. Here, before pdl_wait() (pdl.h), each warp
+// reads the batch's positions and its own keys' block-table entries, requests its keys' K and V,
+// and computes its RoPE angles - every cached key was written by an earlier forward, never by
+// this one - with no block barrier on the way (measured with the stage stamps below, 0.6B at ~600
+// positions on an H100: the shared-memory table and barriers this replaced made the median block
+// reach its wait 1.3 us after the release; now it is there 0.1-0.5 us before). After the wait a
+// block only reads the token's own q/k/v row, which the qkv GEMM just wrote.
 //
 // Semantics (the same function as attention_prologue.h followed by paged_attention.h):
 //   q, k: Qwen3's per-head RMSNorm (q_norm / k_norm; skipped when null), fp32, rounded to bf16;
@@ -36,6 +39,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "gpu_engine/kernels/kernel_probe.h"
 
@@ -78,7 +82,21 @@ struct DecodeAttentionParams {
   float* partial_ml = nullptr;
   uint32_t* chunks_done = nullptr;  // zero; each launch leaves it zero
   KernelProbe* probe = nullptr;     // optional timeline stamps (kernel_probe.h)
+  // Optional (a diagnostic): decode_attention_stage_buffer(), to stamp where each block's time
+  // goes; a separate instantiation of the kernel, so the plain one carries none of it.
+  unsigned long long* stages = nullptr;
 };
+
+// Stage stamps (%globaltimer, ns) of token 0's blocks, kStageSlots a block at block index
+// h * max_chunks + c, as the last stamped launch left them: 0 entry, 1 before the PDL wait,
+// 2 released, 3 q normalized and rotated, 4 the softmax over its keys done, 5 the block's warps
+// merged, 6 counted on the chunk counter (0 for a one-chunk token), 7 exit (after the merge for
+// the token's last block), 8 the token's chunk count. Blocks past the token's chunks stamp
+// nothing. Reset before a launch to tell stale blocks apart.
+constexpr int kStageSlots = 9;
+unsigned long long* decode_attention_stage_buffer();
+void reset_decode_attention_stages();
+std::vector<unsigned long long> read_decode_attention_stages(int64_t blocks);
 
 // head_dim a multiple of 32 in [32, 256]; at most kDecodeAttentionMaxTokens tokens.
 void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);

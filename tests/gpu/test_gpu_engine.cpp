@@ -20,6 +20,7 @@
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/sampling.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_test.h"
@@ -310,31 +311,50 @@ TEST_F(GpuEngine, DecodeIsReproducibleAndFusedArgmaxMatchesTheKernel) {
 // The kernel timeline of a graph decode step: the probed kernels in launch order (embedding;
 // per layer qkv, attention, o_proj, gate_up, down; lm_head with the final norm in its prologue),
 // each stamped start <= release <= end, each released only after the kernel before it ended (what
-// pdl_wait promises); and probing changes no logit.
+// pdl_wait promises); the decode attention's stage stamps in stage order for every block of the
+// token's chunks; neither changes a logit, and a graph replayed back to back recomputes the same
+// step bit for bit.
 TEST_F(GpuEngine, KernelTimelineFollowsTheLaunchOrderAndChangesNothing) {
   const fs::path dir = fixture("qwen3", fixtures::FixtureSize::kTiny);
   const ModelConfig cfg = load_model_config(dir / "config.json");
   std::vector<std::vector<float>> logits;
   std::vector<gpu::TimelineEntry> tl;
-  for (const bool probed : {false, true}) {
+  std::vector<unsigned long long> stages;
+  const int32_t pre_len = 130, last = pre_len + 2;  // three 64-key chunks at the last step
+  int64_t max_chunks = 0, chunk = 0;
+  for (const int mode : {0, 1, 2}) {  // plain, kernel timeline, attention stages
+    SCOPED_TRACE("mode " + std::to_string(mode));
     gpu::EngineOptions o;
-    o.max_tokens = 64, o.max_seqs = 2, o.max_context = 64, o.kernel_timeline = probed;
+    o.max_tokens = 256, o.max_seqs = 2, o.max_context = 256;
+    o.kernel_timeline = mode == 1, o.attention_stages = mode == 2;
+    chunk = o.decode_attention_chunk;
+    max_chunks = (o.max_context + chunk - 1) / chunk;
     gpu::Engine e(gpu::load_gpu_model(dir, nullptr), o);
     gpu::Batch pre;
-    for (int32_t i = 0; i < 10; ++i)
-      pre.tokens.push_back(3 * i + 1), pre.slots.push_back(0), pre.positions.push_back(i);
+    for (int32_t i = 0; i < pre_len; ++i)
+      pre.tokens.push_back(3 * i % 97 + 1), pre.slots.push_back(0), pre.positions.push_back(i);
     e.forward(pre);
     EXPECT_TRUE(e.timeline().empty()) << "a prefill-sized forward is not probed";
-    for (int32_t i = 10; i < 13; ++i) {
+    for (int32_t i = pre_len; i <= last; ++i) {
       gpu::Batch b;
-      b.tokens = {5 + i}, b.slots = {0}, b.positions = {i};
+      b.tokens = {5 + i % 50}, b.slots = {0}, b.positions = {i};
+      if (mode == 2 && i == last) gpu::reset_decode_attention_stages();
       e.forward_graph(b);
     }
     logits.push_back(e.logits_host(1));
-    if (probed) tl = e.timeline();
+    if (mode == 1) tl = e.timeline();
+    if (mode == 2) stages = gpu::read_decode_attention_stages(cfg.num_heads * max_chunks);
+    if (mode == 0) {
+      e.replay_graph(1, 2);
+      const std::vector<float> again = e.logits_host(1);
+      ASSERT_EQ(std::memcmp(again.data(), logits[0].data(), again.size() * 4), 0)
+          << "the replayed step gave other logits";
+    }
   }
   ASSERT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0)
       << "probing changed the logits";
+  ASSERT_EQ(std::memcmp(logits[0].data(), logits[2].data(), logits[0].size() * 4), 0)
+      << "stage stamps changed the logits";
   std::vector<std::string> want = {"embedding"};
   for (int64_t l = 0; l < cfg.num_layers; ++l)
     for (const char* k : {"qkv", "attention", "o_proj", "gate_up", "down"})
@@ -352,6 +372,23 @@ TEST_F(GpuEngine, KernelTimelineFollowsTheLaunchOrderAndChangesNothing) {
       EXPECT_GE(tl[i].release_us, tl[i - 1].end_us) << "released before its predecessor ended";
     }
   }
+  // Stage stamps: blocks of the token's chunks stamped in order, the others untouched.
+  const int64_t chunks = last / chunk + 1;
+  ASSERT_EQ(chunks, 3);
+  const int S = gpu::kStageSlots;
+  for (int64_t h = 0; h < cfg.num_heads; ++h)
+    for (int64_t c = 0; c < max_chunks; ++c) {
+      SCOPED_TRACE("head " + std::to_string(h) + " chunk " + std::to_string(c));
+      const unsigned long long* x = &stages[static_cast<size_t>((h * max_chunks + c) * S)];
+      if (c >= chunks) {
+        EXPECT_EQ(x[0], 0u) << "a block past the token's chunks stamped";
+        continue;
+      }
+      EXPECT_EQ(x[8], static_cast<unsigned long long>(chunks));
+      EXPECT_NE(x[6], 0u) << "every block of a three-chunk token counts itself";
+      for (int s2 = 1; s2 < 8; ++s2)
+        EXPECT_LE(x[s2 - 1], x[s2]) << "stage " << s2;
+    }
 }
 
 // NaN router logits never turn into a silently wrong forward: the router's -1 ids refuse it,

@@ -9,8 +9,9 @@
 #   crosscheck quantization cross-checks against torch / ml_dtypes
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
-#   decode-study  batch-1 decode of the 0.6B/8B shapes: the kernel timeline of a step, the
-#              step with attention or the linears left out (what each costs inside the graph),
+#   decode-study  batch-1 decode of the 0.6B/8B shapes: the kernel timeline of a step and the
+#              decode attention's per-block stages, the step with attention or the linears left
+#              out (what each costs inside the graph),
 #              and bench_dependent_chain (the per-kernel floor of a dependent chain)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these shared hosts (KINDS.md)
@@ -85,7 +86,7 @@ if want decode-study; then
   log "decode study: timeline, ablations (batch 1, 128 steps after 512 tokens)"
   B=build-device/bench/bench_engine
   common="--no-linears --batches 1 --steps 128 --prefill 512"
-  for variant in "" "--timeline" "--ablate attention" "--ablate linears"; do
+  for variant in "" "--timeline --attention-stages" "--ablate attention" "--ablate linears"; do
     # shellcheck disable=SC2086
     $B --models qwen3-0.6b $common $variant 2>&1 | grep -v -E "^device|prefill"
   done
