@@ -250,25 +250,22 @@ int run(const Options& o) {
   }
   {
     const dim3 grid(128), block(kThreads);
-    const auto code_row = [&](const char* name, auto k0, auto k1, auto k2, auto k3) {
-      void (*kernels[4])(const float*, float*) = {k0, k1, k2, k3};
-      const double us = us_per_kernel(o, s, [&](int i) {
-        gpu::launch_pdl("relay_code", kernels[i % 4], grid, block, 0, s, in(i), out(i));
-      });
-      std::printf("  %-18s %6d %14.3f %18s\n", name, 128, us, "-");
+    // One row a copy count: kernel i of the chain is copy i % n of the code.
+    const auto code_rows = [&]<int kInstr>(const char* size) {
+      using Kernel = void (*)(const float*, float*);
+      const Kernel copies[4] = {relay_code_kernel<0, kInstr>, relay_code_kernel<1, kInstr>,
+                                relay_code_kernel<2, kInstr>, relay_code_kernel<3, kInstr>};
+      for (const int n : {1, 4}) {
+        const double us = us_per_kernel(o, s, [&](int i) {
+          gpu::launch_pdl("relay_code", copies[i % n], grid, block, 0, s, in(i), out(i));
+        });
+        const std::string name = std::string("code ") + size + " x" + std::to_string(n);
+        std::printf("  %-18s %6d %14.3f %18s\n", name.c_str(), 128, us, "-");
+      }
     };
-    code_row("code 8K x1", relay_code_kernel<0, 512>, relay_code_kernel<0, 512>,
-             relay_code_kernel<0, 512>, relay_code_kernel<0, 512>);
-    code_row("code 8K x4", relay_code_kernel<0, 512>, relay_code_kernel<1, 512>,
-             relay_code_kernel<2, 512>, relay_code_kernel<3, 512>);
-    code_row("code 32K x1", relay_code_kernel<0, 2048>, relay_code_kernel<0, 2048>,
-             relay_code_kernel<0, 2048>, relay_code_kernel<0, 2048>);
-    code_row("code 32K x4", relay_code_kernel<0, 2048>, relay_code_kernel<1, 2048>,
-             relay_code_kernel<2, 2048>, relay_code_kernel<3, 2048>);
-    code_row("code 128K x1", relay_code_kernel<0, 8192>, relay_code_kernel<0, 8192>,
-             relay_code_kernel<0, 8192>, relay_code_kernel<0, 8192>);
-    code_row("code 128K x4", relay_code_kernel<0, 8192>, relay_code_kernel<1, 8192>,
-             relay_code_kernel<2, 8192>, relay_code_kernel<3, 8192>);
+    code_rows.template operator()<512>("8K");
+    code_rows.template operator()<2048>("32K");
+    code_rows.template operator()<8192>("128K");
   }
   // The skinny GEMM chains: (n, k, silu) of the pair's two kernels; activations alternate
   // between two buffers of the widest width.
