@@ -206,26 +206,52 @@ TEST_F(ReferenceModels, FusedAndSplitCheckpointsGiveIdenticalLogits) {
   }
 }
 
-TEST_F(ReferenceModels, LogitErrorRanksFormatsByResolution) {
+// A format with finer resolution errs less than a coarser one of the same structure. Judged at
+// the first op that carries a format's error alone (layers.0.attn.qkv: the same normalized input
+// through each format's quantized linear), where that is a law. The logits of a tiny random
+// model are chaotic (relative errors of 0.2-0.7): there the order of such pairs flipped for 5 of
+// 251 fixture seeds tried (fp8-channel vs nvfp4 at seed 1005: 0.709 vs 0.688; mxfp8 vs mxfp4 at
+// 1084: 0.666 vs 0.350), so the logits are only required to rank 8-bit weights alone below 4-bit
+// weights and activations together (no flip in the 825 seeds tried).
+TEST_F(ReferenceModels, ErrorRanksFormatsByResolution) {
   auto ref = load_model(fp("llama"));
   const auto t = tokens(12, ref->config().vocab);
-  const Matrix base = ref->forward(t);
-  std::map<std::string, double> err;
-  for (const std::string s :
-       {"w8a16-ch", "w8a8-int8-dyn", "fp8-channel", "w4a16-g32", "nvfp4", "mxfp4"}) {
+  const std::string first_op = "layers.0.attn.qkv";
+  const auto run = [&](CausalLm& m, Matrix& op) {
+    Trace trace(first_op);
+    ForwardHooks hooks;
+    hooks.trace = &trace;
+    Matrix logits = m.forward(t, hooks);
+    op = trace.at(first_op);
+    return logits;
+  };
+  Matrix base_op;
+  const Matrix base = run(*ref, base_op);
+  std::map<std::string, double> err_op, err_logits;
+  for (const std::string s : {"w8a16-ch", "fp8-channel", "w4a16-g32", "nvfp4", "mxfp4", "mxfp8"}) {
     auto m = load_model(quantized("llama", s));
-    err[s] = test::relative_l2(m->forward(t), base);
+    Matrix op;
+    err_logits[s] = test::relative_l2(run(*m, op), base);
+    err_op[s] = test::relative_l2(op, base_op);
   }
-  // Pairs that differ in resolution only: weight-only 8-bit vs 4-bit, and 8-bit vs 4-bit with
-  // activations quantized too. (Across those groups the order depends on the random fixture:
-  // fp8 activation quantization can cost more than 4-bit weights alone on a tiny model.)
+  // Pairs that differ in resolution only: weight-only 8-bit vs 4-bit; 8-bit vs 4-bit with
+  // activations quantized too, with the same 32-input E8M0 groups (mxfp8 vs mxfp4), or with
+  // fp8's per-channel and per-token scales against NVFP4's 16-input groups (e4m3 keeps 3
+  // mantissa bits over its whole range, e2m1 one). Not w8a8-int8-dyn vs nvfp4: one int8 scale
+  // per activation row against 16-input groups is a difference of structure, not resolution
+  // only (this test's logit form once failed on it in CI, seed 2977509020372477041: 0.362 vs
+  // 0.315).
   const std::pair<const char*, const char*> pairs[] = {{"w8a16-ch", "w4a16-g32"},
                                                        {"w8a16-ch", "mxfp4"},
-                                                       {"w8a8-int8-dyn", "nvfp4"},
+                                                       {"mxfp8", "mxfp4"},
                                                        {"fp8-channel", "nvfp4"}};
   for (const auto& [fine, coarse] : pairs)
-    EXPECT_LT(err[fine], err[coarse]) << fine << " " << err[fine] << " vs " << coarse << " "
-                                      << err[coarse] << " " << test::seed_note(seed_);
+    EXPECT_LT(err_op[fine], err_op[coarse])
+        << first_op << ": " << fine << " " << err_op[fine] << " vs " << coarse << " "
+        << err_op[coarse] << " " << test::seed_note(seed_);
+  EXPECT_LT(err_logits["w8a16-ch"], err_logits["mxfp4"])
+      << "logits: w8a16-ch " << err_logits["w8a16-ch"] << " vs mxfp4 " << err_logits["mxfp4"] << " "
+      << test::seed_note(seed_);
 }
 
 TEST_F(ReferenceModels, LoaderErrorsNameTheTensor) {
