@@ -493,8 +493,36 @@ TEST(W8A8Static, ApplyEqualsUnfoldedUpToBiasRounding) {
                     deq[i] * (0.5 + 2 * ulp * terms) + 1e-12 * std::fabs(y(t, n)))
               << seed_note(seed);
         }
-      // And the quantized layer approximates the float one.
-      EXPECT_LT(relative_l2(y, add_bias(matmul_nt(x, c.w), c.bias)), 0.1) << seed_note(seed);
+      // And the quantized layer approximates the float one, by the weight quantizer's own
+      // bound (a norm threshold here was flaky: heavy-tailed weights with outlier columns put
+      // the relative error to the float layer at 0.05-0.12 by seed). The producer rounds each
+      // weight to the nearest step of s_w = deq_scale / s_in with its own (fp32) input scale,
+      // deq_scale stored fp32 (a relative 2^-22 of slack per code); the run time divides by its
+      // input scale, which some dialects round to the model dtype first (a further relative
+      // |s_in / s_in_run - 1| per code, up to 127 codes). So on the same quantized input xd
+      // every output is within sum_k |xd_k| times that weight bound of the float weights'
+      // product, plus the bias rounding bounded above.
+      const double s_in_prod = decode(c.tensors.at("input_scale").view(), "s")[0];
+      const Matrix wd = m.dequantized_weight();
+      const Matrix float_w = add_bias(matmul_nt(xd, c.w), c.bias);
+      for (int64_t n = 0; n < 24; ++n) {
+        const size_t i = static_cast<size_t>(n);
+        const double s_w = deq[i] / s_in_prod;
+        const double step =
+            s_w * (0.5 + 127 * std::ldexp(1.0, -22) + 127 * std::fabs(s_in_prod / s_in - 1.0));
+        for (int64_t k = 0; k < 256; ++k)
+          ASSERT_LE(std::fabs(wd(n, k) - c.w(n, k)), step)
+              << "weight " << n << "," << k << " " << seed_note(seed);
+        const double terms = std::fabs(c.bias[i] / deq[i]) + std::fabs(off * sum_q[i]);
+        for (int64_t t = 0; t < 6; ++t) {
+          double abs_x = 0;
+          for (int64_t k = 0; k < 256; ++k)
+            abs_x += std::fabs(xd(t, k));
+          EXPECT_LE(std::fabs(y(t, n) - float_w(t, n)),
+                    abs_x * step + deq[i] * (0.5 + 2 * ulp * terms) + 1e-12 * std::fabs(y(t, n)))
+              << seed_note(seed);
+        }
+      }
     }
 }
 
@@ -698,9 +726,37 @@ TEST(W8A8Static, SparseW8A8SAndExpertStack) {
     Matrix x(4, 64);
     for (auto& v : x.data)
       v = u(rng);
-    for (int64_t e = 0; e < 2; ++e)
-      EXPECT_LT(relative_l2(m.apply(x, e), matmul_nt(x, w[static_cast<size_t>(e)])), 0.05)
-          << seed_note(seed);
+    // Each expert's own weights and scales: its dequantized weight is within 3/4 of a step of
+    // its float weight, element by element (half a step of rounding on the producer's grid
+    // amax / 127, plus the run time's input scale in fp16: 127 * 2^-11 of a step); and apply
+    // differs from x times that weight by the activation quantization alone: every input
+    // within half a step (hi - lo) / 255 of its code's value (1 % of slack for the dialect's
+    // fp32 scale), plus its fp16 rounding (2^-10 below 4), times sum_k |w_k|. A norm bound
+    // against the float weights here was flaky: heavy-tailed weights with outlier columns put
+    // int8's relative error above 0.05 for 6 of 1,501 seeds.
+    for (int64_t e = 0; e < 2; ++e) {
+      const double lo = e == 0 ? -2.0 : -4.0, hi = e == 0 ? 3.0 : 6.0;
+      const double x_err = 0.5 * (hi - lo) / 255 * 1.01 + std::ldexp(1.0, -10);
+      const Matrix& we = w[static_cast<size_t>(e)];
+      const Matrix wd = m.dequantized_weight(e);
+      for (int64_t n = 0; n < we.rows; ++n) {
+        double amax = 0;
+        for (int64_t k = 0; k < we.cols; ++k)
+          amax = std::max(amax, std::fabs(we(n, k)));
+        for (int64_t k = 0; k < we.cols; ++k)
+          ASSERT_LE(std::fabs(wd(n, k) - we(n, k)), 0.75 * amax / 127)
+              << "expert " << e << " weight " << n << "," << k << " " << seed_note(seed);
+      }
+      const Matrix y = m.apply(x, e), y_w = matmul_nt(x, wd);
+      for (int64_t n = 0; n < we.rows; ++n) {
+        double abs_w = 0;
+        for (int64_t k = 0; k < we.cols; ++k)
+          abs_w += std::fabs(wd(n, k));
+        for (int64_t t = 0; t < x.rows; ++t)
+          EXPECT_LE(std::fabs(y(t, n) - y_w(t, n)), x_err * abs_w + 1e-12 * std::fabs(y(t, n)))
+              << "expert " << e << " output " << t << "," << n << " " << seed_note(seed);
+      }
+    }
     const TensorMap rt = m.runtime_tensors();
     EXPECT_EQ(rt.at("w13_weight").shape, (std::vector<int64_t>{2, 16, 64}));
     EXPECT_EQ(rt.at("w13_input_scale").shape, (std::vector<int64_t>{2}));
