@@ -702,11 +702,14 @@ TEST(W8A8Static, SparseW8A8SAndExpertStack) {
   s.in_features = 64;
   s.num_experts = 2;
   s.model_dtype = DType::kF16;
+  const auto calibration = [](int64_t e) {  // per-expert activation range (min, max)
+    return e == 0 ? std::pair{-2.0, 3.0} : std::pair{-4.0, 6.0};
+  };
   for (const SchemeId id : {kW8A8, kW8A8S}) {
     W8A8StaticLinearMethod m(s, cfg_of(id, Dialect::kMsModelSlim));
     std::vector<Matrix> w(2, Matrix(16, 64));
     for (int64_t e = 0; e < 2; ++e) {
-      const double lo = e == 0 ? -2.0 : -4.0, hi = e == 0 ? 3.0 : 6.0;  // per-expert calibration
+      const auto [lo, hi] = calibration(e);
       for (int64_t p = 0; p < 2; ++p) {
         QuantizeRequest r;
         r.weight = realistic_matrix(rng, 8, 64);
@@ -735,7 +738,7 @@ TEST(W8A8Static, SparseW8A8SAndExpertStack) {
     // against the float weights here was flaky: heavy-tailed weights with outlier columns put
     // int8's relative error above 0.05 for 6 of 1,501 seeds.
     for (int64_t e = 0; e < 2; ++e) {
-      const double lo = e == 0 ? -2.0 : -4.0, hi = e == 0 ? 3.0 : 6.0;
+      const auto [lo, hi] = calibration(e);
       const double x_err = 0.5 * (hi - lo) / 255 * 1.01 + std::ldexp(1.0, -10);
       const Matrix& we = w[static_cast<size_t>(e)];
       const Matrix wd = m.dequantized_weight(e);
