@@ -5,31 +5,21 @@
 #include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_engine/kernels/skinny_gemm_parts.cuh"
+#include "gpu_engine/kernels/skinny_gemm_single_pass.h"
 
 namespace qparity::gpu {
 
 namespace {
 
 using skinny::kThreads;
+using skinny::kUnroll;
 using skinny::kWarps;
+using skinny::load_stream;
 using skinny::stage_x;
 using skinny::unpack8;
 using skinny::write_pair;
 
-// 16-byte weight chunks per row a lane loads before it uses any: with two rows per warp, eight
-// loads (128 bytes) in flight per lane, 32 KiB per block: enough to cover DRAM latency at full
-// bandwidth with one block per SM.
-constexpr int kUnroll = 4;
 constexpr size_t kMaxSmem = 160 * 1024;
-
-// Weights are read once per forward: do not let them evict X or anything else from L1.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // Block layout: the kWarps warps take kWarps / ksplit row pairs at a time, each pair split along
 // K over ksplit warps (lane l of slice s reads chunks (s * 32 + l) + 32 * ksplit * j); the
@@ -177,25 +167,19 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
 template <int M>
 void launch_m(const SkinnyGemmParams& p, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M * p.k) * 2;
+  int device = 0, sms = 0, per_sm = 0;
+  QPARITY_CUDA_CHECK(cudaGetDevice(&device));
+  QPARITY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2, chunks = p.k / 8;
+  const int ksplit = skinny::choose_ksplit(pairs, chunks, sms);
+  if (M == 1 && p.single_pass && launch_skinny_gemm_single_pass(p, ksplit, stream)) return;
   // The opt-in beyond 48 KiB of shared memory (static + dynamic), a per-device attribute.
   QPARITY_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<M>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxSmem)));
-  int device = 0, sms = 0, per_sm = 0;
-  QPARITY_CUDA_CHECK(cudaGetDevice(&device));
-  QPARITY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   QPARITY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, skinny_gemm_kernel<M>,
                                                                    kThreads, smem));
   per_sm = std::max(per_sm, 1);
-  // Split K over more warps while the row pairs alone would leave SMs idle (small N), as long as
-  // each lane keeps at least one full unrolled step of its own - or while a lane would need a
-  // second unrolled step, whose loads could only go out after the PDL wait (0.6B's down, K = 3072:
-  // six chunks a lane at ksplit 2, three at 4).
-  const int64_t pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2, chunks = p.k / 8;
-  int ksplit = 1;
-  while (ksplit < kWarps && (pairs * ksplit + kWarps - 1) / kWarps < 2 * sms &&
-         (chunks >= 2 * ksplit * 32 * kUnroll || chunks > ksplit * 32 * kUnroll))
-    ksplit *= 2;
   const int64_t groups = (pairs + kWarps / ksplit - 1) / (kWarps / ksplit);
   // Grouped: the resident blocks shared among the groups that may have rows (grid y).
   const int64_t ny = p.group_first ? p.max_active : 1;

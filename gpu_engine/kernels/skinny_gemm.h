@@ -61,6 +61,9 @@ struct SkinnyGemmParams {
   // atomicMax per block and token. Decode it with argmax_id: the same id as launch_argmax over y.
   unsigned long long* argmax_keys = nullptr;
   KernelProbe* probe = nullptr;  // optional timeline stamps (kernel_probe.h)
+  // M = 1: the single-pass kernel (skinny_gemm_single_pass.h) wherever it covers the shape, with
+  // the same bits; false keeps the generic kernel (A/B runs and the test comparing the two).
+  bool single_pass = true;
 };
 
 // The argmax order as one 64-bit unsigned key: the value's bits mapped to an unsigned order

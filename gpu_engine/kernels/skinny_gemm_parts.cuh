@@ -13,6 +13,35 @@ namespace qparity::gpu::skinny {
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 
+// 16-byte weight chunks per row a lane loads before it uses any: with two rows per warp, eight
+// loads (128 bytes) in flight per lane, 32 KiB per block: enough to cover DRAM latency at full
+// bandwidth with one block per SM.
+constexpr int kUnroll = 4;
+
+// Warps along K per row pair (a power of two up to kWarps): split while the row pairs alone would
+// leave SMs idle (small N), as long as each lane keeps at least one full unrolled step of its own
+// - or while a lane would need a second unrolled step, whose loads could only go out after the
+// PDL wait (0.6B's down, K = 3072: six chunks a lane at ksplit 2, three at 4). The sums' order
+// follows from it, so every kernel computing the same product must take the same value.
+inline int choose_ksplit(int64_t pairs, int64_t chunks, int sms) {
+  int ksplit = 1;
+  while (ksplit < kWarps && (pairs * ksplit + kWarps - 1) / kWarps < 2 * sms &&
+         (chunks >= 2 * ksplit * 32 * kUnroll || chunks > ksplit * 32 * kUnroll))
+    ksplit *= 2;
+  return ksplit;
+}
+
+// Weights are read once per forward: do not let them evict X or anything else from L1. Volatile:
+// a plain asm has no memory effect for the compiler, which may then sink it below pdl_wait() (the
+// single-pass kernel's loads went there, and a kernel's weight stream after its release).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll

@@ -283,6 +283,96 @@ TEST_F(GpuKernels, SkinnyGemmPlainAndFused) {
   const double ea =
       rel_l2(to_doubles(act.download()), round_bf16(reference::silu_and_mul(got_gu).data));
   EXPECT_LE(ea, kFlipBound) << ea;
+  // The last token alone (M = 1: the single-pass kernel, X in each lane's slots), with and
+  // without the residual add: every output bit-identical to its row of the batch of M.
+  for (const bool with_add : {true, false}) {
+    SCOPED_TRACE(with_add ? "alone, with the residual add" : "alone, norm only");
+    const auto tail = [](const std::vector<Bf16>& v, int64_t width) {
+      return std::vector<Bf16>(v.end() - width, v.end());
+    };
+    gpu::SkinnyGemmParams batch = p;
+    if (!with_add) {
+      batch.add = nullptr, batch.residual_out = nullptr;
+      for (auto* b : {&normed, &gu, &act})
+        b->poison();
+      gpu::launch_skinny_gemm(batch, nullptr);
+    }
+    DeviceBuffer<Bf16> x1(tail(hx, k)), a1(tail(ha, k)), res1(static_cast<size_t>(k)),
+        normed1(static_cast<size_t>(k)), gu1(static_cast<size_t>(2 * inter)),
+        act1(static_cast<size_t>(inter));
+    for (auto* b : {&res1, &normed1, &gu1, &act1})
+      b->poison();
+    gpu::SkinnyGemmParams one = batch;
+    one.m = 1, one.x = x1.get(), one.normed_out = normed1.get(), one.gate_up_out = gu1.get();
+    one.y = act1.get();
+    if (with_add) one.add = a1.get(), one.residual_out = res1.get();
+    gpu::launch_skinny_gemm(one, nullptr);
+    const auto same_bits = [&](DeviceBuffer<Bf16>& alone, DeviceBuffer<Bf16>& all, int64_t width) {
+      const std::vector<Bf16> a1v = alone.download(), t = tail(all.download(), width);
+      return std::memcmp(a1v.data(), t.data(), t.size() * sizeof(Bf16)) == 0;
+    };
+    if (with_add) {
+      EXPECT_TRUE(same_bits(res1, res, k)) << "residual_out";
+    }
+    EXPECT_TRUE(same_bits(normed1, normed, k)) << "normed_out";
+    EXPECT_TRUE(same_bits(gu1, gu, 2 * inter)) << "gate_up_out";
+    EXPECT_TRUE(same_bits(act1, act, inter)) << "y";
+  }
+}
+
+// M = 1 through the single-pass kernel and through the generic one: the same bits for every
+// output, over the shapes and options the single pass covers (plain bf16 / fp32, odd N, each K
+// split, SiLU-and-mul, the norm prologue with and without the residual add and its captures, K
+// from 64 to the prologue's 2048) and one it hands back (K = 4096 with the prologue).
+TEST_F(GpuKernels, SkinnyGemmSinglePassMatchesTheGenericKernelBitForBit) {
+  struct Shape {
+    int64_t n, k;
+    bool silu, norm, add, f32;
+  };
+  for (const Shape& sh : std::vector<Shape>{{1024, 2048, false, false, false, false},
+                                            {1024, 3072, false, false, false, true},
+                                            {1001, 1024, false, false, false, false},
+                                            {77, 64, false, false, false, true},
+                                            {6144, 1024, true, true, true, false},
+                                            {4096, 1024, false, true, true, false},
+                                            {512, 2048, false, true, false, false},
+                                            {300, 64, true, true, true, false},
+                                            {256, 4096, false, true, true, false}}) {
+    SCOPED_TRACE(std::to_string(sh.n) + "x" + std::to_string(sh.k) + (sh.silu ? " silu" : "") +
+                 (sh.norm ? " norm" : "") + (sh.add ? " add" : "") + (sh.f32 ? " f32" : ""));
+    std::vector<Bf16> hx, ha, hnw, hw;
+    random_bf16(rng, 1, sh.k, 1.0, hx);
+    random_bf16(rng, 1, sh.k, 4.0, ha);
+    random_bf16(rng, 1, sh.k, 0.3, hnw);
+    random_bf16(rng, sh.n, sh.k, 0.05, hw);
+    DeviceBuffer<Bf16> dx(hx), da(ha), dnw(hnw), dw(hw);
+    const int64_t out_n = sh.silu ? sh.n / 2 : sh.n;
+    const auto run = [&](bool single_pass) {
+      DeviceBuffer<uint8_t> y(static_cast<size_t>(out_n * (sh.f32 ? 4 : 2)));
+      DeviceBuffer<Bf16> res(static_cast<size_t>(sh.k)), normed(static_cast<size_t>(sh.k)),
+          gu(static_cast<size_t>(sh.n));
+      for (auto* b : {&res, &normed, &gu})
+        b->poison();
+      y.poison();
+      gpu::SkinnyGemmParams p;
+      p.x = dx.get(), p.w = dw.get(), p.y = y.get(), p.y_f32 = sh.f32;
+      p.m = 1, p.n = sh.n, p.k = sh.k, p.silu_mul = sh.silu, p.single_pass = single_pass;
+      if (sh.silu) p.gate_up_out = gu.get();
+      if (sh.norm) p.norm_weight = dnw.get(), p.normed_out = normed.get();
+      if (sh.add) p.add = da.get(), p.residual_out = res.get();
+      gpu::launch_skinny_gemm(p, nullptr);
+      std::vector<uint8_t> all = y.download();
+      for (auto* b : {&res, &normed, &gu}) {
+        const std::vector<Bf16> v = b->download();
+        const auto* bytes = reinterpret_cast<const uint8_t*>(v.data());
+        all.insert(all.end(), bytes, bytes + v.size() * sizeof(Bf16));
+      }
+      return all;
+    };
+    const std::vector<uint8_t> single = run(true), generic = run(false);
+    ASSERT_EQ(single.size(), generic.size());
+    EXPECT_EQ(std::memcmp(single.data(), generic.data(), single.size()), 0);
+  }
 }
 
 // The greedy argmax fused into the fp32 skinny GEMM: equal to the argmax kernel over the same
