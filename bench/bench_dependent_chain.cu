@@ -28,11 +28,16 @@
 //   attn pair       o_proj (N 1024, K 2048) then its transpose (N 2048, K 1024), alternating
 //   mlp pair        gate_up with SiLU-and-mul (N 6144, K 1024) then down (N 1024, K 3072)
 // each with one weight set for the whole chain (L2-resident after the first pass) and with a
-// distinct set per pair of kernels (streamed from DRAM, as in a forward).
+// distinct set per pair of kernels (streamed from DRAM, as in a forward), through the generic
+// kernel and through the single-pass one ("1-pass", skinny_gemm_single_pass.h). Last, the
+// bisection that found the single pass: a minimal GEMM of the attn pair's shapes
+// (mini_gemm_kernel) with the generic kernel's features added back one at a time, and the
+// per-block stage stamps of the minimal GEMM and of both engine kernels in that chain.
 // Output: a table on stdout. Numbers hold for the device they ran on; compare rows of one run.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cuda/atomic>
 #include <functional>
@@ -151,6 +156,156 @@ __global__ void relay_code_kernel(const float* in, float* out) {
   if (x == 0x9e3779b9u && total == 0.f) out[0] = 1.f;  // keeps the work; practically never true
 }
 
+// A minimal batch-1 GEMM (y[n] = W[n, k] x[k], bf16, fp32 sums) with the skinny GEMM's mapping
+// and nothing else: a warp per row pair, kKsplit warps along K (their sums meet in shared
+// memory), four 16-byte chunks a row per lane, every weight load issued before the wait. It is
+// the bisection's other end: what the engine's kernel costs beyond this is its own features,
+// which kFlags add back one at a time:
+//   kStaged      X staged in shared memory by the whole block (one round trip, then a barrier),
+//                as the engine's kernel does, instead of each lane loading its chunks from L2
+//   kDynSmem     the same through dynamic shared memory (k * 2 bytes, the kernel allowed 160 KiB)
+//   kNoAllocate  weights loaded with ld.global.nc.L1::no_allocate (the engine's load_stream)
+//   kTwoBarriers a second barrier after the slices' sums (the engine reuses slice_sum)
+//   kScalarWrite the pair written as two 2-byte stores (the engine's write_pair)
+//   kRuntime     the engine's loops: groups strided over the grid, chunks in unrolled steps with
+//                a bound check each, 64-bit indices
+// Thread 0 of each block stamps %globaltimer at entry, the release, its dot products done (X and
+// its weights arrived), the sums reduced and the exit, into
+// stamps[(chain index * gridDim.x + block) * kMiniStamps + s] when stamps is not null.
+constexpr int kMiniChunks = 4, kMiniStamps = 5;
+constexpr unsigned kStaged = 1, kDynSmem = 2, kNoAllocate = 4, kTwoBarriers = 8, kScalarWrite = 16,
+                   kRuntime = 32;
+template <unsigned kFlags>
+__device__ __forceinline__ uint4 mini_load(const uint4* p) {
+  if constexpr ((kFlags & kNoAllocate) != 0) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+  } else {
+    return __ldg(p);
+  }
+}
+template <int kKsplit, unsigned kFlags>
+__global__ void __launch_bounds__(kThreads)
+    mini_gemm_kernel(const __nv_bfloat16* x, __nv_bfloat16* y, const __nv_bfloat16* w, int k,
+                     unsigned long long* stamps, int index) {
+  extern __shared__ uint4 dyn[];
+  unsigned long long st[kMiniStamps];
+  const auto stamp = [&](int i) {
+    if (stamps) st[i] = gpu::probe_now();
+  };
+  stamp(0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slice = warp % kKsplit;
+  constexpr int per_block = kThreads / 32 / kKsplit;
+  const int64_t chunks = k / 8, step = 32 * kKsplit;
+  const int64_t pairs = static_cast<int64_t>(gridDim.x) * per_block;
+  const auto rows = [&](int64_t pair, const uint4*& w0, const uint4*& w1) {
+    w0 = reinterpret_cast<const uint4*>(w + 2 * pair * k);
+    w1 = reinterpret_cast<const uint4*>(w + (2 * pair + 1) * k);
+  };
+  uint4 a[kMiniChunks], b[kMiniChunks];
+  const auto chunk = [&](int u) { return slice * 32 + lane + 32 * kKsplit * u; };
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block + warp / kKsplit;
+  {
+    const uint4 *w0, *w1;
+    rows(first, w0, w1);
+#pragma unroll
+    for (int u = 0; u < kMiniChunks; ++u) {
+      const int64_t c = slice * 32 + lane + step * u;
+      if (!(kFlags & kRuntime) || c < chunks) {
+        a[u] = mini_load<kFlags>(w0 + c);
+        b[u] = mini_load<kFlags>(w1 + c);
+      }
+    }
+  }
+  gpu::pdl_launch_dependents();
+  gpu::pdl_wait();
+  stamp(1);
+  __shared__ uint4 xs_static[512];  // K <= 4096
+  uint4* xs = (kFlags & kDynSmem) ? dyn : xs_static;
+  if constexpr ((kFlags & (kStaged | kDynSmem)) != 0) {
+    const uint4* xg = reinterpret_cast<const uint4*>(x);
+    uint4 t0 = threadIdx.x < k / 8 ? xg[threadIdx.x] : make_uint4(0, 0, 0, 0);
+    uint4 t1 = threadIdx.x + kThreads < k / 8 ? xg[threadIdx.x + kThreads] : make_uint4(0, 0, 0, 0);
+    if (threadIdx.x < k / 8) xs[threadIdx.x] = t0;
+    if (threadIdx.x + kThreads < k / 8) xs[threadIdx.x + kThreads] = t1;
+    __syncthreads();
+  }
+  const auto x_chunk = [&](int64_t c) {
+    if constexpr ((kFlags & (kStaged | kDynSmem)) != 0)
+      return xs[c];
+    else
+      return reinterpret_cast<const uint4*>(x)[c];
+  };
+  __shared__ float2 slice_sum[kThreads / 32];
+  for (int64_t g = first; g < pairs; g += static_cast<int64_t>(gridDim.x) * per_block) {
+    float acc0 = 0.f, acc1 = 0.f;
+    const auto dots = [&](const uint4& xv, const uint4& av, const uint4& bv) {
+      const __nv_bfloat162* hx = reinterpret_cast<const __nv_bfloat162*>(&xv);
+      const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&av);
+      const __nv_bfloat162* hb = reinterpret_cast<const __nv_bfloat162*>(&bv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 fx = __bfloat1622float2(hx[j]), fa = __bfloat1622float2(ha[j]),
+                     fb = __bfloat1622float2(hb[j]);
+        acc0 = fmaf(fa.x, fx.x, fmaf(fa.y, fx.y, acc0));
+        acc1 = fmaf(fb.x, fx.x, fmaf(fb.y, fx.y, acc1));
+      }
+    };
+    if constexpr ((kFlags & kRuntime) != 0) {
+      bool preloaded = g == first;
+      const uint4 *w0, *w1;
+      rows(g, w0, w1);
+      for (int64_t c0 = slice * 32 + lane; c0 < chunks; c0 += step * kMiniChunks) {
+        if (!preloaded)
+#pragma unroll
+          for (int u = 0; u < kMiniChunks; ++u)
+            if (c0 + step * u < chunks) {
+              a[u] = mini_load<kFlags>(w0 + c0 + step * u);
+              b[u] = mini_load<kFlags>(w1 + c0 + step * u);
+            }
+        preloaded = false;
+#pragma unroll
+        for (int u = 0; u < kMiniChunks; ++u)
+          if (c0 + step * u < chunks) dots(x_chunk(c0 + step * u), a[u], b[u]);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kMiniChunks; ++u)
+        dots(x_chunk(chunk(u)), a[u], b[u]);
+    }
+    stamp(2);
+    for (int o = 16; o > 0; o >>= 1) {
+      acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
+      acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
+    }
+    if constexpr (kKsplit > 1) {
+      if (lane == 0) slice_sum[warp] = make_float2(acc0, acc1);
+      __syncthreads();
+      if (slice == 0 && lane == 0)
+        for (int q = 1; q < kKsplit; ++q)
+          acc0 += slice_sum[warp + q].x, acc1 += slice_sum[warp + q].y;
+      if constexpr ((kFlags & kTwoBarriers) != 0) __syncthreads();
+    }
+    stamp(3);
+    if (slice == 0 && lane == 0) {
+      if constexpr ((kFlags & kScalarWrite) != 0) {
+        y[2 * g] = __float2bfloat16_rn(acc0);
+        y[2 * g + 1] = __float2bfloat16_rn(acc1);
+      } else {
+        reinterpret_cast<__nv_bfloat162*>(y)[g] = __floats2bfloat162_rn(acc0, acc1);
+      }
+    }
+    if constexpr ((kFlags & kRuntime) == 0) break;
+  }
+  stamp(4);
+  if (stamps && threadIdx.x == 0)
+    for (int i = 0; i < kMiniStamps; ++i)
+      stamps[(static_cast<size_t>(index) * gridDim.x + blockIdx.x) * kMiniStamps + i] = st[i];
+}
+
 struct Options {
   int chain = 280;
   int reps = 50;
@@ -184,6 +339,35 @@ double us_per_kernel(const Options& o, cudaStream_t s, const std::function<void(
   QPARITY_CUDA_CHECK(cudaGraphExecDestroy(exec));
   QPARITY_CUDA_CHECK(cudaGraphDestroy(graph));
   return 1e3 * ms / (static_cast<double>(o.reps) * o.chain);
+}
+
+// The chain's graph replayed a few times, `reset` run, then one replay whose stamps are read.
+void run_stamped(const Options& o, cudaStream_t s, const std::function<void(int)>& launch,
+                 const std::function<void()>& reset) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  QPARITY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < o.chain; ++i)
+    launch(i);
+  QPARITY_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w)
+    QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
+  reset();
+  QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
+  QPARITY_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  QPARITY_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Median and 90th percentile of v (us), as "median / p90".
+std::string median_p90(std::vector<double> v) {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f / %.2f", v[v.size() / 2], v[v.size() * 9 / 10]);
+  return buf;
 }
 
 int run(const Options& o) {
@@ -273,7 +457,7 @@ int run(const Options& o) {
     int64_t n, k;
     bool silu;
   };
-  const auto pair_chain = [&](const char* name, Linear a, Linear b, int sets) {
+  const auto pair_chain = [&](const char* name, Linear a, Linear b, int sets, bool single_pass) {
     const int64_t wa = a.n * a.k, wb = b.n * b.k, width = 8192;
     __nv_bfloat16 *w, *act;
     QPARITY_CUDA_CHECK(cudaMalloc(&w, static_cast<size_t>(sets * (wa + wb)) * 2));
@@ -285,7 +469,7 @@ int run(const Options& o) {
       gpu::SkinnyGemmParams p;
       p.x = act + (i % 2) * width, p.y = act + ((i + 1) % 2) * width;
       p.w = w + (i / 2 % sets) * (wa + wb) + (i % 2) * wa;
-      p.m = 1, p.n = l.n, p.k = l.k, p.silu_mul = l.silu;
+      p.m = 1, p.n = l.n, p.k = l.k, p.silu_mul = l.silu, p.single_pass = single_pass;
       gpu::launch_skinny_gemm(p, s);
     });
     std::printf("  %-18s %6s %14.3f %18s  (%d weight set%s, %.1f MB each)\n", name, "-", us, "-",
@@ -295,10 +479,147 @@ int run(const Options& o) {
   };
   const Linear o_proj{1024, 2048, false}, o_proj_t{2048, 1024, false};
   const Linear gate_up{6144, 1024, true}, down{1024, 3072, false};
-  pair_chain("attn pair", o_proj, o_proj_t, 1);
-  pair_chain("attn pair", o_proj, o_proj_t, layers);
-  pair_chain("mlp pair", gate_up, down, 1);
-  pair_chain("mlp pair", gate_up, down, layers);
+  for (const bool single_pass : {false, true}) {
+    const char* attn = single_pass ? "attn pair 1-pass" : "attn pair";
+    const char* mlp = single_pass ? "mlp pair 1-pass" : "mlp pair";
+    pair_chain(attn, o_proj, o_proj_t, 1, single_pass);
+    pair_chain(attn, o_proj, o_proj_t, layers, single_pass);
+    pair_chain(mlp, gate_up, down, 1, single_pass);
+    pair_chain(mlp, gate_up, down, layers, single_pass);
+  }
+  // The bisection of the attn pair: the minimal GEMM (mini_gemm_kernel) in the same chain, X
+  // staged in shared memory or loaded per lane, then one stamped replay of it and of the engine's
+  // kernel (its KernelProbe), in us from each kernel's first release (medians / p90 over the
+  // chain's kernels and blocks); "boundary" is a kernel's last exit to the next one's release.
+  {
+    const int64_t wa = o_proj.n * o_proj.k, wb = o_proj_t.n * o_proj_t.k, width = 8192;
+    const int sets = layers;
+    __nv_bfloat16 *w, *act;
+    unsigned long long* stamps;
+    gpu::KernelProbe* probes;
+    const size_t nstamps = static_cast<size_t>(o.chain) * 128 * kMiniStamps;
+    QPARITY_CUDA_CHECK(cudaMalloc(&w, static_cast<size_t>(sets * (wa + wb)) * 2));
+    QPARITY_CUDA_CHECK(cudaMalloc(&act, static_cast<size_t>(2 * width) * 2));
+    QPARITY_CUDA_CHECK(cudaMalloc(&stamps, nstamps * sizeof(unsigned long long)));
+    QPARITY_CUDA_CHECK(cudaMalloc(&probes, o.chain * sizeof(gpu::KernelProbe)));
+    gpu::launch_fill_random_bf16(w, sets * (wa + wb), 0.f, 0.02f, 11, s);
+    gpu::launch_fill_random_bf16(act, 2 * width, 0.f, 1.f, 12, s);
+    const auto weights = [&](int i, int s1) { return w + (i / 2 % s1) * (wa + wb) + (i % 2) * wa; };
+    const auto x_of = [&](int i) { return act + (i % 2) * width; };
+    const auto y_of = [&](int i) { return act + ((i + 1) % 2) * width; };
+    const auto mini = [&]<unsigned kFlags>(int i, int s1, unsigned long long* st) {
+      const size_t smem =
+          (kFlags & kDynSmem) ? static_cast<size_t>(i % 2 ? o_proj_t.k : o_proj.k) * 2 : 0;
+      if (i % 2 == 0) {
+        if (kFlags & kDynSmem)
+          QPARITY_CUDA_CHECK(cudaFuncSetAttribute(mini_gemm_kernel<2, kFlags>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  160 * 1024));
+        gpu::launch_pdl("mini_gemm", mini_gemm_kernel<2, kFlags>, dim3(128), dim3(kThreads), smem,
+                        s, x_of(i), y_of(i), weights(i, s1), static_cast<int>(o_proj.k), st, i);
+      } else {
+        if (kFlags & kDynSmem)
+          QPARITY_CUDA_CHECK(cudaFuncSetAttribute(mini_gemm_kernel<1, kFlags>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  160 * 1024));
+        gpu::launch_pdl("mini_gemm", mini_gemm_kernel<1, kFlags>, dim3(128), dim3(kThreads), smem,
+                        s, x_of(i), y_of(i), weights(i, s1), static_cast<int>(o_proj_t.k), st, i);
+      }
+    };
+    const auto engine = [&](int i, int s1, gpu::KernelProbe* pr, bool single_pass) {
+      const Linear& l = i % 2 ? o_proj_t : o_proj;
+      gpu::SkinnyGemmParams p;
+      p.x = x_of(i), p.y = y_of(i), p.w = weights(i, s1);
+      p.m = 1, p.n = l.n, p.k = l.k, p.probe = pr ? pr + i : nullptr;
+      p.single_pass = single_pass;
+      gpu::launch_skinny_gemm(p, s);
+    };
+    for (const int s1 : {1, sets}) {
+      const auto r = [&](const char* name, double us) {
+        std::printf("  %-18s %6d %14.3f %18s  (%d weight set%s)\n", name, 128, us, "-", s1,
+                    s1 > 1 ? "s" : "");
+      };
+      const auto m = [&]<unsigned kFlags>(const char* name) {
+        r(name,
+          us_per_kernel(o, s, [&](int i) { mini.template operator()<kFlags>(i, s1, nullptr); }));
+      };
+      m.template operator()<0>("mini, X per lane");
+      m.template operator()<kStaged>("mini +staged");
+      m.template operator()<kDynSmem>("mini +dynsmem");
+      m.template operator()<kNoAllocate>("mini +no_allocate");
+      m.template operator()<kStaged | kTwoBarriers>("mini +staged+2bar");
+      m.template operator()<kScalarWrite>("mini +scalar write");
+      m.template operator()<kRuntime>("mini +runtime");
+      m.template operator()<kDynSmem | kNoAllocate | kTwoBarriers | kScalarWrite | kRuntime>(
+          "mini +all");
+    }
+    const char* stage_names[kMiniStamps] = {"entry", "release", "dots", "reduced", "exit"};
+    for (const bool stage : {true, false}) {
+      run_stamped(
+          o, s,
+          [&](int i) {
+            if (stage)
+              mini.template operator()<kStaged>(i, sets, stamps);
+            else
+              mini.template operator()<0>(i, sets, stamps);
+          },
+          [] {});
+      std::vector<unsigned long long> h(nstamps);
+      QPARITY_CUDA_CHECK(cudaMemcpy(h.data(), stamps, nstamps * 8, cudaMemcpyDeviceToHost));
+      const auto at = [&](int i, int b, int k2) {
+        return h[(static_cast<size_t>(i) * 128 + b) * kMiniStamps + k2];
+      };
+      std::vector<double> st[kMiniStamps], run_after, boundary;
+      for (int i = 2; i + 2 < o.chain; ++i) {
+        unsigned long long rel = ~0ull, ex = 0, next_rel = ~0ull;
+        for (int b = 0; b < 128; ++b) {
+          rel = std::min(rel, at(i, b, 1));
+          ex = std::max(ex, at(i, b, kMiniStamps - 1));
+          next_rel = std::min(next_rel, at(i + 1, b, 1));
+        }
+        for (int b = 0; b < 128; ++b)
+          for (int k2 = 0; k2 < kMiniStamps; ++k2)
+            st[k2].push_back((static_cast<double>(at(i, b, k2)) - static_cast<double>(rel)) * 1e-3);
+        run_after.push_back(static_cast<double>(ex - rel) * 1e-3);
+        boundary.push_back((static_cast<double>(next_rel) - static_cast<double>(ex)) * 1e-3);
+      }
+      std::printf("  stages of mini, X %s (us from the release, median / p90):",
+                  stage ? "staged" : "per lane");
+      for (int k2 = 0; k2 < kMiniStamps; ++k2)
+        std::printf(" %s %s,", stage_names[k2], median_p90(st[k2]).c_str());
+      std::printf(" run after release %s, boundary %s\n", median_p90(run_after).c_str(),
+                  median_p90(boundary).c_str());
+    }
+    for (const bool single_pass : {false, true}) {
+      run_stamped(
+          o, s, [&](int i) { engine(i, sets, probes, single_pass); },
+          [&] {
+            QPARITY_CUDA_CHECK(cudaMemset(probes, 0xFF, o.chain * sizeof(gpu::KernelProbe)));
+          });
+      std::vector<gpu::KernelProbe> hp(static_cast<size_t>(o.chain));
+      QPARITY_CUDA_CHECK(cudaMemcpy(hp.data(), probes, o.chain * sizeof(gpu::KernelProbe),
+                                    cudaMemcpyDeviceToHost));
+      std::vector<double> entry, last_rel, run_after, boundary;
+      for (int i = 2; i + 2 < o.chain; ++i) {
+        const double rel = static_cast<double>(hp[i].first_release);
+        const double ex = static_cast<double>(~hp[i].last_exit_complement);
+        entry.push_back((static_cast<double>(hp[i].first_entry) - rel) * 1e-3);
+        last_rel.push_back((static_cast<double>(~hp[i].last_release_complement) - rel) * 1e-3);
+        run_after.push_back((ex - rel) * 1e-3);
+        boundary.push_back((static_cast<double>(hp[i + 1].first_release) - ex) * 1e-3);
+      }
+      std::printf(
+          "  stages of the engine's %s kernel (us from the release, median / p90): first "
+          "entry %s, last release %s, run after release %s, boundary %s\n",
+          single_pass ? "single-pass" : "generic", median_p90(entry).c_str(),
+          median_p90(last_rel).c_str(), median_p90(run_after).c_str(),
+          median_p90(boundary).c_str());
+    }
+    QPARITY_CUDA_CHECK(cudaFree(w));
+    QPARITY_CUDA_CHECK(cudaFree(act));
+    QPARITY_CUDA_CHECK(cudaFree(stamps));
+    QPARITY_CUDA_CHECK(cudaFree(probes));
+  }
   QPARITY_CUDA_CHECK(cudaFree(buf));
   QPARITY_CUDA_CHECK(cudaFree(merged));
   QPARITY_CUDA_CHECK(cudaFree(done));
