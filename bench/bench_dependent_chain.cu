@@ -312,53 +312,54 @@ struct Options {
   std::vector<int> grids = {128, 384};
 };
 
-// One variant: a graph of o.chain launches of `launch(i)`, replayed o.reps times after a warm-up;
-// us per kernel.
+// The chain: o.chain launches of `launch(i)` captured as one CUDA graph, instantiated and replayed
+// three times (warm-up); the graph goes with the object.
+struct ChainGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ChainGraph(const Options& o, cudaStream_t s, const std::function<void(int)>& launch) {
+    QPARITY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < o.chain; ++i)
+      launch(i);
+    QPARITY_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int w = 0; w < 3; ++w)
+      QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  }
+  ChainGraph(const ChainGraph&) = delete;
+  ChainGraph& operator=(const ChainGraph&) = delete;
+  ~ChainGraph() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+};
+
+// One variant: the chain replayed o.reps times; us per kernel.
 double us_per_kernel(const Options& o, cudaStream_t s, const std::function<void(int)>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  QPARITY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < o.chain; ++i)
-    launch(i);
-  QPARITY_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 3; ++w)
-    QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  const ChainGraph g(o, s, launch);
   cudaEvent_t a, b;
   QPARITY_CUDA_CHECK(cudaEventCreate(&a));
   QPARITY_CUDA_CHECK(cudaEventCreate(&b));
   QPARITY_CUDA_CHECK(cudaEventRecord(a, s));
   for (int r = 0; r < o.reps; ++r)
-    QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    QPARITY_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
   QPARITY_CUDA_CHECK(cudaEventRecord(b, s));
   QPARITY_CUDA_CHECK(cudaEventSynchronize(b));
   float ms = 0.f;
   QPARITY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   QPARITY_CUDA_CHECK(cudaEventDestroy(a));
   QPARITY_CUDA_CHECK(cudaEventDestroy(b));
-  QPARITY_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  QPARITY_CUDA_CHECK(cudaGraphDestroy(graph));
   return 1e3 * ms / (static_cast<double>(o.reps) * o.chain);
 }
 
-// The chain's graph replayed a few times, `reset` run, then one replay whose stamps are read.
+// The chain after its warm-up, `reset` run, then one replay whose stamps are read.
 void run_stamped(const Options& o, cudaStream_t s, const std::function<void(int)>& launch,
                  const std::function<void()>& reset) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  QPARITY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < o.chain; ++i)
-    launch(i);
-  QPARITY_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  QPARITY_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 3; ++w)
-    QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  const ChainGraph g(o, s, launch);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
   reset();
-  QPARITY_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  QPARITY_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(s));
-  QPARITY_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  QPARITY_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // Median and 90th percentile of v (us), as "median / p90".
@@ -507,24 +508,21 @@ int run(const Options& o) {
     const auto weights = [&](int i, int s1) { return w + (i / 2 % s1) * (wa + wb) + (i % 2) * wa; };
     const auto x_of = [&](int i) { return act + (i % 2) * width; };
     const auto y_of = [&](int i) { return act + ((i + 1) % 2) * width; };
+    // Kernel i of the chain: o_proj (K split in two) or its transpose (no split), alternating.
     const auto mini = [&]<unsigned kFlags>(int i, int s1, unsigned long long* st) {
-      const size_t smem =
-          (kFlags & kDynSmem) ? static_cast<size_t>(i % 2 ? o_proj_t.k : o_proj.k) * 2 : 0;
-      if (i % 2 == 0) {
+      const auto launch = [&]<int kKsplit>(const Linear& l) {
+        const auto kernel = mini_gemm_kernel<kKsplit, kFlags>;
         if (kFlags & kDynSmem)
-          QPARITY_CUDA_CHECK(cudaFuncSetAttribute(mini_gemm_kernel<2, kFlags>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  160 * 1024));
-        gpu::launch_pdl("mini_gemm", mini_gemm_kernel<2, kFlags>, dim3(128), dim3(kThreads), smem,
-                        s, x_of(i), y_of(i), weights(i, s1), static_cast<int>(o_proj.k), st, i);
-      } else {
-        if (kFlags & kDynSmem)
-          QPARITY_CUDA_CHECK(cudaFuncSetAttribute(mini_gemm_kernel<1, kFlags>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  160 * 1024));
-        gpu::launch_pdl("mini_gemm", mini_gemm_kernel<1, kFlags>, dim3(128), dim3(kThreads), smem,
-                        s, x_of(i), y_of(i), weights(i, s1), static_cast<int>(o_proj_t.k), st, i);
-      }
+          QPARITY_CUDA_CHECK(cudaFuncSetAttribute(
+              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+        const size_t smem = (kFlags & kDynSmem) ? static_cast<size_t>(l.k) * 2 : 0;
+        gpu::launch_pdl("mini_gemm", kernel, dim3(128), dim3(kThreads), smem, s, x_of(i), y_of(i),
+                        weights(i, s1), static_cast<int>(l.k), st, i);
+      };
+      if (i % 2 == 0)
+        launch.template operator()<2>(o_proj);
+      else
+        launch.template operator()<1>(o_proj_t);
     };
     const auto engine = [&](int i, int s1, gpu::KernelProbe* pr, bool single_pass) {
       const Linear& l = i % 2 ? o_proj_t : o_proj;
