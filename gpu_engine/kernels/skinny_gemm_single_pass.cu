@@ -60,9 +60,10 @@ __global__ void __launch_bounds__(kThreads, 4)
   float rs = 0.f;                              // kNorm: rsqrt(mean(h^2) + eps)
   // X chunk c normalized as stage_x's second pass stores it (bf16).
   const auto normalized = [&](int c) {
+    const uint4 hv = hs[c], wv = nws[c];  // whole 16-byte loads, not four 4-byte ones
     float x8[8], w8[8];
-    unpack8(hs[c], x8);
-    unpack8(nws[c], w8);
+    unpack8(hv, x8);
+    unpack8(wv, w8);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       x8[j] = w8[j] * (x8[j] * rs);
@@ -103,10 +104,14 @@ __global__ void __launch_bounds__(kThreads, 4)
     // stage_x's thread t: chunk t, its h and the sum of its squares; the warps' partial sums.
     float h[8], s = 0.f;
     if (tid < chunks) {
-      unpack8(reinterpret_cast<const uint4*>(p.x)[tid], h);
+      // Both loads before either is used: unpacking x ahead of the branch on p.add would hold
+      // the add's load until x arrived (two round trips instead of one).
+      const uint4 xr = reinterpret_cast<const uint4*>(p.x)[tid];
+      const uint4 ar = p.add ? reinterpret_cast<const uint4*>(p.add)[tid] : make_uint4(0, 0, 0, 0);
+      unpack8(xr, h);
       if (p.add) {
         float ad[8];
-        unpack8(reinterpret_cast<const uint4*>(p.add)[tid], ad);
+        unpack8(ar, ad);
 #pragma unroll
         for (int j = 0; j < 8; ++j)  // exact in fp32 after the rounding
           h[j] = __bfloat162float(__float2bfloat16_rn(h[j] + ad[j]));
