@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
   }
   // The norm weight's chunk of this thread, in flight across the wait like the weights (stored
-  // to shared memory before the wait, the store would hold the thread there until it arrived:
-  // +0.45 us before qkv's release in the timeline).
+  // to shared memory before the wait, the store would hold the thread there until it arrived).
   uint4 nw = make_uint4(0, 0, 0, 0);
   if (kNorm && tid < chunks) nw = reinterpret_cast<const uint4*>(p.norm_weight)[tid];
   pdl_launch_dependents();
