@@ -200,21 +200,17 @@ bool launch_skinny_gemm_single_pass(const SkinnyGemmParams& p, int ksplit, cudaS
   }();
   if (!enabled) return false;
   // The same shared-memory opt-in as skinny_gemm_kernel (launch_m), so both leave the SM's
-  // carveout where the other kernels of a decode step want it.
-  static const bool opted_in = [] {
-    for (const auto f :
-         {skinny_gemm_single_pass_kernel<true>, skinny_gemm_single_pass_kernel<false>})
-      QPARITY_CUDA_CHECK(
-          cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-    return true;
-  }();
-  (void)opted_in;
+  // carveout where the other kernels of a decode step want it; set at each launch, as there,
+  // because a function attribute belongs to the current device.
+  const auto launch = [&](auto kernel, size_t smem) {
+    QPARITY_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    launch_pdl("skinny_gemm", kernel, grid, block, smem, stream, p, ksplit);
+  };
   if (p.norm_weight)
-    launch_pdl("skinny_gemm", skinny_gemm_single_pass_kernel<true>, grid, block,
-               static_cast<size_t>(2 * chunks) * 16, stream, p, ksplit);
+    launch(skinny_gemm_single_pass_kernel<true>, static_cast<size_t>(2 * chunks) * 16);
   else
-    launch_pdl("skinny_gemm", skinny_gemm_single_pass_kernel<false>, grid, block, 0, stream, p,
-               ksplit);
+    launch(skinny_gemm_single_pass_kernel<false>, 0);
   return true;
 }
 
