@@ -32,8 +32,10 @@ inline int choose_ksplit(int64_t pairs, int64_t chunks, int sms) {
 }
 
 // Weights are read once per forward: do not let them evict X or anything else from L1. Volatile:
-// a plain asm has no memory effect for the compiler, which may then sink it below pdl_wait() (the
-// single-pass kernel's loads went there, and a kernel's weight stream after its release).
+// a plain asm has no memory effect for the compiler, so nothing would keep it above pdl_wait(),
+// where its point is (the weight stream overlapping the kernel before). What the single-pass
+// kernel did meet was the opposite move, the loads' unpacking hoisted above the wait; its opaque()
+// stops that.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
