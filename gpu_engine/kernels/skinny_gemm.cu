@@ -11,6 +11,7 @@ namespace qparity::gpu {
 
 namespace {
 
+using skinny::kMaxSmem;
 using skinny::kThreads;
 using skinny::kUnroll;
 using skinny::kWarps;
@@ -18,8 +19,6 @@ using skinny::load_stream;
 using skinny::stage_x;
 using skinny::unpack8;
 using skinny::write_pair;
-
-constexpr size_t kMaxSmem = 160 * 1024;
 
 // Block layout: the kWarps warps take kWarps / ksplit row pairs at a time, each pair split along
 // K over ksplit warps (lane l of slice s reads chunks (s * 32 + l) + 32 * ksplit * j); the
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
   }
   const bool writer = blockIdx.x == 0;
   const int64_t half = n / 2;
-  const int64_t pairs = p.silu_mul ? half : (n + 1) / 2;
+  const int64_t pairs = skinny::row_pairs(p);
   const int per_block = kWarps / ksplit;
   const int64_t groups = (pairs + per_block - 1) / per_block;
   const int slice = warp % ksplit;
@@ -170,7 +169,7 @@ void launch_m(const SkinnyGemmParams& p, cudaStream_t stream) {
   int device = 0, sms = 0, per_sm = 0;
   QPARITY_CUDA_CHECK(cudaGetDevice(&device));
   QPARITY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2, chunks = p.k / 8;
+  const int64_t pairs = skinny::row_pairs(p), chunks = p.k / 8;
   const int ksplit = skinny::choose_ksplit(pairs, chunks, sms);
   if (M == 1 && p.single_pass && launch_skinny_gemm_single_pass(p, ksplit, stream)) return;
   // The opt-in beyond 48 KiB of shared memory (static + dynamic), a per-device attribute.

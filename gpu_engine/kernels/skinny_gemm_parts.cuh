@@ -18,6 +18,17 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 // bandwidth with one block per SM.
 constexpr int kUnroll = 4;
 
+// The dynamic shared-memory opt-in of every skinny GEMM kernel (X staged for up to kSkinnyMaxM
+// rows), set alike so that they leave the SM's carveout where a decode step's other kernels want
+// it.
+constexpr size_t kMaxSmem = 160 * 1024;
+
+// Row pairs of the product: (2g, 2g + 1), the last one (n - 1, n - 1) for odd n; with silu_mul
+// (g, g + n/2), the gate and up rows whose outputs meet in the epilogue.
+__host__ __device__ inline int64_t row_pairs(const SkinnyGemmParams& p) {
+  return p.silu_mul ? p.n / 2 : (p.n + 1) / 2;
+}
+
 // Warps along K per row pair (a power of two up to kWarps): split while the row pairs alone would
 // leave SMs idle (small N), as long as each lane keeps at least one full unrolled step of its own
 // - or while a lane would need a second unrolled step, whose loads could only go out after the

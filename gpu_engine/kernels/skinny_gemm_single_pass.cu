@@ -10,6 +10,7 @@ namespace qparity::gpu {
 
 namespace {
 
+using skinny::kMaxSmem;
 using skinny::kThreads;
 using skinny::kUnroll;
 using skinny::kWarps;
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int chunks = static_cast<int>(k / 8);  // the launcher bounds it by 32 * kWarps * kUnroll
   // kNorm: X normalized (bf16), chunk t stored by thread t as stage_x's second pass stores it.
   uint4* xs = staged;
-  const int64_t pairs = p.silu_mul ? half : (n + 1) / 2;
+  const int64_t pairs = skinny::row_pairs(p);
   const int slice = warp % ksplit;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / ksplit) + warp / ksplit;
   const bool has_pair = g < pairs;
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 }  // namespace
 
 bool launch_skinny_gemm_single_pass(const SkinnyGemmParams& p, int ksplit, cudaStream_t stream) {
-  const int64_t chunks = p.k / 8, pairs = p.silu_mul ? p.n / 2 : (p.n + 1) / 2;
+  const int64_t chunks = p.k / 8, pairs = skinny::row_pairs(p);
   if (p.m != 1 || p.group_first || p.argmax_keys || chunks > 32 * ksplit * kUnroll) return false;
   if (p.norm_weight && chunks > kThreads) return false;  // one chunk a thread in the prologue
   const int64_t groups = (pairs + kWarps / ksplit - 1) / (kWarps / ksplit);
@@ -202,8 +203,8 @@ bool launch_skinny_gemm_single_pass(const SkinnyGemmParams& p, int ksplit, cudaS
   // carveout where the other kernels of a decode step want it; set at each launch, as there,
   // because a function attribute belongs to the current device.
   const auto launch = [&](auto kernel, size_t smem) {
-    QPARITY_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    QPARITY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kMaxSmem)));
     launch_pdl("skinny_gemm", kernel, grid, block, smem, stream, p, ksplit);
   };
   if (p.norm_weight)
