@@ -32,7 +32,8 @@ class GpuTensorParallel : public test::GpuTest {
     cudaGetDeviceCount(&n);
     if (n < 2) GTEST_SKIP() << "needs 2 GPUs (nvidia-h200-x2); " << n << " visible";
   }
-  std::mt19937_64 rng{test::test_seed()};
+  const uint64_t seed_ = test::test_seed();  // printed on failure: QPARITY_TEST_SEED replays it
+  std::mt19937_64 rng{seed_};
 };
 
 ModelConfig shapes() {
@@ -47,6 +48,7 @@ ModelConfig shapes() {
 }
 
 TEST_F(GpuTensorParallel, RowParallelAllReduceMatchesTheFullProduct) {
+  SCOPED_TRACE(test::seed_note(seed_));
   const ModelConfig c = shapes();
   const int64_t t = 16, n = c.hidden, k = c.q_size();
   std::vector<Bf16> hx, hw;
@@ -86,6 +88,7 @@ TEST_F(GpuTensorParallel, RowParallelAllReduceMatchesTheFullProduct) {
 }
 
 TEST_F(GpuTensorParallel, ColumnParallelAllGatherMatchesTheFullProduct) {
+  SCOPED_TRACE(test::seed_note(seed_));
   const ModelConfig c = shapes();
   const int64_t t = 16, n = c.q_size(), k = c.hidden;
   std::vector<Bf16> hx, hw;
@@ -125,6 +128,7 @@ TEST_F(GpuTensorParallel, ColumnParallelAllGatherMatchesTheFullProduct) {
 }
 
 TEST_F(GpuTensorParallel, VocabParallelEmbeddingIsExact) {
+  SCOPED_TRACE(test::seed_note(seed_));
   const ModelConfig c = shapes();
   const int64_t v = c.vocab, h = 256;
   std::vector<Bf16> ht;
