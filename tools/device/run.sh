@@ -25,9 +25,10 @@ rc=0
 log "device"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
 if want build; then
   log "configure + build"
-  # NCCL comes with the image's pip package nvidia-nccl-cu13 (headers and libnccl.so.2).
-  nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a ${nccl_root:+-DNCCL_ROOT="$nccl_root"} > "$OUT/configure.log" 2>&1 \
+  # NCCL: FindNCCL finds the CUDA toolkit's on the image (an NCCL_ROOT in the environment
+  # overrides it). The pip package's lookup that stood here never fired: nvidia.nccl is a
+  # namespace package with no __file__.
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQPARITY_CUDA_ARCHS=90a > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; exit 1; }
   cmake --build build-device -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 fi
@@ -53,7 +54,11 @@ if want sanitize; then
       filter='*'
       [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*:*NanRouter*:*DecodeIsReproducible*'
       log_file="$OUT/sanitizer-$tool-$(basename "$t").log"
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
+      # NCCL probes kernel images and re-enables peer access, and handles the API errors it gets
+      # back (310 of them on 2 x H200, all inside libnccl): memory errors alone judge that suite.
+      api=()
+      [ "$(basename "$t")" = test_gpu_tensor_parallel ] && [ "$tool" = memcheck ] && api=(--report-api-errors no)
+      compute-sanitizer --tool "$tool" "${api[@]}" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
       src=$?
       if [ "$tool" = racecheck ] && [ $src -ne 0 ]; then
         # racecheck does not model the TMA / mbarrier synchronization of cuBLASLt's sm90 "nvjet"

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Device time is scarce (30 minutes a session) and a build there spends minutes of it, while nvcc
+# builds sm_90a code here without a GPU. So: build here, carry the stripped binaries, run there.
+#   here:   bash tools/device/prebuilt.sh pack [BUILD_DIR]   (default build/) -> .devbin/
+#   there:  bash tools/device/prebuilt.sh run [STAGE...]     (device tool, carry [".devbin"])
+# Stages (default: tests sanitize ab bench; tp needs two GPUs, e.g. nvidia-h200-x2):
+#   tp        the NCCL tensor-parallel tests, three rounds of fresh seeds, then memcheck (memory
+#             errors only: NCCL's own probes return API errors it handles) and racecheck
+#   tests     every gpu suite (on a one-GPU machine the tp suite skips, saying why)
+#   sanitize  memcheck + racecheck over the skinny GEMM and decode attention tests
+#   ab        batch-1 decode of the 0.6B shape, the single-pass skinny GEMM off / on, three rounds
+#   bench     the full bench_engine
+# Built on Debian 12 (glibc 2.36, libstdc++ of g++ 12, libhdf5_serial.so.103), the binaries run on
+# the device image (Ubuntu 24.04: newer glibc and libstdc++, the same HDF5 soname). At most 8
+# files come back from $OUT, so each stage writes one log.
+set -uo pipefail
+bins=(tests/gpu/test_gpu_kernels tests/gpu/test_gpu_engine tests/gpu/test_gpu_codecs
+      tests/gpu/test_gpu_tensor_parallel bench/bench_engine)
+cmd=${1:-}
+shift || true
+case "$cmd" in
+pack)
+  build=${1:-build}
+  mkdir -p .devbin
+  for b in "${bins[@]}"; do
+    [ -x "$build/$b" ] || { echo "prebuilt: $build/$b missing (build it first)" >&2; exit 1; }
+    strip -o ".devbin/$(basename "$b")" "$build/$b"
+  done
+  # The tests read policies from the source tree whose path the build baked in (QPARITY_SOURCE_DIR).
+  (cd "$(dirname "$0")/../.." && pwd) > .devbin/source_dir
+  du -sh .devbin
+  ;;
+run)
+  OUT=${OUT:-/tmp/qparity-out}
+  mkdir -p "$OUT"
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  B=$PWD/.devbin
+  baked=$(cat "$B/source_dir")
+  if [ "$baked" != "$PWD" ]; then mkdir -p "$(dirname "$baked")" && ln -sfn "$PWD" "$baked"; fi
+  nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv \
+    | tee "$OUT/device.txt"
+  rc=0
+  for b in "$B"/test_* "$B"/bench_engine; do
+    ldd "$b" | grep -q 'not found' && { echo "prebuilt: $b lacks libraries:"; ldd "$b" | grep 'not found'; rc=1; }
+  done
+  [ $rc -eq 0 ] || exit 1
+  stages=("$@")
+  [ ${#stages[@]} -eq 0 ] && stages=(tests sanitize ab bench)
+  for s in "${stages[@]}"; do
+    echo "== $s $(date +%T)"
+    case "$s" in
+    tp)
+      NCCL_DEBUG=VERSION timeout 120 "$B/test_gpu_tensor_parallel" --gtest_repeat=3 > "$OUT/tp.log" 2>&1 || rc=1
+      grep -E 'NCCL version|OK \]|FAILED|SKIPPED \]|PASSED' "$OUT/tp.log" | sort | uniq -c
+      for tool in memcheck racecheck; do
+        api=(); [ $tool = memcheck ] && api=(--report-api-errors no)
+        timeout 200 compute-sanitizer --tool $tool "${api[@]}" --error-exitcode 9 \
+          "$B/test_gpu_tensor_parallel" >> "$OUT/tp-sanitizer.log" 2>&1 || rc=1
+        echo "$tool: $(grep -E 'SUMMARY' "$OUT/tp-sanitizer.log" | tail -1)"
+      done
+      ;;
+    tests)
+      for t in test_gpu_kernels test_gpu_engine test_gpu_codecs test_gpu_tensor_parallel; do
+        timeout 300 "$B/$t" >> "$OUT/tests.log" 2>&1 || rc=1
+        echo "$t: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
+      done
+      grep -hE "worst point|bit-identical|needs 2 GPUs" "$OUT/tests.log" | sort -u
+      ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B/test_gpu_kernels" \
+          --gtest_filter='*Skinny*:*DecodeAttention*' >> "$OUT/sanitizer.log" 2>&1 || rc=1
+        echo "$tool: $(grep -E 'SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+      done
+      ;;
+    ab)
+      for r in 1 2 3; do
+        for sp in off on; do
+          echo "single_pass=$sp $(QPARITY_SKINNY_SINGLE_PASS=$sp timeout 60 "$B/bench_engine" \
+            --models qwen3-0.6b --no-linears --batches 1 --steps 128 --prefill 512 2>&1 \
+            | grep -m1 'decode batch 1:')"
+        done
+      done | tee "$OUT/ab.log"
+      ;;
+    bench)
+      timeout 300 "$B/bench_engine" > "$OUT/bench.log" 2>&1 || rc=1
+      grep -E 'copy|decode batch|prefill .* tokens/s' "$OUT/bench.log"
+      ;;
+    *) echo "prebuilt: unknown stage '$s'" >&2; rc=2 ;;
+    esac
+  done
+  exit $rc
+  ;;
+*)
+  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench ...]" >&2
+  exit 2
+  ;;
+esac
