@@ -33,7 +33,7 @@ pack)
 run)
   OUT=${OUT:-/tmp/qparity-out}
   mkdir -p "$OUT"
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  source "$(dirname "$0")/sanitizer_flags.sh"
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   B=$PWD/.devbin
   baked=$(cat "$B/source_dir")
@@ -45,6 +45,17 @@ run)
     ldd "$b" | grep -q 'not found' && { echo "prebuilt: $b lacks libraries:"; ldd "$b" | grep 'not found'; rc=1; }
   done
   [ $rc -eq 0 ] || exit 1
+  # sanitize LOG BINARY [ARGS...]: memcheck then racecheck, appended to LOG, each summary printed.
+  sanitize() {
+    local log=$1 tool
+    shift
+    for tool in memcheck racecheck; do
+      # shellcheck disable=SC2046
+      timeout 300 compute-sanitizer --tool $tool $(sanitizer_flags "$1" $tool) --error-exitcode 9 \
+        "$@" >> "$log" 2>&1 || rc=1
+      echo "$tool: $(grep -E 'SUMMARY' "$log" | tail -1)"
+    done
+  }
   stages=("$@")
   [ ${#stages[@]} -eq 0 ] && stages=(tests sanitize ab bench)
   for s in "${stages[@]}"; do
@@ -53,26 +64,17 @@ run)
     tp)
       NCCL_DEBUG=VERSION timeout 120 "$B/test_gpu_tensor_parallel" --gtest_repeat=3 > "$OUT/tp.log" 2>&1 || rc=1
       grep -E 'NCCL version|OK \]|FAILED|SKIPPED \]|PASSED' "$OUT/tp.log" | sort | uniq -c
-      for tool in memcheck racecheck; do
-        api=(); [ $tool = memcheck ] && api=(--report-api-errors no)
-        timeout 200 compute-sanitizer --tool $tool "${api[@]}" --error-exitcode 9 \
-          "$B/test_gpu_tensor_parallel" >> "$OUT/tp-sanitizer.log" 2>&1 || rc=1
-        echo "$tool: $(grep -E 'SUMMARY' "$OUT/tp-sanitizer.log" | tail -1)"
-      done
+      sanitize "$OUT/tp-sanitizer.log" "$B/test_gpu_tensor_parallel"
       ;;
     tests)
-      for t in test_gpu_kernels test_gpu_engine test_gpu_codecs test_gpu_tensor_parallel; do
-        timeout 300 "$B/$t" >> "$OUT/tests.log" 2>&1 || rc=1
-        echo "$t: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
+      for t in "$B"/test_*; do
+        timeout 300 "$t" >> "$OUT/tests.log" 2>&1 || rc=1
+        echo "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
       done
       grep -hE "worst point|bit-identical|needs 2 GPUs" "$OUT/tests.log" | sort -u
       ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B/test_gpu_kernels" \
-          --gtest_filter='*Skinny*:*DecodeAttention*' >> "$OUT/sanitizer.log" 2>&1 || rc=1
-        echo "$tool: $(grep -E 'SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-      done
+      sanitize "$OUT/sanitizer.log" "$B/test_gpu_kernels" --gtest_filter='*Skinny*:*DecodeAttention*'
       ;;
     ab)
       for r in 1 2 3; do

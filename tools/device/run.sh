@@ -14,7 +14,7 @@
 #              out (what each costs inside the graph),
 #              and bench_dependent_chain (the per-kernel floor of a dependent chain)
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these shared hosts (KINDS.md)
+source "$(dirname "$0")/sanitizer_flags.sh"
 OUT=${OUT:-/tmp/qparity-out}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
@@ -54,11 +54,8 @@ if want sanitize; then
       filter='*'
       [ "$(basename "$t")" = test_gpu_engine ] && filter='*PrefillAndDecode*:*LayerRerun*:*NanRouter*:*DecodeIsReproducible*'
       log_file="$OUT/sanitizer-$tool-$(basename "$t").log"
-      # NCCL probes kernel images and re-enables peer access, and handles the API errors it gets
-      # back (310 of them on 2 x H200, all inside libnccl): memory errors alone judge that suite.
-      api=()
-      [ "$(basename "$t")" = test_gpu_tensor_parallel ] && [ "$tool" = memcheck ] && api=(--report-api-errors no)
-      compute-sanitizer --tool "$tool" "${api[@]}" --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
+      # shellcheck disable=SC2046
+      compute-sanitizer --tool "$tool" $(sanitizer_flags "$t" "$tool") --error-exitcode 9 "$t" --gtest_filter="$filter" > "$log_file" 2>&1
       src=$?
       if [ "$tool" = racecheck ] && [ $src -ne 0 ]; then
         # racecheck does not model the TMA / mbarrier synchronization of cuBLASLt's sm90 "nvjet"
