@@ -68,8 +68,14 @@ run)
       ;;
     tests)
       for t in "$B"/test_*; do
-        timeout 300 "$t" >> "$OUT/tests.log" 2>&1 || rc=1
-        echo "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
+        # Each suite's summary from its own output: a suite that dies before gtest's summary
+        # must not show the previous suite's line.
+        out=$(timeout 300 "$t" 2>&1)
+        src=$?
+        printf '%s\n' "$out" >> "$OUT/tests.log"
+        [ $src -eq 0 ] || rc=1
+        summary=$(grep -E '^\[  (PASSED|FAILED) ' <<< "$out" | tail -1)
+        echo "$(basename "$t"): ${summary:-no gtest summary} (exit $src)"
       done
       grep -hE "worst point|bit-identical|needs 2 GPUs" "$OUT/tests.log" | sort -u
       ;;
@@ -79,9 +85,11 @@ run)
     ab)
       for r in 1 2 3; do
         for sp in off on; do
-          echo "single_pass=$sp $(QPARITY_SKINNY_SINGLE_PASS=$sp timeout 60 "$B/bench_engine" \
-            --models qwen3-0.6b --no-linears --batches 1 --steps 128 --prefill 512 2>&1 \
-            | grep -m1 'decode batch 1:')"
+          out=$(QPARITY_SKINNY_SINGLE_PASS=$sp timeout 60 "$B/bench_engine" --models qwen3-0.6b \
+            --no-linears --batches 1 --steps 128 --prefill 512 2>&1)
+          src=$?
+          line=$(grep -m1 'decode batch 1:' <<< "$out")
+          echo "single_pass=$sp ${line:-no result (exit $src): $(tail -1 <<< "$out")}"
         done
       done | tee "$OUT/ab.log"
       ;;
