@@ -17,4 +17,11 @@ class Error : public std::runtime_error {
   std::string where_;
 };
 
+// A command line that cannot mean anything (conflicting or missing options, a value outside the
+// option's choices): the CLI exits 2 for it, 1 for bad input files.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace qparity

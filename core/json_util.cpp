@@ -9,6 +9,10 @@
 namespace qparity {
 
 Json read_json_file(const std::filesystem::path& path) {
+  // A FIFO or device would block or never end: only regular files are read.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(path.string(), "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string(), "cannot open file");
   std::ostringstream buf;

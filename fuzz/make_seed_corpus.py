@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Regenerates fuzz/corpus/: small valid (and a few near-valid) inputs per fuzz target, so the
-fuzzers start from deep inside each parser. Run from the repo root; output is committed."""
+fuzzers start from deep inside each parser. Run from the repo root; output is committed.
+The golden seeds need h5py and numpy (Debian: python3-h5py, built on the system libhdf5)."""
 import json
 import os
 import struct
+import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
@@ -147,4 +149,155 @@ put(t, "w8a16_g32", description("W8A16", ["weight_scale", "weight_offset"], grou
 put(t, "w8a8_c8", description("W8A8", ["input_scale", "input_offset", "deq_scale", "quant_bias"], kv=True))
 put(t, "w8a8_dynamic", description("W8A8_DYNAMIC", ["weight_scale", "weight_offset"]))
 put(t, "w8a8sc", description("W8A8SC", ["index", "info"]))
+
+t = "fuzz_golden_reader"
+# Tiny goldens in golden/SCHEMA.md's layout, attribute types as golden_file.cpp writes them.
+import h5py  # noqa: E402  (only this target needs it)
+import numpy as np  # noqa: E402
+
+META = [("producer", "qparity-reference"), ("producer_version", "0.1.0"), ("model", "fuzz"),
+        ("architecture", "Qwen3MoeForCausalLM"), ("model_config_hash", "ab" * 32),
+        ("checkpoint_hash", "cd" * 32), ("scheme", "fp8-block"), ("dialect", "ideal"),
+        ("precision_mode", "exact"), ("input_set", "synthetic:1x3:seed=1"),
+        ("device", "cpu-reference"), ("created", "2026-01-01T00:00:00Z")]
+
+
+def point_values(rng, name, rows, width):
+    if name.endswith(".topk_ids"):  # distinct expert ids per token, as exact integers
+        return np.array([rng.permutation(4)[:width] for _ in range(rows)], dtype=np.float64)
+    return rng.standard_normal((rows, width))
+
+
+def golden(name, seqs=1, seq_len=3, vocab=8, points=(("embed", 4),), point_dtype="float64",
+           quant_stats=(), chunked="all", libver="latest", fixed_strings=False, drop=(),
+           logits_rows=None, schema_version=1, order_attr=True, meta=()):
+    rng = np.random.default_rng(len(name))
+    rows = seqs * seq_len
+    tokens = rng.integers(0, vocab, (seqs, seq_len), dtype=np.int64)
+    targets = np.concatenate([tokens[:, 1:], np.full((seqs, 1), -1, np.int64)], axis=1)
+    logits = rng.standard_normal((rows if logits_rows is None else logits_rows, vocab))
+    lp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    tlp = np.array([lp[r, k] if k >= 0 and r < len(lp) else np.nan
+                    for r, k in enumerate(targets.reshape(-1))])
+    nll = np.array([np.nanmean(-tlp[i * seq_len:(i + 1) * seq_len]) for i in range(seqs)])
+    ftype = "<f4" if point_dtype == "float32" else "<f8"
+
+    def dataset(parent, key, data, dtype):
+        data = np.asarray(data, dtype=dtype)
+        kw = {}
+        # As write_dataset: whole rows, shuffle, gzip 4 ("points": the capture points only).
+        if (chunked == "all" or (chunked == "points" and parent.name == "/points")) and data.size:
+            kw = dict(chunks=data.shape, shuffle=True, compression="gzip", compression_opts=4)
+        return parent.create_dataset(key, data=data, track_times=False, **kw)
+
+    def group(parent, key):  # without timestamps, so regenerating gives the same bytes
+        gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        gcpl.set_obj_track_times(False)
+        return h5py.Group(h5py.h5g.create(parent.id, key.encode(), gcpl=gcpl))
+
+    fd, tmp = tempfile.mkstemp(suffix=".h5")
+    os.close(fd)
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)  # the root group's timestamps
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    low = {None: h5py.h5f.LIBVER_EARLIEST, "v108": h5py.h5f.LIBVER_V18,
+           "latest": h5py.h5f.LIBVER_LATEST}[libver]
+    fapl.set_libver_bounds(low, h5py.h5f.LIBVER_LATEST)
+    with h5py.File(h5py.h5f.create(tmp.encode(), h5py.h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)) as f:
+        if "schema_version" not in drop:
+            f.attrs.create("schema_version", schema_version, dtype="<i4")
+        for key, value in dict(META + [("point_dtype", point_dtype)] + list(meta)).items():
+            if key in drop:
+                continue
+            if fixed_strings:
+                f.attrs.create(key, np.bytes_(value))
+            else:
+                f.attrs[key] = value  # h5py: scalar variable-length UTF-8
+        if "seed" not in drop:
+            f.attrs.create("seed", 1, dtype="<u8")
+        g = group(f, "inputs")
+        dataset(g, "tokens", tokens, "<i8")
+        dataset(g, "targets", targets, "<i8")
+        g = group(f, "points")
+        for i, (key, width) in enumerate(points):
+            d = dataset(g, key, point_values(rng, key, rows, width), ftype)
+            if order_attr:
+                d.attrs.create("order", i, dtype="<i8")
+        g = group(f, "outputs")
+        dataset(g, "logits", logits, "<f8")
+        dataset(g, "target_logprobs", tlp, "<f8")
+        dataset(g, "sequence_nll", nll, "<f8")
+        dataset(g, "sequence_ppl", np.exp(nll), "<f8")
+        if quant_stats:
+            g = group(f, "quant_stats")
+            for i, (key, n) in enumerate(quant_stats):
+                d = dataset(g, key, [64 * (i + 1), i, 2, 0][:n], "<i8")
+                d.attrs.create("order", i, dtype="<i8")
+    with open(tmp, "rb") as fh:
+        data = fh.read()
+    os.remove(tmp)
+    assert len(data) < 20 * 1024, (name, len(data))  # keep the committed corpus small
+    put("fuzz_golden_reader", name, data)
+
+
+dense = (("embed", 4), ("layers.0.attn.rope_k", 4), ("layers.0.mlp.out", 4), ("final_norm", 4))
+moe = (("embed", 4), ("layers.1.moe.topk_ids", 2), ("layers.1.moe.topk_weights", 2),
+       ("layers.1.moe.expert_out", 8))
+qs = (("layers.0.attn.qkv_proj", 4), ("layers.1.moe.experts.w13", 4))
+# The writer's own format (HDF5's earliest: symbol-table groups, v1 B-tree chunk indexes) costs
+# ~3 KB per chunked dataset: one seed keeps it with only its two points chunked; the others use
+# libver latest (single-chunk indexes, compact groups) to stay small.
+golden("earliest_format", points=dense[:2], libver=None, chunked="points")
+golden("v108_chunked_point", points=dense[:1], libver="v108", chunked="points")
+golden("dense_f64", points=dense)
+golden("moe_f32_quant_stats", points=moe, point_dtype="float32", quant_stats=qs,
+       meta=[("run", "layer-local")])
+golden("fixed_strings_2x2", seqs=2, seq_len=2, points=dense[:2], chunked="none",
+       fixed_strings=True, quant_stats=qs[:1], meta=[("input_set", "layer-local:fuzz")])
+golden("no_points", points=())
+# Near-valid: each fails one check of the reader.
+golden("missing_seed", points=dense[:2], drop=("seed",))
+golden("logits_wrong_rows", points=dense[:2], logits_rows=2)
+golden("schema_v2", points=dense[:1], schema_version=2)
+golden("quant_stats_len3", points=dense[:1], quant_stats=(("layers.0.attn.o_proj", 3),))
+golden("point_without_order", points=dense[:2], order_attr=False)
+golden("bad_run", points=dense[:1], meta=[("run", "half")])
+
+t = "fuzz_policy"
+REPO = os.path.dirname(os.path.dirname(ROOT))
+POLICIES = next(p for p in (os.path.join(REPO, "policies"),  # moved from tests/accuracy/
+                            os.path.join(REPO, "tests", "accuracy", "policies"))
+                if os.path.isdir(p))
+for scheme in ("bf16", "fp8-block", "w8a8-static", "nvfp4"):
+    with open(os.path.join(POLICIES, scheme + ".json"), "rb") as f:
+        put(t, scheme, f.read())
+section = {"derivation": "d", "provenance": "p",
+           "points": [{"match": "layers.*.moe.topk_ids", "max_mismatches": 0, "why": "w"},
+                      {"match": "*", "max_rel_l2": 1e-3, "max_col_rel_l2": 2e-3,
+                       "max_median_row_rel_l2": 5e-4, "max_abs": 0.5, "min_cosine": 0.99,
+                       "max_deepgemm_diff": 1e-4}],
+           "end_to_end": {"max_kld_upper": 1e-3, "min_top1_lower": 0.75,
+                          "max_dln_ppl_upper": 0.01, "why": "w"},
+           "point_gates_apply_to": ["layer-local"], "optional_points": ["*.moe.expert_out"]}
+put(t, "every_key", json.dumps({"scheme": "fp8-block", "comment": "c", "format": section,
+                                "engine": {"default": section, "sm90": section,
+                                           "cpu-reference": dict(section, points=[])}}))
+e2e_only = {"derivation": "d", "end_to_end": {"max_kld_upper": 1e-3}}
+put(t, "minimal", json.dumps({"scheme": "bf16", "engine": {"default": e2e_only}}))
+
+
+def near(name, **sec):  # a valid policy but for one key of its default section
+    put(t, name, json.dumps({"scheme": "bf16", "engine": {"default": dict(e2e_only, **sec)}}))
+
+
+put(t, "no_default", json.dumps({"scheme": "bf16", "engine": {"sm90": e2e_only}}))
+put(t, "bad_device_key", json.dumps({"scheme": "bf16", "engine": {"default": e2e_only,
+                                                                  "h100": e2e_only}}))
+near("negative_bound", points=[{"match": "*", "max_abs": -1}])
+near("fractional_count", points=[{"match": "*.moe.topk_ids", "max_mismatches": 0.5}])
+near("unknown_key", end_to_end={"max_kld": 1})
+near("e2e_not_object", end_to_end=[1])
+near("bad_glob", points=[{"match": "[!a-z]*[", "max_rel_l2": 0}])
+near("provenance_number", provenance=1)
+near("why_object", points=[{"match": "embed", "max_abs": 1, "why": {}}])
 print("corpus written under", ROOT)

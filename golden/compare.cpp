@@ -1,5 +1,6 @@
 #include "golden/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -27,6 +28,8 @@ Json meta_json(const GoldenMeta& m) {
   Json j = Json::object();
   for (const auto& [name, field] : meta_string_fields())
     j[name] = m.*field;
+  j["run"] = to_string(m.run_mode);
+  j["model_dtype"] = m.model_dtype;
   return j;
 }
 
@@ -48,6 +51,18 @@ double json_double(const Json& j) {
   return NAN;
 }
 
+const char* to_string(Judgement j) {
+  switch (j) {
+    case Judgement::kPass:
+      return "PASS";
+    case Judgement::kFail:
+      return "FAIL";
+    case Judgement::kNotJudged:
+      return "NOT JUDGED";
+  }
+  return "?";
+}
+
 CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                               const CompareOptions& o) {
   CompareReport r;
@@ -62,6 +77,7 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                                       std::to_string(c.seq_len()) + " vs " +
                                       std::to_string(g.sequences()) + "x" +
                                       std::to_string(g.seq_len()) + " tokens, or other ids)");
+  static const PolicySection kNoGates;  // judges NaN/Inf only
   const PolicySection* section = nullptr;
   if (o.policy) {
     std::string key;
@@ -69,12 +85,17 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     section = &policy_section(*o.policy, o.role, dev, &key);
     r.policy_file = o.policy->file;
     r.policy_section = o.role == PolicyRole::kFormat ? "format" : "engine." + key;
+    r.point_gates_judge = section->judges_points_of(c.meta().run_mode);
   }
+  const PolicySection& gates = section ? *section : kNoGates;
+  for (const auto& name : c.point_names())
+    if (!g.has_point(name)) r.extra_in_candidate.push_back(name);
   std::vector<double> kv_sum(static_cast<size_t>(g.seq_len()), 0.0);
   int64_t kv_layers = 0;
   for (const auto& name : g.point_names()) {
     if (!c.has_point(name)) {
       r.missing_in_candidate.push_back(name);
+      if (section && !section->may_lack(name)) r.missing_failures.push_back(name);
       continue;
     }
     const Array2D a = g.point(name), b = c.point(name);
@@ -102,6 +123,11 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       ExpertAlignment al =
           align_expert_outputs(a.data, b.data, gi.data, ci.data, a.rows, gi.cols, a.cols / gi.cols);
       p.stats = compare_point(al.golden, al.candidate, a.rows, a.cols, false);
+      // Values left out of the alignment (unmatched slots) are still checked for NaN/Inf.
+      const PointStats raw = compare_point(a.data, b.data, a.rows, a.cols, false);
+      p.stats.nan_golden = raw.nan_golden, p.stats.inf_golden = raw.inf_golden;
+      p.stats.nan_candidate = raw.nan_candidate, p.stats.inf_candidate = raw.inf_candidate;
+      if (p.stats.first_nonfinite < 0) p.stats.first_nonfinite = raw.first_nonfinite;
       if (expert_out) r.experts.push_back({name, al.matched, al.unmatched, std::move(al.experts)});
     } else {
       p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids);
@@ -111,7 +137,11 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       p.stats.mismatches = f.changed_ids;  // as sets: an engine may order a token's experts freely
       r.router.push_back({name, f});
     }
-    if (section) p.verdict = judge_point(*section, name, p.stats);
+    p.verdict = judge_point(gates, name, p.stats);
+    for (const auto& f : nonfinite_failures(p.stats))
+      r.nonfinite.push_back("points/" + name + ": " + f);
+    if (r.first_nonfinite < 0 && !nonfinite_failures(p.stats).empty())
+      r.first_nonfinite = static_cast<int64_t>(r.points.size());
     if (ends_with(name, ".attn.rope_k")) {
       ++kv_layers;
       for (int64_t row = 0; row < a.rows; ++row)
@@ -122,6 +152,19 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       r.first_failing = static_cast<int64_t>(r.points.size());
     r.points.push_back(std::move(p));
   }
+  if (r.points.empty())
+    throw Error(r.candidate_file,
+                "shares no capture point with " + r.golden_file +
+                    " (golden: " + std::to_string(g.point_names().size()) +
+                    " points, candidate: " + std::to_string(c.point_names().size()) +
+                    "): there is nothing to compare point by point");
+  if (section)
+    for (const auto& gate : section->points) {
+      bool used = false;
+      for (const auto& p : r.points)
+        used = used || p.verdict.gate == gate.match;
+      if (!used) r.unused_gates.push_back(gate.match);
+    }
   if (kv_layers > 0)
     for (double& v : kv_sum)
       r.kv_error_by_position.push_back(v / static_cast<double>(kv_layers * g.sequences()));
@@ -145,8 +188,53 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     throw Error(r.candidate_file, "logits have vocab " + std::to_string(cl.cols) + ", the golden " +
                                       std::to_string(gl.cols));
   r.e2e = compare_logits(gl.data, cl.data, gl.rows, gl.cols, g.targets());
-  if (section) r.e2e_verdict = judge_end_to_end(*section, r.e2e);
-  r.pass = r.first_failing < 0 && r.e2e_verdict.pass;
+  r.e2e_verdict = judge_end_to_end(gates, r.e2e);
+  if (o.role == PolicyRole::kFormat && (o.budget || (o.policy && o.policy->budget))) {
+    PolicySection budget;
+    if (o.budget) {
+      budget.end_to_end = *o.budget;
+      r.budget_source = o.budget_source.empty() ? "--budget" : o.budget_source;
+    } else {
+      budget = *o.policy->budget;
+      r.budget_source = o.policy->file + " [budget]";
+    }
+    r.has_budget = true;
+    r.budget_verdict = judge_end_to_end(budget, r.e2e);
+  }
+  for (const auto& f : nonfinite_failures(r.e2e))
+    r.nonfinite.push_back("outputs/logits: " + f);
+
+  // The verdict: NaN/Inf always fails; the rest only when a gate of the policy judges it.
+  r.failures = r.nonfinite;
+  const auto add_e2e = [&](const Verdict& v, const std::string& what) {
+    for (const auto& f : v.failures)  // the NaN/Inf lines are in already
+      if (std::find(r.nonfinite.begin(), r.nonfinite.end(), "outputs/logits: " + f) ==
+          r.nonfinite.end())
+        r.failures.push_back(what + f);
+  };
+  bool judged = false;
+  if (section) {
+    if (!r.missing_failures.empty())
+      r.failures.push_back(std::to_string(r.missing_failures.size()) +
+                           " capture point(s) of the golden missing in the candidate (first: " +
+                           r.missing_failures.front() + ")");
+    if (r.point_gates_judge)
+      for (const auto& p : r.points) {
+        judged = judged || p.verdict.gated;
+        if (p.verdict.gated && !p.verdict.pass && nonfinite_failures(p.stats).empty())
+          r.failures.push_back("points/" + p.name + ": " + p.verdict.failures.front());
+      }
+    judged = judged || r.e2e_verdict.gated;
+    if (r.e2e_verdict.gated) add_e2e(r.e2e_verdict, "end to end: ");
+  }
+  if (r.has_budget) {
+    judged = judged || r.budget_verdict.gated;
+    add_e2e(r.budget_verdict, "budget: ");
+  }
+  r.verdict = !r.failures.empty() ? Judgement::kFail
+              : judged            ? Judgement::kPass
+                                  : Judgement::kNotJudged;
+  r.pass = r.verdict == Judgement::kPass;
   return r;
 }
 
@@ -154,26 +242,32 @@ Json to_json(const CompareReport& r) {
   Json points = Json::array();
   for (const auto& p : r.points) {
     const PointStats& s = p.stats;
-    Json j = {{"name", p.name},
-              {"width", p.cols},
-              {"max_abs", number(s.max_abs)},
-              {"max_rel", number(s.max_rel)},
-              {"rel_l2", number(s.rel_l2)},
-              {"max_col_rel_l2", number(s.max_col_rel_l2)},
-              {"median_row_rel_l2", number(s.median_row_rel_l2)},
-              {"worst_col", s.worst_col},
-              {"nmse", number(s.nmse)},
-              {"cosine", number(s.cosine)},
-              {"deepgemm_diff", number(s.deepgemm_diff)},
-              {"sqnr_db", number(s.sqnr_db)},
-              {"nan_candidate", s.nan_candidate},
-              {"inf_candidate", s.inf_candidate},
-              {"first_nonfinite", s.first_nonfinite},
-              {"worst_index", s.worst_index},
-              {"pass", p.verdict.pass},
-              {"gated", p.verdict.gated},
-              {"gate", p.verdict.gate},
-              {"failures", p.verdict.failures}};
+    Json j = {
+        {"name", p.name},
+        {"width", p.cols},
+        {"max_abs", number(s.max_abs)},
+        {"max_rel", number(s.max_rel)},
+        {"rel_l2", number(s.rel_l2)},
+        {"max_col_rel_l2", number(s.max_col_rel_l2)},
+        {"median_row_rel_l2", number(s.median_row_rel_l2)},
+        {"worst_col", s.worst_col},
+        {"nmse", number(s.nmse)},
+        {"cosine", number(s.cosine)},
+        {"deepgemm_diff", number(s.deepgemm_diff)},
+        {"sqnr_db", number(s.sqnr_db)},
+        {"nan_candidate", s.nan_candidate},
+        {"inf_candidate", s.inf_candidate},
+        {"nan_golden", s.nan_golden},
+        {"inf_golden", s.inf_golden},
+        {"nonfinite_mismatches", s.nonfinite_mismatches},
+        {"first_nonfinite", s.first_nonfinite},
+        {"worst_index", s.worst_index},
+        {"pass", p.verdict.pass},
+        {"gated", p.verdict.gated},
+        {"judged", p.verdict.gated && r.point_gates_judge},
+        {"limit_rel_l2", p.verdict.limit_rel_l2 ? number(*p.verdict.limit_rel_l2) : Json(nullptr)},
+        {"gate", p.verdict.gate},
+        {"failures", p.verdict.failures}};
     if (s.integer_codes) j["mismatches"] = s.mismatches;
     Json rows = Json::array();
     for (double v : s.row_rel_l2)
@@ -188,6 +282,7 @@ Json to_json(const CompareReport& r) {
   Json router = Json::array();
   for (const auto& l : r.router)
     router.push_back({{"point", l.point},
+                      {"invalid_ids", l.flips.invalid_ids},
                       {"tokens", l.flips.tokens},
                       {"flipped", l.flips.flipped},
                       {"flip_rate", number(l.flips.flip_rate)},
@@ -195,11 +290,11 @@ Json to_json(const CompareReport& r) {
   Json experts = Json::array();
   for (const auto& l : r.experts) {
     Json per = Json::array();
-    for (const auto& e : l.experts)
-      per.push_back({{"expert", e.expert},
-                     {"pairs", e.pairs},
-                     {"rel_l2", number(e.rel_l2)},
-                     {"max_abs", number(e.max_abs)}});
+    for (const auto& x : l.experts)
+      per.push_back({{"expert", x.expert},
+                     {"pairs", x.pairs},
+                     {"rel_l2", number(x.rel_l2)},
+                     {"max_abs", number(x.max_abs)}});
     experts.push_back(
         {{"point", l.point}, {"matched", l.matched}, {"unmatched", l.unmatched}, {"experts", per}});
   }
@@ -221,14 +316,26 @@ Json to_json(const CompareReport& r) {
     act.push_back({{"name", a.name},
                    {"golden", stats_json(a.golden)},
                    {"candidate", stats_json(a.candidate)}});
+  const auto point_name = [&](int64_t i) {
+    return i >= 0 ? Json(r.points[static_cast<size_t>(i)].name) : Json(nullptr);
+  };
   return {{"golden", {{"file", r.golden_file}, {"meta", meta_json(r.golden)}}},
           {"candidate", {{"file", r.candidate_file}, {"meta", meta_json(r.candidate)}}},
-          {"policy", {{"file", r.policy_file}, {"section", r.policy_section}}},
+          {"policy",
+           {{"file", r.policy_file},
+            {"section", r.policy_section},
+            {"source", r.policy_source},
+            {"point_gates_judge", r.point_gates_judge},
+            {"unused_gates", r.unused_gates}}},
+          {"verdict", to_string(r.verdict)},
           {"pass", r.pass},
-          {"first_failing_point", r.first_failing >= 0
-                                      ? Json(r.points[static_cast<size_t>(r.first_failing)].name)
-                                      : Json(nullptr)},
+          {"failures", r.failures},
+          {"nonfinite", r.nonfinite},
+          {"first_failing_point", point_name(r.first_failing)},
+          {"first_nonfinite_point", point_name(r.first_nonfinite)},
           {"missing_in_candidate", r.missing_in_candidate},
+          {"missing_failures", r.missing_failures},
+          {"extra_in_candidate", r.extra_in_candidate},
           {"points", points},
           {"end_to_end",
            {{"positions", e.positions},
@@ -246,13 +353,34 @@ Json to_json(const CompareReport& r) {
             {"ppl_golden", number(e.ppl_golden)},
             {"ppl_candidate", number(e.ppl_candidate)},
             {"first_greedy_divergence", e.first_greedy_divergence},
+            {"nonfinite_golden_rows", e.nonfinite_golden_rows},
+            {"nonfinite_candidate_rows", e.nonfinite_candidate_rows},
+            {"first_nonfinite_row", e.first_nonfinite_row},
             {"kld", kld},
             {"pass", r.e2e_verdict.pass},
+            {"gated", r.e2e_verdict.gated},
             {"failures", r.e2e_verdict.failures}}},
+          {"budget", r.has_budget ? Json{{"source", r.budget_source},
+                                         {"pass", r.budget_verdict.pass},
+                                         {"failures", r.budget_verdict.failures}}
+                                  : Json(nullptr)},
           {"router", router},
           {"experts", experts},
           {"kv_error_by_position", kv},
           {"activation_stats", act}};
+}
+
+std::string judged_by_text(const CompareReport& r) {
+  if (r.policy_file.empty())
+    return "no policy" + (r.policy_source.empty() ? std::string() : " (" + r.policy_source + ")") +
+           ": the numbers below are not judged (NaN/Inf still fail)";
+  std::string s = r.policy_file + " [" + r.policy_section + "]";
+  if (!r.policy_source.empty()) s += " (" + r.policy_source + ")";
+  s += "; the candidate is a " + std::string(to_string(r.candidate.run_mode)) + " dump: ";
+  s += r.point_gates_judge ? "judged per point and end to end"
+                           : "judged end to end (this section's per-point gates judge "
+                             "layer-local dumps; points outside them are shown, not judged)";
+  return s;
 }
 
 std::string to_text(const CompareReport& r) {
@@ -260,26 +388,41 @@ std::string to_text(const CompareReport& r) {
   char line[512];
   o << "golden    " << r.golden_file << " (" << r.golden.scheme << ", " << r.golden.device
     << ")\ncandidate " << r.candidate_file << " (" << r.candidate.scheme << ", "
-    << r.candidate.device << ")\n";
-  if (!r.policy_file.empty())
-    o << "policy    " << r.policy_file << " [" << r.policy_section << "]\n";
-  std::snprintf(line, sizeof line, "%-32s %11s %11s %11s %9s %s\n", "capture point", "rel_l2",
-                "max_abs", "1-cosine", "SQNR dB", "verdict");
+    << r.candidate.device << ", " << to_string(r.candidate.run_mode) << ")\n";
+  o << "judged by " << judged_by_text(r) << "\n";
+  std::snprintf(line, sizeof line, "%-32s %11s %11s %11s %9s %10s %s\n", "capture point", "rel_l2",
+                "max_abs", "1-cosine", "SQNR dB", "NaN/Inf", "verdict");
   o << line;
   for (size_t i = 0; i < r.points.size(); ++i) {
     const auto& p = r.points[i];
-    std::string verdict =
-        !p.verdict.gated ? (p.verdict.pass ? "-" : "FAIL") : (p.verdict.pass ? "ok" : "FAIL");
+    const bool judged =
+        (p.verdict.gated && r.point_gates_judge) || !nonfinite_failures(p.stats).empty();
+    std::string verdict = p.verdict.pass ? (p.verdict.gated ? "ok" : "-")
+                          : judged       ? "FAIL"
+                                         : "outside (not judged)";
     for (const auto& f : p.verdict.failures)
       verdict += "  " + f;
     if (static_cast<int64_t>(i) == r.first_failing) verdict += "   <- first failure";
-    std::snprintf(line, sizeof line, "%-32s %11.3e %11.3e %11.3e %9.1f %s\n", p.name.c_str(),
+    const int64_t bad =
+        p.stats.nan_candidate + p.stats.inf_candidate + p.stats.nan_golden + p.stats.inf_golden;
+    const std::string nonfinite = bad == 0 ? "-" : std::to_string(bad);
+    std::snprintf(line, sizeof line, "%-32s %11.3e %11.3e %11.3e %9.1f %10s %s\n", p.name.c_str(),
                   p.stats.rel_l2, p.stats.max_abs, 1.0 - p.stats.cosine, p.stats.sqnr_db,
-                  verdict.c_str());
+                  nonfinite.c_str(), verdict.c_str());
     o << line;
   }
-  for (const auto& m : r.missing_in_candidate)
-    o << "  (not in the candidate: " << m << ")\n";
+  for (const auto& m : r.missing_in_candidate) {
+    const bool fails = std::find(r.missing_failures.begin(), r.missing_failures.end(), m) !=
+                       r.missing_failures.end();
+    o << "  missing in the candidate: " << m << (fails ? "  FAIL" : "  (allowed by the policy)")
+      << "\n";
+  }
+  for (const auto& m : r.extra_in_candidate)
+    o << "  only in the candidate (not compared): " << m << "\n";
+  for (const auto& g : r.unused_gates)
+    o << "  gate '" << g << "' matches no compared point\n";
+  for (const auto& n : r.nonfinite)
+    o << "  NaN/Inf: " << n << "\n";
   const EndToEnd& e = r.e2e;
   std::snprintf(line, sizeof line,
                 "end to end over %lld positions: mean KLD %.4g [%.4g, %.4g], p99 %.4g, max %.4g\n"
@@ -291,19 +434,36 @@ std::string to_text(const CompareReport& r) {
   o << line;
   for (const auto& f : r.e2e_verdict.failures)
     o << "  FAIL " << f << "\n";
+  if (r.has_budget) {
+    o << "budget (" << r.budget_source << "): " << (r.budget_verdict.pass ? "within" : "EXCEEDED")
+      << "\n";
+    for (const auto& f : r.budget_verdict.failures)
+      o << "  FAIL " << f << "\n";
+  }
   for (const auto& l : r.router)
     o << "  router " << l.point << ": " << l.flips.flipped << "/" << l.flips.tokens
-      << " tokens flipped\n";
+      << " tokens flipped"
+      << (l.flips.invalid_ids > 0
+              ? " (" + std::to_string(l.flips.invalid_ids) + " ids are not integers)"
+              : std::string())
+      << "\n";
   for (const auto& l : r.experts) {
     const ExpertError* worst = nullptr;
-    for (const auto& e : l.experts)
-      if (!worst || !(e.rel_l2 <= worst->rel_l2)) worst = &e;
+    for (const auto& x : l.experts)
+      if (!worst || !(x.rel_l2 <= worst->rel_l2)) worst = &x;
     if (worst)
       o << "  experts " << l.point << ": worst expert " << worst->expert << " rel_l2 "
         << worst->rel_l2 << " over " << worst->pairs << " tokens (" << l.matched
         << " token-expert pairs compared, " << l.unmatched << " routed differently)\n";
   }
-  o << (r.pass ? "PASS" : "FAIL") << "\n";
+  o << to_string(r.verdict);
+  if (r.verdict == Judgement::kNotJudged)
+    o << (r.policy_file.empty()
+              ? " (no policy: give --policy FILE, or install policies/<scheme>.json)"
+              : " (no gate of the policy applies to this candidate)");
+  if (r.verdict == Judgement::kFail)
+    o << " (" << r.failures.size() << " reason(s); first: " << r.failures.front() << ")";
+  o << "\n";
   return o.str();
 }
 

@@ -38,32 +38,60 @@ struct ActivationStatsRow {
   std::optional<ActivationCodeStats> golden, candidate;
 };
 
+// What a comparison concludes. Only a policy's gates can earn PASS; without a policy (or when
+// none of its gates applies to this run) the numbers are "not judged". NaN/Inf anywhere is FAIL,
+// policy or not.
+enum class Judgement { kPass, kFail, kNotJudged };
+const char* to_string(Judgement j);  // "PASS", "FAIL", "NOT JUDGED"
+
 struct CompareReport {
   std::string golden_file, candidate_file;
   GoldenMeta golden, candidate;
   int64_t seq_len = 0;
-  std::string policy_file, policy_section;  // "engine.sm90", "format"
-  std::vector<PointReport> points;          // common points, golden execution order
-  std::vector<std::string> missing_in_candidate;
+  std::string policy_file, policy_section;        // "engine.sm90", "format"
+  std::string policy_source;                      // how the policy was chosen (set by the caller)
+  std::vector<PointReport> points;                // common points, golden execution order
+  std::vector<std::string> missing_in_candidate;  // golden points the candidate lacks
+  std::vector<std::string> missing_failures;      // of those, the ones the policy does not allow
+  std::vector<std::string> extra_in_candidate;    // candidate points the golden lacks
+  std::vector<std::string> unused_gates;          // the section's globs matching no common point
+  // Whether the section's per-point gates judge this candidate's run (policy.h: a free run of an
+  // engine is judged end to end; its points are still measured against the gates and shown).
+  bool point_gates_judge = false;
   EndToEnd e2e;
   Verdict e2e_verdict;
+  // Format role: is the format acceptable for this model (the budget's end-to-end gates), apart
+  // from whether its math is done right (the points and e2e_verdict above).
+  bool has_budget = false;
+  Verdict budget_verdict;
+  std::string budget_source;
   std::vector<LayerRouter> router;
   std::vector<LayerExperts> experts;
   std::vector<ActivationStatsRow> activation_stats;  // candidate's order, then golden-only rows
   // Mean over layers of the rope_k rows' relative L2, per position in the sequence: how the
   // keys that go into the KV cache drift with position.
   std::vector<double> kv_error_by_position;
-  bool pass = true;
-  int64_t first_failing = -1;  // index into points, -1 none
+  // Every NaN/Inf finding, one line each ("points/layers.3.mlp.out: 4 NaN / 0 Inf in the
+  // candidate ..."); any of them fails the comparison.
+  std::vector<std::string> nonfinite;
+  Judgement verdict = Judgement::kNotJudged;
+  bool pass = false;                  // verdict == kPass
+  std::vector<std::string> failures;  // why the verdict is FAIL, one line each
+  int64_t first_failing = -1;    // first point outside its gate or non-finite (index into points)
+  int64_t first_nonfinite = -1;  // first point holding a NaN/Inf (index into points), -1 none
 };
 
 struct CompareOptions {
-  const Policy* policy = nullptr;  // none: metrics only, everything passes
+  const Policy* policy = nullptr;  // none: metrics only, "not judged" (NaN/Inf still fail)
   PolicyRole role = PolicyRole::kEngine;
   std::optional<std::string> device;  // override the candidate's device key
+  // Format role: the acceptance budget (end-to-end gates) replacing the policy's "budget".
+  std::optional<EndToEndGate> budget;
+  std::string budget_source;  // what stated it ("--budget kld=0.05")
 };
 
-// The inputs must be identical (same tokens, same sequence split): an Error otherwise.
+// The inputs must be identical (same tokens, same sequence split) and the files must share at
+// least one capture point: an Error otherwise.
 CompareReport compare_goldens(const GoldenReader& golden, const GoldenReader& candidate,
                               const CompareOptions& options);
 
@@ -71,7 +99,10 @@ Json to_json(const CompareReport& r);
 // JSON has no Inf/NaN: reports store them as "inf", "-inf", "nan"; json_double reads either form.
 Json json_number(double v);
 double json_double(const Json& j);
-// A terminal summary: one line per point (worst first failing marked), then end to end.
+// A terminal summary: how it was judged, one line per point (the first failure marked), missing
+// and extra points, NaN/Inf findings, end to end, then the verdict.
 std::string to_text(const CompareReport& r);
+// One line: the policy, its section and source, and which gates judge this run.
+std::string judged_by_text(const CompareReport& r);
 
 }  // namespace qparity::golden

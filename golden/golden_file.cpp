@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace qparity::golden {
@@ -157,11 +159,35 @@ std::vector<hsize_t> dataset_dims(hid_t ds, const std::string& where) {
   return dims;
 }
 
+// A vector of rows x cols elements, after checking that the declared shape fits in this machine's
+// memory: a crafted header ([16, 2^34]) gets a named error, not std::bad_alloc.
+template <typename T>
+std::vector<T> allocate(hsize_t rows, hsize_t cols, const std::string& where) {
+  const auto shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  const uint64_t limit = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
+                                 : uint64_t{1} << 40;
+  }();
+  if (cols != 0 && rows > limit / sizeof(T) / cols)
+    throw Error(where, "declares shape " + shape + ", more than this machine's " +
+                           std::to_string(limit >> 20) + " MiB of memory");
+  try {
+    return std::vector<T>(static_cast<size_t>(rows * cols));
+  } catch (const std::bad_alloc&) {
+    throw Error(where, "declares shape " + shape + ": not enough memory to read it");
+  }
+}
+
 std::string rows_note(int64_t got, int64_t want) {
   return "has " + std::to_string(got) + " rows, the inputs have S*T = " + std::to_string(want);
 }
 
 }  // namespace
+
+const char* to_string(RunMode m) {
+  return m == RunMode::kFree ? "free-run" : "layer-local";
+}
 
 const char* to_string(PointPrecision p) {
   return p == PointPrecision::kF32 ? "float32" : "float64";
@@ -240,6 +266,8 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
           f, name,
           field == &GoldenMeta::created && m.created.empty() ? utc_now_iso8601() : m.*field, where);
     write_string_attr(f, "point_dtype", to_string(m.point_precision), where);
+    write_string_attr(f, "run", to_string(m.run_mode), where);
+    if (!m.model_dtype.empty()) write_string_attr(f, "model_dtype", m.model_dtype, where);
     write_scalar_attr<uint64_t>(f, "seed", H5T_STD_U64LE, m.seed, where);
 
     const auto s = static_cast<hsize_t>(g.sequences), t = static_cast<hsize_t>(g.seq_len);
@@ -311,6 +339,9 @@ GoldenReader GoldenReader::open(const fs::path& path) {
   silence_hdf5();
   const std::string where = path.string();
   if (!fs::exists(path)) throw Error(where, "no such file");
+  // A FIFO or a device would block or stream forever: only regular files are read.
+  if (!fs::is_regular_file(path))
+    throw Error(where, "not a regular file (a golden is an HDF5 file)");
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(where, "not an HDF5 file");
   GoldenReader r;
   r.path_ = path;
@@ -345,15 +376,28 @@ GoldenReader GoldenReader::open(const fs::path& path) {
     throw Error(where, "point_dtype '" + pd + "' (float64 or float32)");
   m.point_precision = pd == "float32" ? PointPrecision::kF32 : PointPrecision::kF64;
   m.seed = read_scalar_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, where);
+  if (H5Aexists(f, "model_dtype") > 0) m.model_dtype = read_string_attr(f, "model_dtype", where);
+  if (H5Aexists(f, "run") > 0) {
+    const std::string run = read_string_attr(f, "run", where);
+    if (run != "free-run" && run != "layer-local")
+      throw Error(where, "attribute 'run' = '" + run + "' (free-run or layer-local)");
+    m.run_mode = run == "layer-local" ? RunMode::kLayerLocal : RunMode::kFree;
+  } else {
+    m.run_mode = m.input_set.rfind("layer-local:", 0) == 0 ? RunMode::kLayerLocal : RunMode::kFree;
+  }
 
   const auto read_ints = [&](const char* name, std::vector<int64_t>& out) {
     const Hid ds =
         check(H5Dopen2(f, name, H5P_DEFAULT), H5Dclose, where, std::string("cannot open ") + name);
     const auto dims = dataset_dims(ds.get(), where + ":" + name);
     if (dims.size() != 2) throw Error(where + ":" + name, "must be 2-D [sequences, seq_len]");
+    if (dims[0] == 0 || dims[1] == 0)
+      throw Error(where + ":" + name, "is empty (" + std::to_string(dims[0]) + " x " +
+                                          std::to_string(dims[1]) +
+                                          "): a golden needs at least one sequence of one token");
     r.sequences_ = static_cast<int64_t>(dims[0]);
     r.seq_len_ = static_cast<int64_t>(dims[1]);
-    out.resize(static_cast<size_t>(dims[0] * dims[1]));
+    out = allocate<int64_t>(dims[0], dims[1], where + ":" + name);
     if (!out.empty())
       check(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
             where + ":" + name, "cannot read");
@@ -395,17 +439,26 @@ bool GoldenReader::has_point(const std::string& name) const {
 namespace {
 
 Array2D read_matrix(hid_t file, const std::string& name, int64_t want_rows,
-                    const std::string& where) {
+                    const std::string& where, size_t min_float_bytes) {
   const std::string w = where + ":" + name;
   if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) throw Error(w, "no such dataset");
   const Hid ds = check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, w, "cannot open");
+  {
+    const Hid type(H5Dget_type(ds.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_FLOAT)
+      throw Error(w, "must be floating point (float32 or float64)");
+    if (H5Tget_size(type.get()) < min_float_bytes)
+      throw Error(w, "is stored as a " + std::to_string(8 * H5Tget_size(type.get())) +
+                         "-bit float; the schema needs at least " +
+                         std::to_string(8 * min_float_bytes) + " bits here");
+  }
   const auto dims = dataset_dims(ds.get(), w);
+  if (dims.size() > 2) throw Error(w, "must be 1-D or 2-D");
   Array2D a;
   a.rows = dims.empty() ? 0 : static_cast<int64_t>(dims[0]);
   a.cols = dims.size() == 2 ? static_cast<int64_t>(dims[1]) : 1;
-  if (dims.size() > 2) throw Error(w, "must be 1-D or 2-D");
   if (want_rows >= 0 && a.rows != want_rows) throw Error(w, rows_note(a.rows, want_rows));
-  a.data.resize(static_cast<size_t>(a.rows * a.cols));
+  a.data = allocate<double>(dims.empty() ? 0 : dims[0], dims.size() == 2 ? dims[1] : 1, w);
   if (!a.data.empty())
     check(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()), w,
           "cannot read (values must be floating point)");
@@ -416,23 +469,24 @@ Array2D read_matrix(hid_t file, const std::string& name, int64_t want_rows,
 
 Array2D GoldenReader::point(const std::string& name) const {
   if (!has_point(name)) throw Error(path_.string(), "no capture point '" + name + "'");
-  return read_matrix(h_->file.get(), "points/" + name, rows(), path_.string());
+  return read_matrix(h_->file.get(), "points/" + name, rows(), path_.string(), 4);
 }
 
 Array2D GoldenReader::logits() const {
-  return read_matrix(h_->file.get(), "outputs/logits", rows(), path_.string());
+  // Never 16-bit: a 16-bit logit store puts a KL floor near 5e-4 (SCHEMA.md).
+  return read_matrix(h_->file.get(), "outputs/logits", rows(), path_.string(), 4);
 }
 
 std::vector<double> GoldenReader::target_logprobs() const {
-  return read_matrix(h_->file.get(), "outputs/target_logprobs", rows(), path_.string()).data;
+  return read_matrix(h_->file.get(), "outputs/target_logprobs", rows(), path_.string(), 4).data;
 }
 
 std::vector<double> GoldenReader::sequence_nll() const {
-  return read_matrix(h_->file.get(), "outputs/sequence_nll", sequences_, path_.string()).data;
+  return read_matrix(h_->file.get(), "outputs/sequence_nll", sequences_, path_.string(), 4).data;
 }
 
 std::vector<double> GoldenReader::sequence_ppl() const {
-  return read_matrix(h_->file.get(), "outputs/sequence_ppl", sequences_, path_.string()).data;
+  return read_matrix(h_->file.get(), "outputs/sequence_ppl", sequences_, path_.string(), 4).data;
 }
 
 std::vector<ActivationCodeStats> GoldenReader::activation_stats() const {

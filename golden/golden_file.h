@@ -35,6 +35,14 @@ struct Array2D {
 enum class PointPrecision { kF64, kF32 };
 const char* to_string(PointPrecision p);
 
+// How a dump was made: a free run (every sequence through the whole model from its tokens; each
+// point then carries every upstream error, amplified layer after layer) or layer-local (every
+// layer run on the golden's own input to it; each point carries that layer's own error). Stored
+// as the root attribute `run` ("free-run" | "layer-local"); a file without it is a free run,
+// unless its input_set starts with "layer-local:" (how earlier engine dumps said so).
+enum class RunMode { kFree, kLayerLocal };
+const char* to_string(RunMode m);
+
 struct GoldenMeta {
   std::string producer = "qparity-reference";
   std::string producer_version;
@@ -50,6 +58,10 @@ struct GoldenMeta {
   std::string device;             // "cpu-reference" or the GPU's name and SM ("NVIDIA H100 sm90")
   std::string created;            // ISO 8601 UTC, set by write_golden when empty
   PointPrecision point_precision = PointPrecision::kF64;
+  RunMode run_mode = RunMode::kFree;
+  // The checkpoint's model dtype ("F32", "BF16", "F16"; optional attribute `model_dtype`, empty
+  // when a writer does not say): "bf16" as a scheme id means "unquantized", whatever it holds.
+  std::string model_dtype;
 };
 
 // The string attributes of schema v1 and the GoldenMeta field each one holds, in SCHEMA.md's

@@ -61,6 +61,19 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
   return out;
 }
 
+Runner reference_runner(reference::CausalLm& model, std::string name) {
+  return {std::move(name),
+          [&model](const GoldenReader& source, const std::string& point,
+                   std::string* why_not) -> std::optional<PointStats> {
+            LayerRerun r = rerun_layer_point(model, source, point, nullptr);
+            if (!r.available) {
+              *why_not = r.why_not;
+              return std::nullopt;
+            }
+            return r.stats;
+          }};
+}
+
 bool slots_follow_router(const std::string& point) {
   return point.ends_with(".moe.expert_out") || point.ends_with(".moe.topk_weights");
 }

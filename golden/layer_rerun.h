@@ -1,10 +1,12 @@
 #pragma once
-// Local or inherited? Re-runs the decoder layer of a failing capture point on the golden's own
-// inputs to that layer (the golden's `layers.<i-1>.residual`, or `embed` for layer 0), in a
-// candidate engine that can run one layer (the reference can), and judges the re-run point: still
-// failing means the layer itself is wrong; passing means its inputs carried the error in.
+// The reference as a layer runner for bisect (golden/bisect.h): re-runs the decoder layer of a
+// capture point on the inputs a dump holds for it (its `layers.<i-1>.residual`, or `embed` for
+// layer 0) and compares the re-run point with that dump's own value of the point. Fed the golden,
+// it tells whether the layer is right on clean inputs; fed a candidate's dump, whether the
+// reference's layer reproduces what the candidate computed from its own inputs.
 #include <string>
 
+#include "golden/bisect.h"
 #include "golden/golden_file.h"
 #include "golden/policy.h"
 #include "reference_cpu/models/causal_lm.h"
@@ -22,6 +24,9 @@ struct LayerRerun {
 
 LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& golden,
                              const std::string& point, const PolicySection* section);
+
+// rerun_layer_point as a bisect Runner named `name` (the model must outlive it).
+Runner reference_runner(reference::CausalLm& model, std::string name);
 
 // Whether a point's slots follow its layer's router ids (expert_out, topk_weights): a re-run of
 // it must also record "<layer>.moe.topk_ids" (slot_ids_point gives the name).

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -132,16 +133,18 @@ struct RowSoftmax {
   LD log_prob(double x) const { return (static_cast<LD>(x) - max) - log_sum; }
 };
 
-// `exps`, when given, receives exp(x_j - max) for every j (vocab entries).
-RowSoftmax row_softmax(const char* where, const char* what, const double* x, int64_t vocab,
-                       int64_t row, double* exps) {
+// Whether every logit of a row is finite (a row that is not is scored as infinitely wrong).
+bool row_finite(const double* x, int64_t vocab) {
+  for (int64_t j = 0; j < vocab; ++j)
+    if (!std::isfinite(x[j])) return false;
+  return true;
+}
+
+// A row of finite logits; `exps`, when given, receives exp(x_j - max) for every j.
+RowSoftmax row_softmax(const double* x, int64_t vocab, double* exps) {
   RowSoftmax out;
   out.max = x[0];
   for (int64_t j = 0; j < vocab; ++j) {
-    if (!std::isfinite(x[j])) {
-      throw Error(where, std::string(what) + " row " + std::to_string(row) +
-                             " has NaN/Inf (first at vocab index " + std::to_string(j) + ")");
-    }
     if (x[j] > out.max) {
       out.max = x[j];
       out.argmax = j;
@@ -176,13 +179,12 @@ void check_target(const char* where, int64_t row, int64_t target, int64_t vocab)
   }
 }
 
-int64_t router_id(const char* where, const char* side, double x, int64_t token, int64_t slot) {
+// An expert id as int64, or nothing when the stored double is not an integer that fits (NaN,
+// Inf, 3.5): such an id never matches anything, so its token counts as a routing flip.
+std::optional<int64_t> router_id(double x) {
   // 2^63 as a double; anything at or beyond it does not fit int64.
   constexpr double kLimit = 9223372036854775808.0;
-  if (!std::isfinite(x) || std::trunc(x) != x || x >= kLimit || x < -kLimit) {
-    throw Error(where, std::string(side) + "[token " + std::to_string(token) + ", slot " +
-                           std::to_string(slot) + "] = " + fmt(x) + " is not an integer expert id");
-  }
+  if (!std::isfinite(x) || std::trunc(x) != x || x >= kLimit || x < -kLimit) return std::nullopt;
   return static_cast<int64_t>(x);
 }
 
@@ -200,10 +202,13 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
   st.row_rel_l2.resize(static_cast<size_t>(rows));
   // Per column (channel): plain long-double sums; a column has `rows` terms, few enough.
   std::vector<LD> col_g2(static_cast<size_t>(cols), 0), col_d2(static_cast<size_t>(cols), 0);
+  // Columns holding an element that is non-finite on one side only (an infinite error).
+  std::vector<bool> col_broken(static_cast<size_t>(cols), false);
 
   AccurateSum g2, c2, d2, cg;  // over all compared elements
   for (int64_t r = 0; r < rows; ++r) {
     AccurateSum rg2, rc2, rd2, rcg;  // this row; folded into the totals after the row
+    bool row_broken = false;
     for (int64_t j = 0; j < cols; ++j) {
       const int64_t i = r * cols + j;
       const double g = golden[static_cast<size_t>(i)];
@@ -215,12 +220,18 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
         if (!g_finite) ++(std::isnan(g) ? st.nan_golden : st.inf_golden);
         if (!c_finite) ++(std::isnan(c) ? st.nan_candidate : st.inf_candidate);
         if (st.first_nonfinite < 0) st.first_nonfinite = i;
+        // Both NaN, or the same infinity, is no difference; anything else is an infinite one.
+        if (!((std::isnan(g) && std::isnan(c)) || g == c)) {
+          if (st.nonfinite_mismatches++ == 0) st.worst_index = i;
+          row_broken = true;
+          col_broken[static_cast<size_t>(j)] = true;
+        }
         continue;
       }
       // c - g in long double: exact whenever the exponents are within 11 of each other.
       const LD d = static_cast<LD>(c) - static_cast<LD>(g);
       const double ad = static_cast<double>(std::fabs(d));
-      if (ad > st.max_abs) {
+      if (ad > st.max_abs && st.nonfinite_mismatches == 0) {
         st.max_abs = ad;
         st.worst_index = i;
       }
@@ -239,7 +250,7 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
     }
     const LD row_g2 = rg2.value(), row_d2 = rd2.value();
     st.row_rel_l2[static_cast<size_t>(r)] =
-        static_cast<double>(std::sqrt(ratio_or_inf(row_d2, row_g2)));
+        row_broken ? kInf : static_cast<double>(std::sqrt(ratio_or_inf(row_d2, row_g2)));
     g2.add(row_g2);
     c2.add(rc2.value());
     d2.add(row_d2);
@@ -256,8 +267,10 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
 
   st.col_rel_l2.resize(static_cast<size_t>(cols));
   for (int64_t j = 0; j < cols; ++j) {
-    const double v = static_cast<double>(
-        std::sqrt(ratio_or_inf(col_d2[static_cast<size_t>(j)], col_g2[static_cast<size_t>(j)])));
+    const double v = col_broken[static_cast<size_t>(j)]
+                         ? kInf
+                         : static_cast<double>(std::sqrt(ratio_or_inf(
+                               col_d2[static_cast<size_t>(j)], col_g2[static_cast<size_t>(j)])));
     st.col_rel_l2[static_cast<size_t>(j)] = v;
     if (st.worst_col < 0 || v > st.max_col_rel_l2) {
       st.max_col_rel_l2 = v;
@@ -285,6 +298,12 @@ PointStats compare_point(std::span<const double> golden, std::span<const double>
   } else {
     st.sqnr_db = static_cast<double>(10 * std::log10(sg2 / sd2));
   }
+  if (st.nonfinite_mismatches > 0) {
+    // A value that is finite on one side only is an unbounded error: no norm may hide it.
+    st.max_abs = st.max_rel = st.rel_l2 = st.nmse = kInf;
+    st.sqnr_db = -kInf;
+    st.cosine = st.deepgemm_diff = kNaN;
+  }
   return st;
 }
 
@@ -311,8 +330,28 @@ EndToEnd compare_logits(std::span<const double> golden_logits,
   for (int64_t r = 0; r < rows; ++r) {
     const double* g = golden_logits.data() + r * vocab;
     const double* c = candidate_logits.data() + r * vocab;
-    const RowSoftmax sg = row_softmax(kWhere, "golden logits", g, vocab, r, exps_g.data());
-    const RowSoftmax sc = row_softmax(kWhere, "candidate logits", c, vocab, r, nullptr);
+    const int64_t t = targets[static_cast<size_t>(r)];
+    const bool g_ok = row_finite(g, vocab), c_ok = row_finite(c, vocab);
+    if (!g_ok || !c_ok) {
+      // A non-finite logit on either side: the row is infinitely wrong (KLD +inf, no top-1
+      // agreement, the target's probability off by the most it can be), never left out.
+      if (!g_ok) ++out.nonfinite_golden_rows;
+      if (!c_ok) ++out.nonfinite_candidate_rows;
+      if (out.first_nonfinite_row < 0) out.first_nonfinite_row = r;
+      out.kld[static_cast<size_t>(r)] = kInf;
+      if (out.first_greedy_divergence < 0) out.first_greedy_divergence = r;
+      if (t >= 0) {
+        const LD nll_g = g_ok ? -row_softmax(g, vocab, nullptr).log_prob(g[t]) : LD{kNaN};
+        const LD nll_c = c_ok ? -row_softmax(c, vocab, nullptr).log_prob(c[t]) : LD{kInf};
+        nll_g_sum.add(nll_g);
+        nll_c_sum.add(nll_c);
+        dnll.push_back(kInf);
+        dp2_sum.add(1);
+      }
+      continue;
+    }
+    const RowSoftmax sg = row_softmax(g, vocab, exps_g.data());
+    const RowSoftmax sc = row_softmax(c, vocab, nullptr);
 
     // KL(P || Q) = sum_i P_i (log P_i - log Q_i); every term kept (P_i == 0 terms add 0).
     // With P_i = e_i / S_g (e_i = exp(g_i - max g)) and log P_i - log Q_i = ((g_i - max g) -
@@ -333,7 +372,6 @@ EndToEnd compare_logits(std::span<const double> golden_logits,
       out.first_greedy_divergence = r;
     }
 
-    const int64_t t = targets[static_cast<size_t>(r)];
     if (t < 0) continue;
     const LD nll_g = -sg.log_prob(g[t]);
     const LD nll_c = -sc.log_prob(c[t]);
@@ -372,6 +410,11 @@ EndToEnd compare_logits(std::span<const double> golden_logits,
     out.dp_rms = out.ppl_golden = out.ppl_candidate = kNaN;
     out.dln_ppl = out.ppl_ratio = {kNaN, kNaN, kNaN};
   }
+  if (out.nonfinite_golden_rows + out.nonfinite_candidate_rows > 0) {
+    // inf - inf in the variance would make the bounds NaN; an infinite error has infinite bounds.
+    out.kld_mean = {kInf, kInf, kInf};
+    if (out.scored > 0) out.dln_ppl = out.ppl_ratio = {kInf, kInf, kInf};
+  }
   return out;
 }
 
@@ -392,9 +435,10 @@ std::vector<double> target_nll(std::span<const double> logits, int64_t rows, int
   std::vector<double> nll(static_cast<size_t>(rows), kNaN);
   for (int64_t r = 0; r < rows; ++r) {
     const double* x = logits.data() + r * vocab;
-    const RowSoftmax s = row_softmax(kWhere, "logits", x, vocab, r, nullptr);
     const int64_t t = targets[static_cast<size_t>(r)];
-    if (t >= 0) nll[static_cast<size_t>(r)] = static_cast<double>(-s.log_prob(x[t]));
+    if (t < 0 || !row_finite(x, vocab)) continue;  // NaN: no target, or no distribution
+    nll[static_cast<size_t>(r)] =
+        static_cast<double>(-row_softmax(x, vocab, nullptr).log_prob(x[t]));
   }
   return nll;
 }
@@ -408,19 +452,26 @@ RouterFlips compare_router(std::span<const double> golden_ids,
 
   RouterFlips out;
   out.tokens = tokens;
-  std::vector<int64_t> g(static_cast<size_t>(k)), c(static_cast<size_t>(k));
+  std::vector<int64_t> g, c;
   for (int64_t t = 0; t < tokens; ++t) {
+    g.clear();
+    c.clear();
+    int64_t invalid = 0;
     for (int64_t s = 0; s < k; ++s) {
       const size_t i = static_cast<size_t>(t * k + s);
-      g[static_cast<size_t>(s)] = router_id(kWhere, "golden ids", golden_ids[i], t, s);
-      c[static_cast<size_t>(s)] = router_id(kWhere, "candidate ids", candidate_ids[i], t, s);
+      const auto gid = router_id(golden_ids[i]), cid = router_id(candidate_ids[i]);
+      if (gid) g.push_back(*gid);
+      if (cid) c.push_back(*cid);
+      invalid += !gid + !cid;
     }
+    out.invalid_ids += invalid;
     std::sort(g.begin(), g.end());
     std::sort(c.begin(), c.end());
     std::vector<int64_t> missing;
     std::set_difference(g.begin(), g.end(), c.begin(), c.end(), std::back_inserter(missing));
-    out.changed_ids += static_cast<int64_t>(missing.size());
-    if (g != c) {
+    // A golden slot without a valid id matches nothing in the candidate either.
+    out.changed_ids += static_cast<int64_t>(missing.size()) + (k - static_cast<int64_t>(g.size()));
+    if (invalid > 0 || g != c) {
       ++out.flipped;
       if (out.first_flip < 0) out.first_flip = t;
     }
@@ -453,27 +504,27 @@ ExpertAlignment align_expert_outputs(std::span<const double> golden_out,
     int64_t pairs = 0;
   };
   std::map<int64_t, Acc> acc;
-  std::vector<int64_t> g(static_cast<size_t>(k)), c(static_cast<size_t>(k));
+  std::vector<std::optional<int64_t>> g(static_cast<size_t>(k)), c(static_cast<size_t>(k));
   std::vector<bool> used(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t s = 0; s < k; ++s) {
       const size_t i = static_cast<size_t>(t * k + s);
-      g[static_cast<size_t>(s)] = router_id(kWhere, "golden ids", golden_ids[i], t, s);
-      c[static_cast<size_t>(s)] = router_id(kWhere, "candidate ids", candidate_ids[i], t, s);
+      g[static_cast<size_t>(s)] = router_id(golden_ids[i]);
+      c[static_cast<size_t>(s)] = router_id(candidate_ids[i]);
     }
     std::fill(used.begin(), used.end(), false);
     for (int64_t s = 0; s < k; ++s) {
       int64_t match = -1;
-      for (int64_t u = 0; u < k && match < 0; ++u)
-        if (!used[static_cast<size_t>(u)] && c[static_cast<size_t>(u)] == g[static_cast<size_t>(s)])
-          match = u;
+      const std::optional<int64_t>& want = g[static_cast<size_t>(s)];
+      for (int64_t u = 0; u < k && match < 0 && want; ++u)
+        if (!used[static_cast<size_t>(u)] && c[static_cast<size_t>(u)] == want) match = u;
       if (match < 0) {
         ++a.unmatched;
         continue;
       }
       used[static_cast<size_t>(match)] = true;
       ++a.matched;
-      Acc& e = acc[g[static_cast<size_t>(s)]];
+      Acc& e = acc[*want];
       ++e.pairs;
       const size_t dst = static_cast<size_t>(t * row + s * width);
       const size_t src = static_cast<size_t>(t * row + match * width);

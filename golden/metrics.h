@@ -12,11 +12,15 @@
 //
 // ---- Per capture point (compare_point) -------------------------------------------------------
 // g = golden, c = candidate, d = c - g, all flat over the [rows, cols] row-major tensor. Sums run
-// over the "compared" elements: those where BOTH g and c are finite. The others are only counted
-// (nan_*/inf_*, first_nonfinite), so one NaN is always reported but does not turn every norm into
-// NaN.
+// over the "compared" elements: those where BOTH g and c are finite. Non-finite elements are
+// counted (nan_*/inf_*, first_nonfinite). One that is non-finite on one side only, or NaN against
+// Inf, or +Inf against -Inf, is an unbounded error (nonfinite_mismatches): then max_abs, max_rel,
+// rel_l2 and nmse are +inf, sqnr_db -inf, cosine and deepgemm_diff NaN, the rows and columns that
+// hold one have row/col rel_l2 +inf, and worst_index is the first such element, so that no norm
+// reports a broken tensor as close. Both NaN, or the same infinity on both sides, adds no error
+// (it is still counted, and a judge fails any non-finite value).
 //   max_abs        max |d|;  worst_index = flat index of the first element attaining it (-1 when
-//                  no compared element differs, i.e. max_abs == 0).
+//                  no element differs, i.e. max_abs == 0).
 //   max_rel        max |d| / |g| over compared elements with g != 0; compared elements with
 //                  g == 0 and c != 0 are counted in rel_undefined instead (g == c == 0 adds 0).
 //   rel_l2         ||d||_2 / ||g||_2; 0 when both norms are 0; +inf when ||g|| == 0 < ||d||.
@@ -70,6 +74,11 @@
 //   ppl_ratio      exp(dln_ppl) with exp'd bounds ("Mean PPL(Q)/PPL(base)").
 //   ppl_golden, ppl_candidate  exp(mean nll) ("Mean PPL(base)", "Mean PPL(Q)").
 //   first_greedy_divergence    first row whose argmax differs, -1 none.
+// Non-finite logits: a row with a NaN/Inf logit on either side is counted (nonfinite_golden_rows,
+// nonfinite_candidate_rows, first_nonfinite_row) and scored as infinitely wrong, never skipped:
+// kld[r] = +inf, no top-1 agreement (and a greedy divergence), and for a scored row
+// nll_c - nll_g = +inf and |dp| = 1. kld_mean (and, with a scored row, dln_ppl and ppl_ratio) is
+// then {+inf, +inf, +inf}.
 // No data: with rows == 0 the KLD and top1 fields are NaN (top1 interval [0, 1]); with no scored
 // row dp_rms, dln_ppl, ppl_ratio, ppl_golden and ppl_candidate are NaN. Unlike llama.cpp
 // (which prints no statistics below 100 positions) every statistic is returned; judging how many
@@ -79,13 +88,14 @@
 // A token flips when its top-k ids, compared as sorted lists (i.e. as sets; a multiset if a row
 // repeats an id, e.g. -1 padding), differ between golden and candidate. flip_rate = flipped /
 // tokens (NaN when tokens == 0). changed_ids counts, over all tokens, the golden ids missing from
-// the candidate's multiset: a router id point's "mismatches" (slot order is free). Ids must be
-// finite integer-valued doubles.
+// the candidate's multiset: a router id point's "mismatches" (slot order is free). An id that is
+// not an integer-valued double (NaN, Inf, 3.5) matches nothing: its token is flipped, and it is
+// counted in invalid_ids.
 //
 // Errors (qparity::Error, where = the function name): sizes that do not match rows x cols
-// (message names both sizes and the shape), negative shapes, NaN/Inf logits (names the row and
-// which side), targets outside [0, vocab) other than -1, non-integer router ids, percentile of
-// an empty vector or NaN values, q outside [0, 1].
+// (message names both sizes and the shape), negative shapes, targets outside [0, vocab) other
+// than -1, percentile of an empty vector or NaN values, q outside [0, 1]. Non-finite data is
+// never an error here: it is measured (above), and the judge (policy.h) fails it.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -104,10 +114,11 @@ struct PointStats {
   double deepgemm_diff = 0;   // 1 - 2*sum(c*g) / sum(c^2 + g^2); 0 when both all-zero
   double sqnr_db = 0;         // 10*log10(sum g^2 / sum (c-g)^2); +inf when identical
   int64_t nan_golden = 0, inf_golden = 0, nan_candidate = 0, inf_candidate = 0;
-  int64_t first_nonfinite = -1;    // flat index of the first non-finite element in either
-  int64_t worst_index = -1;        // flat index of max_abs (first on ties; -1 when no diff)
-  std::vector<double> row_rel_l2;  // per row: ||c_r - g_r|| / ||g_r|| (same zero conventions)
-  double median_row_rel_l2 = 0;    // lower median of row_rel_l2: what most tokens see
+  int64_t first_nonfinite = -1;      // flat index of the first non-finite element in either
+  int64_t nonfinite_mismatches = 0;  // elements non-finite on one side only (or NaN vs Inf)
+  int64_t worst_index = -1;          // flat index of max_abs (first on ties; -1 when no diff)
+  std::vector<double> row_rel_l2;    // per row: ||c_r - g_r|| / ||g_r|| (same zero conventions)
+  double median_row_rel_l2 = 0;      // lower median of row_rel_l2: what most tokens see
   // Per column (channel) over all rows, same conventions: a fault confined to one channel (a
   // wrong per-channel scale) is diluted in rel_l2 by the other channels, not here.
   std::vector<double> col_rel_l2;
@@ -135,7 +146,9 @@ struct EndToEnd {
   Interval ppl_ratio;  // exp(dln_ppl) with exp'd bounds
   double ppl_golden = 0, ppl_candidate = 0;  // exp(mean nll)
   int64_t first_greedy_divergence = -1;      // first row whose argmax differs
-  std::vector<double> kld;                   // per position (for histograms)
+  int64_t nonfinite_golden_rows = 0, nonfinite_candidate_rows = 0;  // rows with a NaN/Inf logit
+  int64_t first_nonfinite_row = -1;
+  std::vector<double> kld;  // per position (for histograms)
 };
 
 // logits row-major [rows, vocab]; targets[r] is the token that follows position r, or -1 when
@@ -145,7 +158,7 @@ EndToEnd compare_logits(std::span<const double> golden_logits,
                         std::span<const int64_t> targets);
 
 // NLL of the targets alone (golden files store these): nll[r] =
-// -log_softmax(logits[r])[targets[r]], NaN where targets[r] == -1.
+// -log_softmax(logits[r])[targets[r]], NaN where targets[r] == -1 or the row has a NaN/Inf logit.
 std::vector<double> target_nll(std::span<const double> logits, int64_t rows, int64_t vocab,
                                std::span<const int64_t> targets);
 
@@ -155,6 +168,7 @@ struct RouterFlips {
   double flip_rate = 0;  // flipped / tokens
   int64_t first_flip = -1;
   int64_t changed_ids = 0;  // golden (token, slot) ids the candidate's set for that token lacks
+  int64_t invalid_ids = 0;  // ids on either side that are not integers (NaN, Inf, fractions)
 };
 
 // topk ids [tokens, k] as doubles holding integers (that is how capture points store them).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -32,12 +33,8 @@ TokenInputs synthetic_inputs(int64_t sequences, int64_t seq_len, int64_t vocab, 
   return in;
 }
 
-TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
-  std::ifstream f(file);
-  if (!f) throw Error(file.string(), "cannot read the token file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+TokenInputs text_inputs(std::string text, int64_t seq_len, const std::string& where,
+                        std::string description) {
   for (char& c : text)
     if (c == ',') c = ' ';
   std::istringstream items(text);
@@ -52,18 +49,33 @@ TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
       used = 0;
     }
     if (used != item.size() || v < 0)
-      throw Error(file.string(), "'" + item + "' is not a token id (non-negative integer)");
+      throw Error(where, "'" + item + "' is not a token id (non-negative integer)");
     in.tokens.push_back(v);
   }
   const auto n = static_cast<int64_t>(in.tokens.size());
-  if (n == 0) throw Error(file.string(), "no tokens");
+  if (n == 0) throw Error(where, "no tokens");
   in.seq_len = seq_len > 0 ? seq_len : n;
   if (n % in.seq_len != 0)
-    throw Error(file.string(), std::to_string(n) + " tokens do not split into sequences of " +
-                                   std::to_string(in.seq_len));
+    throw Error(where, std::to_string(n) + " tokens do not split into sequences of " +
+                           std::to_string(in.seq_len));
   in.sequences = n / in.seq_len;
-  in.description = "file:" + file.filename().string();
+  in.description = std::move(description);
   return in;
+}
+
+TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
+  std::stringstream ss;
+  if (file == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    if (fs::exists(file) && fs::is_directory(file))
+      throw Error(file.string(), "is a directory, not a token file");
+    std::ifstream f(file);
+    if (!f) throw Error(file.string(), "cannot read the token file");
+    ss << f.rdbuf();
+  }
+  const std::string name = file == "-" ? "stdin" : file.filename().string();
+  return text_inputs(ss.str(), seq_len, file == "-" ? "stdin" : file.string(), "file:" + name);
 }
 
 std::vector<int64_t> next_token_targets(const TokenInputs& in) {
@@ -100,9 +112,9 @@ void fill_scores(Golden& g) {
     double sum = 0.0;
     int64_t n = 0;
     for (int64_t i = 0; i < g.seq_len; ++i) {
-      const double lp = g.target_logprobs[static_cast<size_t>(s * g.seq_len + i)];
-      if (std::isnan(lp)) continue;
-      sum -= lp;
+      const size_t r = static_cast<size_t>(s * g.seq_len + i);
+      if (g.targets[r] < 0) continue;  // no next token inside the sequence
+      sum -= g.target_logprobs[r];     // NaN for a row with non-finite logits: stays NaN
       ++n;
     }
     const double nll = n > 0 ? sum / static_cast<double>(n) : std::nan("");
@@ -188,6 +200,7 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
   g.meta.architecture = std::string(arch_name(model.config().arch));
   g.meta.dialect = std::string(reference::to_string(model.dialect()));
   g.meta.precision_mode = std::string(reference::to_string(model.mode()));
+  g.meta.model_dtype = std::string(dtype_name(model.model_dtype()));
   g.meta.seed = in.seed;
   g.meta.input_set = in.description;
   g.meta.device = "cpu-reference";

@@ -25,9 +25,12 @@ struct TokenInputs {
 
 // Deterministic synthetic tokens (uniform over the vocabulary, mt19937_64 from `seed`).
 TokenInputs synthetic_inputs(int64_t sequences, int64_t seq_len, int64_t vocab, uint64_t seed);
-// Token ids from a file (whitespace / comma separated), cut into sequences of seq_len (a
-// trailing partial sequence is an error naming the counts). seq_len 0: one sequence of all.
+// Token ids from a file ("-": standard input), whitespace / comma separated, cut into sequences
+// of seq_len (a trailing partial sequence is an error naming the counts). seq_len 0: one
+// sequence of all. text_inputs does the same for text in hand (`where` names it in errors).
 TokenInputs file_inputs(const std::filesystem::path& file, int64_t seq_len);
+TokenInputs text_inputs(std::string text, int64_t seq_len, const std::string& where,
+                        std::string description);
 
 // The next token inside each sequence; -1 at a sequence's last position.
 std::vector<int64_t> next_token_targets(const TokenInputs& in);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
+#include "core/sha256.h"
 
 namespace qparity::golden {
 
@@ -61,79 +63,168 @@ void write_text(const fs::path& p, const std::string& text) {
       OverwritePolicy::kReplace);
 }
 
-// A bar chart in inline SVG: one bar per value, log10 y axis when `log_y` (values <= 0 drawn at
-// the floor), each bar titled with its label and value (hover).
-std::string svg_bars(const std::string& title, const std::vector<std::string>& labels,
-                     const std::vector<double>& values, bool log_y, const std::string& y_label,
-                     double threshold = NAN) {
-  const double w = 760, h = 220, left = 60, bottom = 30, top = 24;
+// A bar chart in inline SVG, readable without hovering: labelled axes, x tick labels under the
+// bars (every k-th when crowded), a per-bar limit drawn as a red tick, exact zeros and NaN/Inf
+// drawn as distinct marks with a legend, and bars no wider than 48 px.
+struct BarChart {
+  std::string title, y_label, x_label;
+  std::vector<std::string> labels;  // hover text per bar
+  std::vector<std::string> ticks;   // x tick label per bar ("" for none)
+  std::vector<double> values;
+  std::vector<double> limits;  // per bar; NaN where none
+  bool log_y = false;
+  bool integer_y = false;
+};
+
+std::string svg_bars(const BarChart& c) {
+  const size_t n = c.values.size();
+  size_t longest = 0;
+  for (const auto& t : c.ticks)
+    longest = std::max(longest, t.size());
+  const double left = 64, right = 12, top = 26;
+  const double bottom = 34 + std::min<double>(static_cast<double>(longest) * 5.2, 150);
+  const double bw = n == 0 ? 0 : std::min(48.0, 700.0 / static_cast<double>(n));
+  const double pw = std::max(160.0, bw * static_cast<double>(n)), ph = 170;
+  const double w = left + pw + right, h = top + ph + bottom;
   std::ostringstream s;
   s << "<figure><svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
-    << "' role='img'><title>" << html_escape(title) << "</title>";
-  s << "<text x='" << left << "' y='16' font-size='13' font-family='sans-serif'>"
-    << html_escape(title) << "</text>";
-  std::vector<double> ys;
-  for (double v : values)
-    ys.push_back(log_y ? (v > 0 && std::isfinite(v) ? std::log10(v) : NAN)
-                       : (std::isfinite(v) ? v : NAN));
+    << "' role='img' font-family='sans-serif'><title>" << html_escape(c.title) << "</title>";
+  s << "<text x='" << left << "' y='16' font-size='13'>" << html_escape(c.title) << "</text>";
+  const auto y_of = [&](double v) {
+    return c.log_y ? (v > 0 && std::isfinite(v) ? std::log10(v) : NAN)
+                   : (std::isfinite(v) ? v : NAN);
+  };
   double lo = INFINITY, hi = -INFINITY;
-  for (double y : ys)
-    if (std::isfinite(y)) lo = std::min(lo, y), hi = std::max(hi, y);
-  const double thr = log_y && threshold > 0 ? std::log10(threshold) : threshold;
-  if (std::isfinite(thr)) lo = std::min(lo, thr), hi = std::max(hi, thr);
-  if (!std::isfinite(lo)) {
-    s << "<text x='" << left << "' y='" << h / 2
-      << "' font-size='12' font-family='sans-serif'>no finite values (all zero: identical)"
-      << "</text></svg></figure>";
-    return s.str();
+  for (size_t i = 0; i < n; ++i)
+    for (double v : {c.values[i], i < c.limits.size() ? c.limits[i] : NAN}) {
+      const double y = y_of(v);
+      if (std::isfinite(y)) lo = std::min(lo, y), hi = std::max(hi, y);
+    }
+  bool any_zero = false, any_bad = false;
+  for (double v : c.values) {
+    any_zero = any_zero || v == 0;
+    any_bad = any_bad || !std::isfinite(v);
   }
-  if (log_y) lo = std::floor(lo), hi = std::ceil(hi);
-  if (!log_y) lo = std::min(lo, 0.0);
+  if (!std::isfinite(lo)) lo = c.log_y ? -16 : 0, hi = c.log_y ? -15 : 1;
+  if (c.log_y) lo = std::floor(lo), hi = std::ceil(hi);
+  if (!c.log_y) lo = std::min(lo, 0.0);
   if (hi <= lo) hi = lo + 1;
-  const double pw = w - left - 10, ph = h - top - bottom;
+  if (c.integer_y) hi = std::max(hi, std::ceil(hi));
   const auto ypix = [&](double y) { return top + ph - (y - lo) / (hi - lo) * ph; };
-  // Axis and ticks.
+  // Axes, y ticks (whole decades on a log axis, whole numbers for counts).
   s << "<line x1='" << left << "' y1='" << top << "' x2='" << left << "' y2='" << top + ph
     << "' stroke='#444'/><line x1='" << left << "' y1='" << top + ph << "' x2='" << left + pw
     << "' y2='" << top + ph << "' stroke='#444'/>";
-  const int ticks = log_y ? static_cast<int>(hi - lo) : 4;
-  for (int i = 0; i <= ticks; ++i) {
-    const double y = lo + (hi - lo) * i / std::max(ticks, 1);
-    s << "<text x='" << left - 4 << "' y='" << ypix(y) + 4
-      << "' font-size='10' text-anchor='end' font-family='sans-serif'>"
-      << (log_y ? "1e" + fmt(y, "%.0f") : fmt(y)) << "</text>";
+  int ticks = c.log_y ? static_cast<int>(hi - lo) : 4;
+  if (c.integer_y) ticks = static_cast<int>(std::min(hi - lo, 5.0));
+  const int step = c.log_y ? std::max(1, ticks / 8) : 1;
+  for (int i = 0; i <= ticks; i += step) {
+    double y = lo + (hi - lo) * i / std::max(ticks, 1);
+    if (c.integer_y) y = std::round(y);
+    s << "<line x1='" << left - 3 << "' x2='" << left << "' y1='" << ypix(y) << "' y2='" << ypix(y)
+      << "' stroke='#444'/><text x='" << left - 5 << "' y='" << ypix(y) + 4
+      << "' font-size='10' text-anchor='end'>"
+      << (c.log_y       ? "1e" + fmt(y, "%.0f")
+          : c.integer_y ? fmt(y, "%.0f")
+                        : fmt(y))
+      << "</text>";
   }
-  s << "<text x='12' y='" << top + ph / 2 << "' font-size='10' font-family='sans-serif' "
-    << "transform='rotate(-90 12 " << top + ph / 2 << ")'>" << html_escape(y_label) << "</text>";
-  const double bw = pw / static_cast<double>(std::max<size_t>(values.size(), 1));
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double y = std::isfinite(ys[i]) ? ys[i] : lo;
-    const double y0 = ypix(std::max(lo, log_y ? lo : 0.0)), y1 = ypix(y);
-    s << "<rect x='" << left + bw * static_cast<double>(i) + 0.5 << "' y='" << std::min(y0, y1)
-      << "' width='" << std::max(bw - 1, 0.5) << "' height='" << std::max(std::fabs(y0 - y1), 0.5)
-      << "' fill='" << (std::isfinite(ys[i]) ? "#3b6ea5" : "#bbb") << "'><title>"
-      << html_escape(i < labels.size() ? labels[i] : std::to_string(i)) << ": "
-      << fmt(values[i], "%.4g") << "</title></rect>";
+  s << "<text x='12' y='" << top + ph / 2 << "' font-size='10' text-anchor='middle' "
+    << "transform='rotate(-90 12 " << top + ph / 2 << ")'>" << html_escape(c.y_label) << "</text>";
+  // Bars, limits, x ticks.
+  const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(9.0 / std::max(bw, 1.0))));
+  for (size_t i = 0; i < n; ++i) {
+    const double x = left + bw * static_cast<double>(i);
+    const double v = c.values[i], y = y_of(v);
+    const std::string hover =
+        html_escape(i < c.labels.size() ? c.labels[i] : std::to_string(i)) + ": " + fmt(v, "%.4g");
+    if (!std::isfinite(v)) {  // NaN/Inf: a full-height red hatch
+      s << "<rect x='" << x + 0.5 << "' y='" << top << "' width='" << std::max(bw - 1, 1.0)
+        << "' height='" << ph << "' fill='#e74c3c' opacity='0.35'><title>" << hover
+        << "</title></rect>";
+    } else if (!std::isfinite(y)) {  // exact zero on a log axis: a green mark on the floor
+      s << "<rect x='" << x + 0.5 << "' y='" << top + ph - 4 << "' width='" << std::max(bw - 1, 1.0)
+        << "' height='4' fill='#27ae60'><title>" << hover << " (exact)</title></rect>";
+    } else {
+      const double y0 = ypix(c.log_y ? lo : std::max(lo, 0.0)), y1 = ypix(y);
+      s << "<rect x='" << x + 0.5 << "' y='" << std::min(y0, y1) << "' width='"
+        << std::max(bw - 1, 1.0) << "' height='" << std::max(std::fabs(y0 - y1), 1.0)
+        << "' fill='#3b6ea5'><title>" << hover << "</title></rect>";
+    }
+    const double lim = i < c.limits.size() ? y_of(c.limits[i]) : NAN;
+    if (std::isfinite(lim))
+      s << "<line x1='" << x << "' x2='" << x + bw << "' y1='" << ypix(lim) << "' y2='" << ypix(lim)
+        << "' stroke='#c0392b' stroke-width='2'><title>policy limit " << fmt(c.limits[i], "%.4g")
+        << "</title></line>";
+    if (i < c.ticks.size() && !c.ticks[i].empty() && i % every == 0) {
+      const double tx = x + bw / 2, ty = top + ph + 8;
+      s << "<text x='" << tx << "' y='" << ty << "' font-size='9' text-anchor='end' "
+        << "transform='rotate(-60 " << tx << " " << ty << ")'>" << html_escape(c.ticks[i])
+        << "</text>";
+    }
   }
-  if (std::isfinite(thr))
-    s << "<line x1='" << left << "' x2='" << left + pw << "' y1='" << ypix(thr) << "' y2='"
-      << ypix(thr) << "' stroke='#c0392b' stroke-dasharray='4 3'><title>policy threshold "
-      << fmt(threshold, "%.4g") << "</title></line>";
+  if (!c.x_label.empty())
+    s << "<text x='" << left + pw / 2 << "' y='" << h - 4 << "' font-size='10' "
+      << "text-anchor='middle'>" << html_escape(c.x_label) << "</text>";
+  // Legend for the marks that are not plain bars.
+  double lx = left + 220;
+  const auto key = [&](const char* color, const char* text) {
+    s << "<rect x='" << lx << "' y='7' width='10' height='10' fill='" << color << "'/><text x='"
+      << lx + 14 << "' y='16' font-size='10'>" << text << "</text>";
+    lx += 14 + 6.0 * static_cast<double>(std::strlen(text)) + 14;
+  };
+  bool any_limit = false;
+  for (double l : c.limits)
+    any_limit = any_limit || std::isfinite(y_of(l));
+  if (any_limit) key("#c0392b", "policy limit");
+  if (any_zero && c.log_y) key("#27ae60", "exact (0)");
+  if (any_bad) key("#e74c3c", "NaN/Inf");
   s << "</svg></figure>";
   return s.str();
+}
+
+// "layers.3.attn.qkv" -> "3 attn.qkv": tick labels short enough to sit under a bar.
+std::string short_point(const std::string& name) {
+  return name.rfind("layers.", 0) == 0 ? name.substr(7) : name;
 }
 
 }  // namespace
 
 std::string path_safe(const std::string& s) {
+  // One component of a path, from text a file supplied (a device, model or scheme name): no
+  // separator, no leading dot (so never "." or ".."), and bounded, so that it can only name a
+  // file inside the folder it is joined to.
   std::string o;
   for (char c : s)
     o += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
           c == '+')
              ? c
              : '-';
+  size_t lead = 0;
+  while (lead < o.size() && o[lead] == '.')
+    ++lead;
+  o = o.substr(lead);
+  constexpr size_t kMax = 80;
+  if (o.size() > kMax) {
+    // Cut, and keep names apart by a hash of the whole text.
+    Sha256 h;
+    h.update(s);
+    o = o.substr(0, kMax - 17) + "-" + h.hex().substr(0, 16);
+  }
   return o.empty() ? "unnamed" : o;
 }
+
+namespace {
+
+// Whether anything but the budget failed: NaN/Inf, a missing point, a judged point gate, the
+// section's own end-to-end gates (the format role's "does it do the format's math").
+bool math_failures(const CompareReport& r) {
+  for (const auto& f : r.failures)
+    if (f.rfind("budget: ", 0) != 0) return true;
+  return false;
+}
+
+}  // namespace
 
 Json report_json(const CompareReport& r, const std::string& role) {
   const EndToEnd& e = r.e2e;
@@ -167,18 +258,35 @@ Json report_json(const CompareReport& r, const std::string& role) {
       zero_scales += a.candidate->zero_scales;
     }
   const std::string dev = device_key(r.candidate.device);
-  bool gated = r.e2e_verdict.gated;  // a policy without gates for this role judges nothing
+  int64_t nonfinite_points = 0;
   for (const auto& p : r.points)
-    gated = gated || p.verdict.gated;
+    nonfinite_points += !nonfinite_failures(p.stats).empty();
   Json summary = {
       {"device", dev == "default" ? path_safe(r.candidate.device) : dev},
       {"device_name", r.candidate.device},
       {"model", r.candidate.model},
       {"scheme", r.candidate.scheme},
       {"baseline_scheme", r.golden.scheme},
+      {"model_dtype", r.golden.model_dtype},
+      {"golden_mode", r.golden.precision_mode},
       {"role", role},
+      {"verdict", to_string(r.verdict)},
       {"pass", r.pass},
-      {"policy", r.policy_file.empty() || !gated ? Json(nullptr) : Json(r.policy_section)},
+      {"failures", r.failures},
+      {"policy", r.policy_file.empty() ? Json(nullptr) : Json(r.policy_section)},
+      {"judged_by", judged_by_text(r)},
+      {"run", to_string(r.candidate.run_mode)},
+      {"nonfinite_points", nonfinite_points},
+      {"nonfinite_logit_rows", e.nonfinite_candidate_rows + e.nonfinite_golden_rows},
+      {"missing_points", r.missing_in_candidate.size()},
+      {"missing_points_failing", r.missing_failures.size()},
+      {"math_check", role == "format" && !r.policy_file.empty()
+                         ? Json(math_failures(r) ? "FAIL" : "ok")
+                         : Json(nullptr)},
+      {"budget_check",
+       r.has_budget ? Json(r.budget_verdict.pass ? "within" : "EXCEEDED") : Json(nullptr)},
+      {"budget_source", r.has_budget ? Json(r.budget_source) : Json(nullptr)},
+      {"notes", Json::array()},
       {"positions", e.positions},
       {"kld_mean", number(e.kld_mean.value)},
       {"kld_mean_hi", number(e.kld_mean.hi)},
@@ -207,17 +315,73 @@ Json report_json(const CompareReport& r, const std::string& role) {
   return {{"report_version", 1}, {"summary", summary}, {"compare", to_json(r)}};
 }
 
+namespace {
+
+// A markdown cell as HTML: escaped, with **bold** and `code` spans.
+std::string md_inline_html(const std::string& cell) {
+  std::string o, e = html_escape(cell);
+  bool bold = false, code = false;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (e.compare(i, 2, "**") == 0) {
+      o += bold ? "</strong>" : "<strong>";
+      bold = !bold;
+      ++i;
+    } else if (e[i] == '`') {
+      o += code ? "</code>" : "<code>";
+      code = !code;
+    } else {
+      o += e[i];
+    }
+  }
+  if (bold) o += "</strong>";
+  if (code) o += "</code>";
+  return o;
+}
+
+// "PASS" / "FAIL" / "NOT JUDGED" of a summary (older reports carry only "pass").
+std::string point_verdict_word(const Json& s) {
+  if (s.contains("verdict")) return s["verdict"].get<std::string>();
+  return s["pass"].get<bool>() ? "PASS" : "FAIL";
+}
+
+// One point's verdict cell: ok / FAIL / "outside" (outside a gate that does not judge this run) /
+// "-" (no gate).
+std::string point_cell(const Json& p) {
+  const bool pass = p["pass"].get<bool>(), gated = p["gated"].get<bool>();
+  const bool judged = p.value("judged", gated);
+  if (pass) return gated ? "ok" : "-";
+  const bool nonfinite = p.value("nan_candidate", int64_t{0}) +
+                             p.value("inf_candidate", int64_t{0}) +
+                             p.value("nan_golden", int64_t{0}) + p.value("inf_golden", int64_t{0}) >
+                         0;
+  return judged || nonfinite ? "FAIL" : "outside (not judged)";
+}
+
+}  // namespace
+
 std::string render_markdown(const Json& rep) {
   const Json& s = rep.at("summary");
   const Json& c = rep.at("compare");
   std::ostringstream o;
   o << "# " << s["model"].get<std::string>() << " — " << s["scheme"].get<std::string>() << " on "
     << s["device"].get<std::string>() << "\n\n";
+  const std::string dtype = s.value("model_dtype", std::string());
+  const std::string mode = s.value("golden_mode", std::string());
+  const std::string arithmetic =
+      mode == "exact"     ? "computed in fp64, rounding only where the format rounds"
+      : mode == "emulate" ? "computed in fp64, stored activations rounded to the model dtype as an "
+                            "engine stores them"
+                          : mode;
+  const std::string baseline =
+      s["baseline_scheme"].get<std::string>() == "bf16"
+          ? "unquantized" + (dtype.empty() ? "" : " " + dtype + " checkpoint")
+          : s["baseline_scheme"].get<std::string>();
   o << (s["role"] == "format"
             ? "What the format does to the model: the quantized reference against the "
-              "unquantized reference (" +
-                  s["baseline_scheme"].get<std::string>() + ").\n\n"
-            : "The candidate engine against the reference golden of the same scheme.\n\n");
+              "reference of the " +
+                  baseline + (arithmetic.empty() ? "" : ", " + arithmetic) + ".\n\n"
+            : "The candidate engine against the reference golden of the same scheme (" + baseline +
+                  (arithmetic.empty() ? "" : ", " + arithmetic) + ").\n\n");
   o << "| metric | value |\n|---|---|\n";
   o << "| positions | " << s["positions"] << " |\n";
   o << "| mean KLD (95% upper) | " << fmt(num(s["kld_mean"]), "%.4g") << " ("
@@ -243,18 +407,47 @@ std::string render_markdown(const Json& rep) {
     o << "| activation saturation (worst layer) / zero scales | "
       << fmt(num(s["max_activation_saturation"]), "%.3g") << " / " << s["activation_zero_scales"]
       << " |\n";
-  if (!s["policy"].is_null())
-    o << "| policy | " << s["policy"].get<std::string>() << ": **"
-      << (s["pass"].get<bool>() ? "pass" : "FAIL") << "** |\n";
+  if (s.value("nonfinite_points", 0) + s.value("nonfinite_logit_rows", 0) > 0)
+    o << "| NaN/Inf | " << s["nonfinite_points"] << " capture point(s), "
+      << s["nonfinite_logit_rows"] << " logit row(s) |\n";
+  if (s.value("missing_points", 0) > 0)
+    o << "| capture points missing in the candidate | " << s["missing_points"] << " ("
+      << s["missing_points_failing"] << " not allowed by the policy) |\n";
+  o << "| judged by | " << s.value("judged_by", "") << " |\n";
+  if (s.contains("math_check") && !s["math_check"].is_null())
+    o << "| does it do the format's math (first op) | " << s["math_check"].get<std::string>()
+      << " |\n";
+  if (s.contains("budget_check") && !s["budget_check"].is_null())
+    o << "| is it acceptable for this model (budget: " << s["budget_source"].get<std::string>()
+      << ") | " << s["budget_check"].get<std::string>() << " |\n";
+  if (s.contains("notes"))
+    for (const auto& n : s["notes"])
+      o << "| note | " << n.get<std::string>() << " |\n";
+  o << "| verdict | **" << point_verdict_word(s) << "**";
+  if (s.contains("failures") && !s["failures"].empty())
+    o << ": " << s["failures"][0].get<std::string>()
+      << (s["failures"].size() > 1 ? " (and " + std::to_string(s["failures"].size() - 1) + " more)"
+                                   : std::string());
+  o << " |\n";
   o << "\n## Capture points (execution order)\n\n| point | rel L2 | worst channel rel L2 | "
-       "cosine | SQNR dB | verdict |\n|---|---|---|---|---|---|\n";
+       "cosine | SQNR dB | NaN/Inf | verdict |\n|---|---|---|---|---|---|---|\n";
   for (const auto& p : c["points"]) {
-    std::string verdict = !p["gated"].get<bool>() ? "-" : (p["pass"].get<bool>() ? "ok" : "FAIL");
+    std::string verdict = point_cell(p);
     for (const auto& f : p["failures"])
       verdict += "; " + f.get<std::string>();
+    const int64_t bad = p.value("nan_candidate", int64_t{0}) +
+                        p.value("inf_candidate", int64_t{0}) + p.value("nan_golden", int64_t{0}) +
+                        p.value("inf_golden", int64_t{0});
     o << "| " << p["name"].get<std::string>() << " | " << fmt(num(p["rel_l2"])) << " | "
       << fmt(num(p["max_col_rel_l2"])) << " | " << fmt(num(p["cosine"]), "%.6f") << " | "
-      << fmt(num(p["sqnr_db"]), "%.1f") << " | " << verdict << " |\n";
+      << fmt(num(p["sqnr_db"]), "%.1f") << " | " << (bad ? std::to_string(bad) : "-") << " | "
+      << verdict << " |\n";
+  }
+  if (c.contains("missing_in_candidate") && !c["missing_in_candidate"].empty()) {
+    o << "\nMissing in the candidate:";
+    for (const auto& m : c["missing_in_candidate"])
+      o << " `" << m.get<std::string>() << "`";
+    o << "\n";
   }
   if (!c["router"].empty()) {
     o << "\n## MoE router\n\n| layer | flipped / tokens |\n|---|---|\n";
@@ -307,7 +500,8 @@ std::string render_html(const Json& rep) {
   o << "<!doctype html><html><head><meta charset='utf-8'><title>" << html_escape(title)
     << "</title><style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
-       "font-size:13px}.fail{color:#c0392b;font-weight:bold}</style></head><body>";
+       "font-size:13px}.fail{color:#c0392b;font-weight:bold}.pass{color:#1e7b34;font-weight:bold}"
+       ".unjudged{color:#8a6d00;font-weight:bold}</style></head><body>";
   o << "<h1>" << html_escape(title) << "</h1>";
   // The summary table is the markdown's, line for line.
   std::istringstream md(render_markdown(rep));
@@ -327,106 +521,228 @@ std::string render_html(const Json& rep) {
     std::string cell;
     while (std::getline(ls, cell, '|'))
       cells.push_back(cell);
-    o << "<tr><th>" << html_escape(cells.size() > 0 ? cells[0] : "") << "</th><td>"
-      << html_escape(cells.size() > 1 ? cells[1] : "") << "</td></tr>";
+    const std::string value = cells.size() > 1 ? cells[1] : "";
+    const std::string cls = value.find("**FAIL") != std::string::npos         ? " class='fail'"
+                            : value.find("**PASS") != std::string::npos       ? " class='pass'"
+                            : value.find("**NOT JUDGED") != std::string::npos ? " class='unjudged'"
+                                                                              : "";
+    o << "<tr><th>" << html_escape(cells.size() > 0 ? cells[0] : "") << "</th><td" << cls << ">"
+      << md_inline_html(value) << "</td></tr>";
   }
   o << "</table>";
   // Plots.
-  std::vector<std::string> labels;
-  std::vector<double> rel;
-  double threshold = NAN;
-  for (const auto& p : c["points"]) {
-    if (p["name"].get<std::string>().find("topk_ids") != std::string::npos) continue;
-    labels.push_back(p["name"].get<std::string>());
-    rel.push_back(num(p["rel_l2"]));
-  }
-  o << "<h2>Error per capture point</h2>"
-    << svg_bars("relative L2 per capture point, execution order (layer by layer)", labels, rel,
-                true, "rel L2 (log10)", threshold);
-  std::vector<double> kld;
-  for (const auto& v : c["end_to_end"]["kld"])
-    kld.push_back(num(v));
   {
-    // Histogram of log10 KLD in 20 bins.
+    BarChart chart;
+    chart.title = "relative L2 per capture point, execution order (layer by layer)";
+    chart.y_label = "rel L2 (log10)";
+    chart.x_label = "capture point (layer index, point)";
+    chart.log_y = true;
+    for (const auto& p : c["points"]) {
+      const std::string name = p["name"].get<std::string>();
+      if (name.find("topk_ids") != std::string::npos) continue;
+      chart.labels.push_back(name);
+      chart.ticks.push_back(short_point(name));
+      chart.values.push_back(num(p["rel_l2"]));
+      chart.limits.push_back(p.contains("limit_rel_l2") && !p["limit_rel_l2"].is_null()
+                                 ? num(p["limit_rel_l2"])
+                                 : NAN);
+    }
+    o << "<h2>Error per capture point</h2>" << svg_bars(chart);
+  }
+  {
+    // Histogram of log10 KLD in 20 bins; positions with KLD <= 1e-16 (identical) fall in the
+    // first bin, which says so.
+    BarChart chart;
+    chart.title = "positions per KL divergence bin";
+    chart.y_label = "positions";
+    chart.x_label = "KL divergence of the next-token distribution (log scale)";
+    chart.integer_y = true;
     std::vector<double> logs;
-    for (double k : kld)
+    int64_t infinite = 0;
+    for (const auto& v : c["end_to_end"]["kld"]) {
+      const double k = num(v);
+      if (!std::isfinite(k)) {
+        ++infinite;
+        continue;
+      }
       logs.push_back(std::log10(std::max(k, 1e-16)));
-    std::vector<std::string> bl;
-    std::vector<double> counts;
+    }
     if (!logs.empty()) {
       const double lo = *std::min_element(logs.begin(), logs.end());
       const double hi = std::max(*std::max_element(logs.begin(), logs.end()), lo + 1e-9);
       const int bins = 20;
-      counts.assign(bins, 0.0);
+      chart.values.assign(bins, 0.0);
       for (double l : logs)
-        counts[static_cast<size_t>(
+        chart.values[static_cast<size_t>(
             std::min(bins - 1, static_cast<int>((l - lo) / (hi - lo) * bins)))] += 1;
-      for (int b = 0; b < bins; ++b)
-        bl.push_back("KLD 1e" + fmt(lo + (hi - lo) * b / bins, "%.2f") + " .. 1e" +
-                     fmt(lo + (hi - lo) * (b + 1) / bins, "%.2f"));
+      for (int b = 0; b < bins; ++b) {
+        const double a = lo + (hi - lo) * b / bins, z = lo + (hi - lo) * (b + 1) / bins;
+        chart.labels.push_back("KLD " + fmt(std::pow(10.0, a), "%.2g") + " .. " +
+                               fmt(std::pow(10.0, z), "%.2g"));
+        chart.ticks.push_back(b % 4 == 0 ? fmt(std::pow(10.0, a), "%.1e") : "");
+      }
     }
-    o << "<h2>Next-token KL divergence</h2>"
-      << svg_bars("positions per log10(KLD) bin (left: smallest)", bl, counts, false, "positions");
+    if (infinite > 0) {
+      chart.values.push_back(static_cast<double>(infinite));
+      chart.labels.push_back("NaN/Inf logits (KLD +inf)");
+      chart.ticks.push_back("+inf");
+    }
+    o << "<h2>Next-token KL divergence</h2>" << svg_bars(chart);
   }
-  std::vector<double> kv;
-  std::vector<std::string> kvl;
-  for (const auto& v : c["kv_error_by_position"]) {
-    kvl.push_back("position " + std::to_string(kv.size()));
-    kv.push_back(num(v));
+  if (!c["kv_error_by_position"].empty()) {
+    BarChart chart;
+    chart.title = "keys entering the cache (rope_k): rel L2 by position, mean over layers";
+    chart.y_label = "rel L2 (log10)";
+    chart.x_label = "position in the sequence";
+    chart.log_y = true;
+    for (const auto& v : c["kv_error_by_position"]) {
+      const size_t i = chart.values.size();
+      chart.labels.push_back("position " + std::to_string(i));
+      chart.ticks.push_back(i % 4 == 0 ? std::to_string(i) : "");
+      chart.values.push_back(num(v));
+    }
+    o << "<h2>KV cache</h2>" << svg_bars(chart);
   }
-  if (!kv.empty())
-    o << "<h2>KV cache</h2>"
-      << svg_bars("keys entering the cache (rope_k): rel L2 by position, mean over layers", kvl, kv,
-                  true, "rel L2 (log10)");
-  std::vector<double> flips;
-  std::vector<std::string> fl;
-  for (const auto& l : c["router"]) {
-    fl.push_back(l["point"].get<std::string>());
-    flips.push_back(num(l["flip_rate"]));
+  if (!c["router"].empty()) {
+    BarChart chart;
+    chart.title = "top-k flip rate per MoE layer";
+    chart.y_label = "flip rate";
+    chart.x_label = "MoE layer";
+    for (const auto& l : c["router"]) {
+      const std::string name = l["point"].get<std::string>();
+      chart.labels.push_back(name + " (" + std::to_string(l["flipped"].get<int64_t>()) + " of " +
+                             std::to_string(l["tokens"].get<int64_t>()) + " tokens)");
+      chart.ticks.push_back(short_point(name));
+      chart.values.push_back(num(l["flip_rate"]));
+    }
+    o << "<h2>MoE router</h2>" << svg_bars(chart);
   }
-  if (!flips.empty())
-    o << "<h2>MoE router</h2>"
-      << svg_bars("top-k flip rate per MoE layer", fl, flips, false, "flip rate");
   if (c.contains("experts"))
     for (const auto& l : c["experts"]) {
-      std::vector<std::string> el;
-      std::vector<double> er;
+      BarChart chart;
+      chart.title = l["point"].get<std::string>() + ": rel L2 per expert (routing-aligned)";
+      chart.y_label = "rel L2 (log10)";
+      chart.x_label = "expert id";
+      chart.log_y = true;
       for (const auto& x : l["experts"]) {
-        el.push_back("expert " + std::to_string(x["expert"].get<int64_t>()) + " (" +
-                     std::to_string(x["pairs"].get<int64_t>()) + " tokens)");
-        er.push_back(num(x["rel_l2"]));
+        const int64_t id = x["expert"].get<int64_t>();
+        chart.labels.push_back("expert " + std::to_string(id) + " (" +
+                               std::to_string(x["pairs"].get<int64_t>()) + " tokens)");
+        chart.ticks.push_back(std::to_string(id));
+        chart.values.push_back(num(x["rel_l2"]));
       }
-      if (!er.empty())
-        o << svg_bars(l["point"].get<std::string>() + ": rel L2 per expert (routing-aligned)", el,
-                      er, true, "rel L2 (log10)");
+      if (!chart.values.empty()) o << svg_bars(chart);
     }
-  o << "<h2>Capture points</h2><table><tr><th>point</th><th>rel L2</th><th>worst channel</th>"
-       "<th>cosine</th><th>SQNR dB</th><th>verdict</th></tr>";
+  o << "<h2>Capture points</h2><table><tr><th>point</th><th>rel L2</th><th>limit</th>"
+       "<th>worst channel</th><th>cosine</th><th>SQNR dB</th><th>NaN/Inf</th><th>verdict</th>"
+       "</tr>";
   for (const auto& p : c["points"]) {
-    const bool fail = p["gated"].get<bool>() && !p["pass"].get<bool>();
-    std::string verdict = !p["gated"].get<bool>() ? "-" : (fail ? "FAIL" : "ok");
+    std::string verdict = point_cell(p);
+    const bool fail = verdict == "FAIL";
     for (const auto& f : p["failures"])
       verdict += "; " + f.get<std::string>();
+    const int64_t bad = p.value("nan_candidate", int64_t{0}) +
+                        p.value("inf_candidate", int64_t{0}) + p.value("nan_golden", int64_t{0}) +
+                        p.value("inf_golden", int64_t{0});
+    const std::string limit = p.contains("limit_rel_l2") && !p["limit_rel_l2"].is_null()
+                                  ? fmt(num(p["limit_rel_l2"]))
+                                  : "-";
     o << "<tr><td>" << html_escape(p["name"].get<std::string>()) << "</td><td>"
-      << fmt(num(p["rel_l2"])) << "</td><td>" << fmt(num(p["max_col_rel_l2"])) << "</td><td>"
-      << fmt(num(p["cosine"]), "%.6f") << "</td><td>" << fmt(num(p["sqnr_db"]), "%.1f")
-      << "</td><td" << (fail ? " class='fail'" : "") << ">" << html_escape(verdict) << "</td></tr>";
+      << fmt(num(p["rel_l2"])) << "</td><td>" << limit << "</td><td>"
+      << fmt(num(p["max_col_rel_l2"])) << "</td><td>" << fmt(num(p["cosine"]), "%.6f")
+      << "</td><td>" << fmt(num(p["sqnr_db"]), "%.1f") << "</td><td"
+      << (bad ? " class='fail'>" + std::to_string(bad) : std::string(">-")) << "</td><td"
+      << (fail ? " class='fail'" : "") << ">" << html_escape(verdict) << "</td></tr>";
   }
   o << "</table><p>Rendered from " << html_escape(s["scheme"].get<std::string>())
     << ".json (the source of this page).</p></body></html>\n";
   return o.str();
 }
 
+namespace {
+
+constexpr const char* kManifest = "index.json";
+
+// What this tool wrote under a root: reports (paths relative to it, without extension) and
+// schemes it skipped. The index lists these and nothing else, so a stray *.json in the folder
+// never breaks it.
+struct Manifest {
+  std::vector<std::string> reports;
+  std::vector<SkippedRow> skipped;
+};
+
+Manifest read_manifest(const fs::path& root) {
+  Manifest out;
+  const fs::path file = root / kManifest;
+  if (!fs::exists(file)) return out;
+  const Json j = read_json_file(file);
+  if (!j.is_object() || !j.contains("reports") || !j["reports"].is_array())
+    throw Error(file.string(),
+                "is not a qparity report index (needs a 'reports' array); move "
+                "it away or use another --out");
+  for (const auto& r : j["reports"])
+    if (r.is_string()) out.reports.push_back(r.get<std::string>());
+  if (j.contains("skipped") && j["skipped"].is_array())
+    for (const auto& k : j["skipped"])
+      if (k.is_object() && k.value("model", Json()).is_string() &&
+          k.value("scheme", Json()).is_string() && k.value("reason", Json()).is_string())
+        out.skipped.push_back({k["model"].get<std::string>(), k["scheme"].get<std::string>(),
+                               k["reason"].get<std::string>()});
+  return out;
+}
+
+void write_manifest(const fs::path& root, const Manifest& m) {
+  Json skipped = Json::array();
+  for (const auto& k : m.skipped)
+    skipped.push_back({{"model", k.model}, {"scheme", k.scheme}, {"reason", k.reason}});
+  write_text(root / kManifest,
+             Json{{"comment", "what qparity wrote here; index.md and index.html list it"},
+                  {"reports", m.reports},
+                  {"skipped", skipped}}
+                     .dump(1) +
+                 "\n");
+}
+
+// `p` lies under `root` (both resolved as far as they exist; no symlink or ".." escapes).
+bool lies_under(const fs::path& p, const fs::path& root) {
+  const fs::path a = fs::weakly_canonical(p), b = fs::weakly_canonical(root);
+  const auto [end, it] = std::mismatch(b.begin(), b.end(), a.begin(), a.end());
+  return end == b.end();
+}
+
+}  // namespace
+
 ReportFiles write_report(const Json& rep, const fs::path& root) {
   const Json& s = rep.at("summary");
-  const fs::path dir =
-      root / path_safe(s["device"].get<std::string>()) / path_safe(s["model"].get<std::string>());
+  const std::string dev = path_safe(s["device"].get<std::string>());
+  const std::string model = path_safe(s["model"].get<std::string>());
   const std::string base = path_safe(s["scheme"].get<std::string>());
+  const fs::path dir = root / dev / model;
   ReportFiles f{dir / (base + ".json"), dir / (base + ".md"), dir / (base + ".html")};
+  for (const fs::path& p : {f.json, f.md, f.html})
+    if (!lies_under(p, root))
+      throw Error(p.string(), "would be written outside the report root " + root.string());
+  Manifest manifest = read_manifest(root);
+  const std::string rel = dev + "/" + model + "/" + base;
   write_text(f.json, rep.dump(1) + "\n");
   write_text(f.md, render_markdown(rep));
   write_text(f.html, render_html(rep));
+  if (std::find(manifest.reports.begin(), manifest.reports.end(), rel) == manifest.reports.end())
+    manifest.reports.push_back(rel);
+  std::erase_if(manifest.skipped, [&](const SkippedRow& k) {
+    return k.model == s["model"].get<std::string>() && k.scheme == s["scheme"].get<std::string>();
+  });
+  write_manifest(root, manifest);
   return f;
+}
+
+void record_skipped(const fs::path& root, const SkippedRow& row) {
+  Manifest manifest = read_manifest(root);
+  std::erase_if(manifest.skipped, [&](const SkippedRow& k) {
+    return k.model == row.model && k.scheme == row.scheme;
+  });
+  manifest.skipped.push_back(row);
+  write_manifest(root, manifest);
 }
 
 void write_index(const fs::path& root) {
@@ -435,72 +751,111 @@ void write_index(const fs::path& root) {
     Json s;
   };
   std::vector<Row> rows;
-  if (fs::exists(root))
-    for (const auto& dev : fs::directory_iterator(root)) {
-      if (!dev.is_directory()) continue;
-      for (const auto& model : fs::directory_iterator(dev.path())) {
-        if (!model.is_directory()) continue;
-        for (const auto& f : fs::directory_iterator(model.path())) {
-          if (f.path().extension() != ".json") continue;
-          Json j;
-          try {
-            j = read_json_file(f.path());
-          } catch (const std::exception&) {
-            continue;  // not a report
-          }
-          if (!j.contains("summary")) continue;
-          rows.push_back({dev.path().filename().string(), model.path().filename().string(),
-                          f.path().stem().string(),
-                          fs::relative(f.path(), root).replace_extension("").string(),
-                          j["summary"]});
-        }
-      }
-    }
+  Manifest kept;
+  const Manifest manifest = read_manifest(root);
+  kept.skipped = manifest.skipped;
+  for (const auto& rel : manifest.reports) {
+    const fs::path file = root / (rel + ".json");
+    if (!lies_under(file, root) || !fs::is_regular_file(file)) continue;  // deleted since
+    const Json j = read_json_file(file);
+    if (!j.is_object() || !j.contains("summary"))
+      throw Error(file.string(), "is listed in " + (root / kManifest).string() +
+                                     " but is not a qparity report (no 'summary')");
+    const fs::path relp(rel);
+    rows.push_back({relp.begin()->string(), relp.parent_path().filename().string(),
+                    relp.filename().string(), rel, j["summary"]});
+    kept.reports.push_back(rel);
+  }
+  write_manifest(root, kept);
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return std::tie(a.model, a.scheme, a.device) < std::tie(b.model, b.scheme, b.device);
   });
   std::ostringstream md, html;
-  md << "# qparity accuracy reports\n\nSchemes × metrics × devices. Format rows compare the "
-        "quantized reference with the unquantized one; engine rows a candidate engine with the "
-        "reference golden of its scheme.\n\n"
-     << "| model | scheme | device | role | mean KLD | top-1 | Δ ln PPL | logits rel L2 | worst "
-        "point (rel L2) | router flips | act. saturation | policy |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const char* legend[][2] = {
+      {"role",
+       "format: the quantized reference against the unquantized one (what the format "
+       "does to this model); engine: a candidate engine against the reference golden of "
+       "its own scheme (does it implement the format right)"},
+      {"verdict",
+       "PASS / FAIL by the policy named in the report; NOT JUDGED: no policy gate "
+       "applies (never a pass). Format rows split it: budget = is the format "
+       "acceptable for this model (end-to-end budget), math = does the quantized "
+       "reference do the format's math (the first op that carries its error alone)"},
+      {"mean KLD [hi]",
+       "mean KL divergence of the next-token distribution, with its upper 95% "
+       "bound"},
+      {"top-1 [lo]",
+       "fraction of positions whose most likely token agrees, with its lower 95% "
+       "(Wilson) bound"},
+      {"Δ ln PPL [hi]",
+       "ln(PPL candidate / PPL golden) over the scored targets, with its upper "
+       "95% bound"},
+      {"worst point", "the capture point with the largest relative L2 error"},
+      {"router flips", "MoE: fraction of tokens whose top-k expert set changed"},
+      {"act. saturation", "largest fraction of activation codes at the format's extreme"},
+      {"notes", "identical rows and other remarks (the report says why)"}};
+  static const char* const header[] = {
+      "model",         "scheme",          "device",        "role",          "verdict",
+      "mean KLD [hi]", "top-1 [lo]",      "Δ ln PPL [hi]", "logits rel L2", "worst point",
+      "router flips",  "act. saturation", "notes"};
+  md << "# qparity accuracy reports\n\nSchemes × metrics × devices.\n\n|";
   html << "<!doctype html><html><head><meta charset='utf-8'><title>qparity accuracy "
           "reports</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
-          "collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}.fail{color:"
-          "#c0392b}</style></head><body><h1>qparity accuracy reports</h1><table><tr><th>model"
-          "</th><th>scheme</th><th>device</th><th>role</th><th>mean KLD</th><th>top-1</th><th>"
-          "Δ ln PPL</th><th>logits rel L2</th><th>worst point</th><th>router flips</th><th>"
-          "act. saturation</th><th>policy</th></tr>";
+          "collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
+          ".fail{color:#c0392b;font-weight:bold}.pass{color:#1e7b34}.unjudged{color:#8a6d00}"
+          "dt{font-weight:bold;margin-top:.3em}dd{margin-left:1.5em;font-size:13px}"
+          "</style></head><body><h1>qparity accuracy reports</h1><table><tr>";
+  for (const char* h : header) {
+    md << " " << h << " |";
+    html << "<th>" << html_escape(h) << "</th>";
+  }
+  md << "\n|";
+  for (size_t i = 0; i < std::size(header); ++i)
+    md << "---|";
+  md << "\n";
+  html << "</tr>";
+  const auto with_bound = [](const Json& s, const char* v, const char* b, const char* f) {
+    return fmt(num(s[v]), f) + (s.contains(b) ? " [" + fmt(num(s[b]), f) + "]" : "");
+  };
   for (const Row& r : rows) {
     const Json& s = r.s;
-    const std::string policy =
-        s["policy"].is_null() ? "-" : (s["pass"].get<bool>() ? "pass" : "FAIL");
+    std::string verdict = point_verdict_word(s);
+    if (s.contains("budget_check") && !s["budget_check"].is_null())
+      verdict += " (budget " + s["budget_check"].get<std::string>() + ", math " +
+                 s.value("math_check", std::string("-")) + ")";
     const std::string flips =
         s["router_flip_rate"].is_null() ? "-" : fmt(num(s["router_flip_rate"]), "%.3f");
     const std::string sat =
         !s.contains("max_activation_saturation") || s["max_activation_saturation"].is_null()
             ? "-"
             : fmt(num(s["max_activation_saturation"]), "%.2g");
+    std::string notes;
+    if (s.contains("notes"))
+      for (const auto& n : s["notes"])
+        notes += (notes.empty() ? "" : "; ") + n.get<std::string>();
     const std::string cells[] = {
         r.model,
         r.scheme,
         r.device,
         s.value("role", ""),
-        fmt(num(s["kld_mean"]), "%.3g"),
-        fmt(num(s["top1"]), "%.3f"),
-        fmt(num(s["dln_ppl"]), "%.3g"),
+        verdict,
+        with_bound(s, "kld_mean", "kld_mean_hi", "%.3g"),
+        with_bound(s, "top1", "top1_lo", "%.3f"),
+        with_bound(s, "dln_ppl", "dln_ppl_hi", "%.3g"),
         fmt(num(s["logits_rel_l2"])),
         s["worst_point"].get<std::string>() + " (" + fmt(num(s["worst_point_rel_l2"])) + ")",
         flips,
         sat,
-        policy};
+        notes.empty() ? "-" : notes};
     md << "|";
     html << "<tr>";
     for (size_t i = 0; i < std::size(cells); ++i) {
       md << " " << (i == 1 ? "[" + cells[i] + "](" + r.rel + ".md)" : cells[i]) << " |";
-      html << "<td" << (cells[i] == "FAIL" ? " class='fail'" : "") << ">"
+      const std::string cls = i != 4                           ? ""
+                              : cells[i].rfind("FAIL", 0) == 0 ? " class='fail'"
+                              : cells[i].rfind("PASS", 0) == 0 ? " class='pass'"
+                                                               : " class='unjudged'";
+      html << "<td" << cls << ">"
            << (i == 1
                    ? "<a href='" + html_escape(r.rel) + ".html'>" + html_escape(cells[i]) + "</a>"
                    : html_escape(cells[i]))
@@ -509,7 +864,24 @@ void write_index(const fs::path& root) {
     md << "\n";
     html << "</tr>";
   }
-  html << "</table></body></html>\n";
+  html << "</table>";
+  if (!kept.skipped.empty()) {
+    md << "\n## Not run\n\n| model | scheme | why |\n|---|---|---|\n";
+    html << "<h2>Not run</h2><table><tr><th>model</th><th>scheme</th><th>why</th></tr>";
+    for (const auto& k : kept.skipped) {
+      md << "| " << k.model << " | " << k.scheme << " | " << k.reason << " |\n";
+      html << "<tr><td>" << html_escape(k.model) << "</td><td>" << html_escape(k.scheme)
+           << "</td><td>" << html_escape(k.reason) << "</td></tr>";
+    }
+    html << "</table>";
+  }
+  md << "\n## Legend\n\n";
+  html << "<h2>Legend</h2><dl>";
+  for (const auto& [term, text] : legend) {
+    md << "- **" << term << "**: " << text << "\n";
+    html << "<dt>" << html_escape(term) << "</dt><dd>" << html_escape(text) << "</dd>";
+  }
+  html << "</dl></body></html>\n";
   write_text(root / "index.md", md.str());
   write_text(root / "index.html", html.str());
 }

@@ -295,7 +295,7 @@ void QuantPlan::finalize() {
                   "tie_word_embeddings is true, so lm_head shares "
                   "model.embed_tokens.weight and cannot carry its own quantized "
                   "weight; leave it unquantized");
-    const int64_t g = effective_group_size(*e.scheme);
+    const int64_t g = required_k_multiple(*e.scheme);
     if (g > 0 && e.in_features % g != 0)
       throw Error(e.prefix, e.scheme_string() +
                                 " needs in_features (K = " + std::to_string(e.in_features) +
@@ -403,7 +403,18 @@ Json QuantPlan::to_json() const {
 // ---------------------------------------------------------------------------------------------
 // Builders
 
-QuantPlan plan_from_override(const ModelConfig& cfg, const SchemeId& scheme) {
+std::optional<SchemeId> override_scheme_of(const LinearModule& l, const SchemeId& scheme) {
+  if (scheme_family(scheme.kind) != SchemeFamily::kWeight) return std::nullopt;
+  if (l.kind == LinearKind::kLmHead || l.kind == LinearKind::kRouter) return std::nullopt;
+  SchemeId s = scheme;
+  // One checkpoint format, two scheme ids: experts run it as an MxINT4 stack.
+  if (s.kind == SchemeKind::kW4A16G32 && l.in_expert_stack()) s.kind = SchemeKind::kMxint4;
+  if (s.kind == SchemeKind::kMxint4 && !l.in_expert_stack()) s.kind = SchemeKind::kW4A16G32;
+  return s;
+}
+
+QuantPlan plan_from_override(const ModelConfig& cfg, const SchemeId& scheme,
+                             const std::set<std::string>& unquantized) {
   const std::string id = to_string(scheme);
   QuantPlan plan(cfg, Provenance{PlanSource::kOverride, "--scheme", "", "", id,
                                  "not covered by the override scheme"});
@@ -425,13 +436,15 @@ QuantPlan plan_from_override(const ModelConfig& cfg, const SchemeId& scheme) {
       break;
     case SchemeFamily::kWeight:
       for (const LinearModule& l : plan.modules().linears()) {
-        if (l.kind == LinearKind::kLmHead || l.kind == LinearKind::kRouter) continue;
+        const std::optional<SchemeId> s = override_scheme_of(l, scheme);
+        if (!s) continue;
         PlanEntry& e = plan.mutable_entry(l.prefix);
-        SchemeId s = scheme;
-        // One checkpoint format, two scheme ids: experts run it as an MxINT4 stack.
-        if (s.kind == SchemeKind::kW4A16G32 && l.in_expert_stack()) s.kind = SchemeKind::kMxint4;
-        if (s.kind == SchemeKind::kMxint4 && !l.in_expert_stack()) s.kind = SchemeKind::kW4A16G32;
-        e.scheme = s;
+        if (unquantized.count(l.prefix)) {
+          e.why = Provenance{
+              PlanSource::kOverride, "--scheme", "", "", "", "ignored: stays in the model dtype"};
+          continue;
+        }
+        e.scheme = *s;
         if (e.quantized()) {
           e.weights = implied.weights;
           e.input_activations = implied.input_activations;
@@ -510,6 +523,19 @@ QuantPlan build_quant_plan(const ModelConfig& cfg, const fs::path& checkpoint_di
     if (cj.is_object())
       if (auto it = cj.find("quantization_config"); it != cj.end() && !it->is_null())
         src.quantization_config = *it;
+  }
+  // msModelSlim writes its tensors to quant_model_weights*.safetensors and their types to the
+  // description; without the description every quantized tensor would read as unexpected.
+  if (desc.empty() && !src.quantization_config && !override_scheme) {
+    for (fs::directory_iterator it(checkpoint_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("quant_model_weights", 0) == 0 && name.ends_with(".safetensors"))
+        throw Error((checkpoint_dir / "quant_model_description.json").string(),
+                    "is missing: " + name +
+                        " is msModelSlim's quantized output, and without its description the "
+                        "scheme of each tensor is unknown (copy the description beside it, or "
+                        "give --scheme)");
+    }
   }
   return build_quant_plan(cfg, src);
 }

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -135,8 +136,14 @@ QuantPlan build_quant_plan(const ModelConfig& cfg, const QuantSources& sources);
 QuantPlan build_quant_plan(const ModelConfig& cfg, const std::filesystem::path& checkpoint_dir,
                            const std::optional<std::string>& override_scheme);
 // Source 1 on its own: `scheme` on every decoder linear (w4a16-g32 becomes mxint4 on expert
-// stacks and mxint4 becomes w4a16-g32 elsewhere), or on every KV cache for a KV scheme.
-QuantPlan plan_from_override(const ModelConfig& cfg, const SchemeId& scheme);
+// stacks and mxint4 becomes w4a16-g32 elsewhere), or on every KV cache for a KV scheme. The
+// linears named in `unquantized` (exact prefixes: an ignore list already resolved) stay in the
+// model dtype; finalize() still rejects a partly ignored expert stack.
+QuantPlan plan_from_override(const ModelConfig& cfg, const SchemeId& scheme,
+                             const std::set<std::string>& unquantized = {});
+// The scheme an override gives one linear: nullopt for lm_head, MoE routers and non-weight
+// schemes; the w4a16-g32 / mxint4 swap by whether the linear is an expert.
+std::optional<SchemeId> override_scheme_of(const LinearModule& l, const SchemeId& scheme);
 
 // The QuantArgs a scheme implies when no compressed-tensors config spells them out
 // (msModelSlim types, overrides, quant_method fp8). msModelSlim W8A16 always stores an offset,

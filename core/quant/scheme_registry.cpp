@@ -191,7 +191,11 @@ SchemeInfo make_info(SchemeKind k) {
           "weights float 8-bit, strategy block, block_structure [128, 128], symmetric, static",
           "inputs float 8-bit dynamic, strategy group, group_size 128 (quant_method fp8: "
           "activation_scheme dynamic)",
-          "K % 128 == 0 (vLLM); N may be ragged (edge tiles are partial)"};
+          "N and K may be ragged: edge tiles are partial, their scale from the amax of the "
+          "partial tile (compressed-tensors pads with zeros, then crops)",
+          "dynamic 1x128 activation groups: K % 128 == 0 under the vllm, sglang and "
+          "compressed-tensors dialects (their group kernels / QDQ assert it); ideal runs a "
+          "ragged last group"};
       s.tensors = {{"weight", "F8_E4M3", "[N, K]", "", ""},
                    {"weight_scale", "model dtype", "[ceil(N/128), ceil(K/128)]", kCt, ""},
                    {"weight_scale_inv", "F32", "[ceil(N/128), ceil(K/128)]", kFp8,
@@ -465,6 +469,10 @@ int64_t effective_group_size(const SchemeId& s) {
       return 0;
   }
   return 0;
+}
+
+int64_t required_k_multiple(const SchemeId& s) {
+  return s.kind == SchemeKind::kFp8Block ? 0 : effective_group_size(s);
 }
 
 std::string valid_scheme_ids() {

@@ -73,6 +73,11 @@ std::string to_string(const SchemeId& s);
 // The group along K that the format fixes (32 for w4a16-g32 / mxint4 / mxfp4 / mxfp8, 16 for
 // nvfp4, 128 for fp8-block's 128x128 tiles, N for w8a16-g<N>), else 0.
 int64_t effective_group_size(const SchemeId& s);
+// The multiple of K (in_features) the format itself needs in every dialect: the group of the
+// group schemes (a group may not straddle rows), 0 when any K is legal. fp8-block gives 0: its
+// 128x128 tiles may be ragged at the edges (scale grid ceil(N/128) x ceil(K/128)); engines that
+// need K % 128 for their 1x128 activation groups say so as dialect rules in the reference.
+int64_t required_k_multiple(const SchemeId& s);
 SchemeFamily scheme_family(SchemeKind k);
 // The id, or the id pattern for parametrized schemes ("w8a16-g<N>").
 std::string_view scheme_pattern(SchemeKind k);

@@ -191,12 +191,13 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string where = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(where, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(where, "not a regular file");
+    throw Error(where, "not a regular file (a FIFO, device or directory cannot be a checkpoint)");
   }
   auto map = std::make_shared<Mapping>();
   map->size = static_cast<size_t>(st.st_size);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json_util.h"
+#include "core/temp_cleanup.h"
 
 namespace qparity {
 
@@ -99,6 +100,8 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const uint8_
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     throw Error(where, std::string("cannot create temporary file: ") + std::strerror(errno));
+  // Removed on every way out that does not rename it into place, Ctrl-C included.
+  const TempPathGuard guard(tmp, TempPathGuard::OnExit::kRemove);
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);

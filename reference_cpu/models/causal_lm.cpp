@@ -155,8 +155,15 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
     append_rows(a.k_cache, k);
     append_rows(a.v_cache, v);
   } else {
-    append_rows(a.k_cache, a.kv->round_trip(KvWhich::kKey, k));
-    append_rows(a.v_cache, a.kv->round_trip(KvWhich::kValue, v));
+    const QuantizedMatrix ks = a.kv->store(KvWhich::kKey, k), vs = a.kv->store(KvWhich::kValue, v);
+    // A quantized cache's codes are counted like activation codes: a static (calibrated) scale
+    // saturates where the evaluation data leaves the calibrated range.
+    if (!plain && hooks.on_activation_codes) {
+      hooks.on_activation_codes(lp + ".attn.k_cache", ks);
+      hooks.on_activation_codes(lp + ".attn.v_cache", vs);
+    }
+    append_rows(a.k_cache, a.kv->read(KvWhich::kKey, ks));
+    append_rows(a.v_cache, a.kv->read(KvWhich::kValue, vs));
   }
   std::vector<int64_t> kv_pos(static_cast<size_t>(a.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)

@@ -56,6 +56,13 @@ class Loader {
       l.index = i;
       const std::string lp = "model.layers." + std::to_string(i);
       l.attn.prefix = lp + ".self_attn";
+      if (blocks_.moe && cfg_.is_moe_layer(i)) {
+        l.moe.emplace();
+        l.moe->prefix = lp + ".mlp";
+      } else {
+        l.mlp.emplace();
+        l.mlp->prefix = lp + ".mlp";
+      }
       m_.layers().push_back(std::move(l));
     }
     for (DecoderLayer& l : m_.layers()) {
@@ -63,21 +70,37 @@ class Loader {
       build_attention(plan, l);
       norm_slot(lp + ".input_layernorm", &l.input_norm, cfg_.hidden);
       norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
-      if (blocks_.moe && cfg_.is_moe_layer(l.index))
-        build_moe(plan, l, lp + ".mlp");
-      else
-        build_mlp(plan, l, lp + ".mlp");
     }
     norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
-    if (cfg_.tie_word_embeddings) {
-      MethodConfig c;
-      c.scheme = SchemeId{};
-      c.dialect = m_.dialect();
-      m_.lm_head() = make_linear_method(
-          LinearShape::dense("lm_head", cfg_.vocab, cfg_.hidden, m_.model_dtype()), c);
-      methods_.push_back(m_.lm_head().get());
-    } else {
-      m_.lm_head() = dense(plan, "lm_head", cfg_.vocab, cfg_.hidden, false);
+    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype())) {
+      std::unique_ptr<LinearMethod> lm = make(plan, ll);
+      DecoderLayer* d = ll.layer >= 0 ? &m_.layers()[static_cast<size_t>(ll.layer)] : nullptr;
+      switch (ll.kind) {
+        case LinearLayerKind::kQkv:
+          d->attn.qkv = std::move(lm);
+          break;
+        case LinearLayerKind::kOProj:
+          d->attn.o_proj = std::move(lm);
+          break;
+        case LinearLayerKind::kGateUp:
+          d->mlp->gate_up = std::move(lm);
+          break;
+        case LinearLayerKind::kDown:
+          d->mlp->down = std::move(lm);
+          break;
+        case LinearLayerKind::kRouter:
+          d->moe->router = std::move(lm);
+          break;
+        case LinearLayerKind::kExpertsW13:
+          d->moe->w13 = std::move(lm);
+          break;
+        case LinearLayerKind::kExpertsW2:
+          d->moe->w2 = std::move(lm);
+          break;
+        case LinearLayerKind::kLmHead:
+          m_.lm_head() = std::move(lm);
+          break;
+      }
     }
   }
 
@@ -102,51 +125,39 @@ class Loader {
   }
 
  private:
-  std::unique_ptr<LinearMethod> dense(const QuantPlan& plan, const std::string& prefix, int64_t n,
-                                      int64_t k, bool bias) {
-    auto lm = make_linear_method(LinearShape::dense(prefix, n, k, m_.model_dtype(), bias),
-                                 method_config(plan.method_for(prefix), m_.dialect()));
-    methods_.push_back(lm.get());
-    shards_[prefix] = {lm.get(), 0, 0};
-    return lm;
-  }
-
-  // A fused layer from split checkpoint modules `<prefix>.<names[p]>`, whose plan entries must
-  // carry the same scheme and args.
-  std::unique_ptr<LinearMethod> fused(const QuantPlan& plan, const std::string& prefix,
-                                      std::vector<std::string> names, std::vector<int64_t> rows,
-                                      int64_t k, bool bias, const std::string& fused_name) {
-    const PlanEntry& first = plan.method_for(prefix + "." + names[0]);
-    for (size_t p = 1; p < names.size(); ++p) {
-      const PlanEntry& e = plan.method_for(prefix + "." + names[p]);
-      if (e.scheme_string() != first.scheme_string() || e.weights != first.weights ||
-          e.input_activations != first.input_activations)
-        throw Error(prefix + "." + names[p], "scheme " + e.scheme_string() + " differs from " +
-                                                 first.prefix + "'s " + first.scheme_string() +
-                                                 ": a fused " + fused_name +
-                                                 " layer needs one scheme (vLLM refuses the same)");
+  // The method of one linear layer; its members' plan entries must carry the same scheme and
+  // args (fused q/k/v and gate/up: vLLM refuses otherwise; expert stacks: QuantPlan::finalize).
+  std::unique_ptr<LinearMethod> make(const QuantPlan& plan, const LinearLayer& ll) {
+    if (ll.kind == LinearLayerKind::kLmHead && cfg_.tie_word_embeddings) {
+      // Reads model.embed_tokens.weight (route()); never quantized.
+      MethodConfig c;
+      c.scheme = SchemeId{};
+      c.dialect = m_.dialect();
+      auto lm = make_linear_method(ll.shape, c);
+      methods_.push_back(lm.get());
+      return lm;
     }
-    LinearShape s;
-    s.prefix = prefix;
-    s.partition_names = names;
-    s.partitions = std::move(rows);
-    s.in_features = k;
-    s.model_dtype = m_.model_dtype();
-    s.has_bias = bias;
-    auto lm = make_linear_method(s, method_config(first, m_.dialect()));
+    const PlanEntry& first = plan.method_for(ll.plan_entry);
+    if (ll.shape.num_experts == 0)
+      for (const LinearLayer::Member& mb : ll.members) {
+        const PlanEntry& e = plan.method_for(mb.module);
+        if (e.scheme_string() != first.scheme_string() || e.weights != first.weights ||
+            e.input_activations != first.input_activations)
+          throw Error(mb.module, "scheme " + e.scheme_string() + " differs from " + first.prefix +
+                                     "'s " + first.scheme_string() + ": a fused " +
+                                     ll.fused_module.substr(ll.fused_module.rfind('.') + 1) +
+                                     " layer needs one scheme (vLLM refuses the same)");
+      }
+    auto lm = make_linear_method(ll.shape, method_config(first, m_.dialect()));
     methods_.push_back(lm.get());
-    for (size_t p = 0; p < names.size(); ++p)
-      shards_[prefix + "." + names[p]] = {lm.get(), static_cast<int64_t>(p), 0};
-    fused_[prefix + "." + fused_name] = {lm.get()};
+    for (const LinearLayer::Member& mb : ll.members)
+      shards_[mb.module] = {lm.get(), mb.partition, mb.expert};
+    if (!ll.fused_module.empty()) fused_[ll.fused_module] = {lm.get()};
     return lm;
   }
 
   void build_attention(const QuantPlan& plan, DecoderLayer& l) {
     AttentionBlock& a = l.attn;
-    a.qkv = fused(plan, a.prefix, {"q_proj", "k_proj", "v_proj"},
-                  {cfg_.q_size(), cfg_.kv_size(), cfg_.kv_size()}, cfg_.hidden, cfg_.attention_bias,
-                  "qkv_proj");
-    a.o_proj = dense(plan, a.prefix + ".o_proj", cfg_.hidden, cfg_.q_size(), cfg_.attention_bias);
     if (blocks_.qk_norm) {
       a.q_norm.emplace();
       a.k_norm.emplace();
@@ -157,47 +168,6 @@ class Loader {
         make_kv_cache_method(KvShape{a.prefix, cfg_.num_kv_heads, cfg_.head_dim, m_.model_dtype()},
                              method_config(plan.method_for(a.prefix), m_.dialect()));
     kv_[a.prefix] = a.kv.get();
-  }
-
-  void build_mlp(const QuantPlan& plan, DecoderLayer& l, const std::string& prefix) {
-    MlpBlock b;
-    b.prefix = prefix;
-    b.gate_up =
-        fused(plan, prefix, {"gate_proj", "up_proj"}, {cfg_.intermediate, cfg_.intermediate},
-              cfg_.hidden, cfg_.mlp_bias, "gate_up_proj");
-    b.down = dense(plan, prefix + ".down_proj", cfg_.hidden, cfg_.intermediate, cfg_.mlp_bias);
-    l.mlp = std::move(b);
-  }
-
-  void build_moe(const QuantPlan& plan, DecoderLayer& l, const std::string& prefix) {
-    MoeBlock b;
-    b.prefix = prefix;
-    b.router = dense(plan, prefix + ".gate", cfg_.num_experts, cfg_.hidden, false);
-    const std::string stack = prefix + ".experts";
-    const MethodConfig c = method_config(plan.method_for(stack), m_.dialect());
-    const int64_t e = cfg_.num_experts, i = cfg_.moe_intermediate_size;
-    LinearShape s13;
-    s13.prefix = stack;
-    s13.partition_names = {"gate_proj", "up_proj"};
-    s13.partitions = {i, i};
-    s13.in_features = cfg_.hidden;
-    s13.num_experts = e;
-    s13.model_dtype = m_.model_dtype();
-    LinearShape s2 = s13;
-    s2.partition_names = {"down_proj"};
-    s2.partitions = {cfg_.hidden};
-    s2.in_features = i;
-    b.w13 = make_linear_method(s13, c);
-    b.w2 = make_linear_method(s2, c);
-    methods_.push_back(b.w13.get());
-    methods_.push_back(b.w2.get());
-    for (int64_t x = 0; x < e; ++x) {
-      const std::string ep = stack + "." + std::to_string(x);
-      shards_[ep + ".gate_proj"] = {b.w13.get(), 0, x};
-      shards_[ep + ".up_proj"] = {b.w13.get(), 1, x};
-      shards_[ep + ".down_proj"] = {b.w2.get(), 0, x};
-    }
-    l.moe = std::move(b);
   }
 
   void norm_slot(const std::string& prefix, NormWeights* out, int64_t dim) {
@@ -318,6 +288,71 @@ class Loader {
 };
 
 }  // namespace
+
+std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype) {
+  const ArchBlocks blocks = blocks_of(cfg);
+  std::vector<LinearLayer> out;
+  auto add = [&](LinearLayerKind kind, int64_t layer, const std::string& prefix,
+                 std::vector<std::string> names, std::vector<int64_t> rows, int64_t k, bool bias,
+                 const std::string& fused) {
+    LinearLayer ll;
+    ll.kind = kind;
+    ll.layer = layer;
+    ll.shape.prefix = prefix;
+    ll.shape.partitions = std::move(rows);
+    ll.shape.in_features = k;
+    ll.shape.model_dtype = model_dtype;
+    ll.shape.has_bias = bias;
+    if (names.empty()) {  // one unfused module: the prefix itself
+      ll.members.push_back({prefix, 0, 0});
+    } else {
+      for (size_t p = 0; p < names.size(); ++p)
+        ll.members.push_back({prefix + "." + names[p], static_cast<int64_t>(p), 0});
+      ll.shape.partition_names = std::move(names);
+    }
+    ll.plan_entry = ll.members.front().module;
+    if (!fused.empty()) ll.fused_module = prefix + "." + fused;
+    out.push_back(std::move(ll));
+  };
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const std::string lp = "model.layers." + std::to_string(i);
+    const std::string attn = lp + ".self_attn", mlp = lp + ".mlp";
+    add(LinearLayerKind::kQkv, i, attn, {"q_proj", "k_proj", "v_proj"},
+        {cfg.q_size(), cfg.kv_size(), cfg.kv_size()}, cfg.hidden, cfg.attention_bias, "qkv_proj");
+    add(LinearLayerKind::kOProj, i, attn + ".o_proj", {}, {cfg.hidden}, cfg.q_size(),
+        cfg.attention_bias, "");
+    if (!(blocks.moe && cfg.is_moe_layer(i))) {
+      add(LinearLayerKind::kGateUp, i, mlp, {"gate_proj", "up_proj"},
+          {cfg.intermediate, cfg.intermediate}, cfg.hidden, cfg.mlp_bias, "gate_up_proj");
+      add(LinearLayerKind::kDown, i, mlp + ".down_proj", {}, {cfg.hidden}, cfg.intermediate,
+          cfg.mlp_bias, "");
+      continue;
+    }
+    add(LinearLayerKind::kRouter, i, mlp + ".gate", {}, {cfg.num_experts}, cfg.hidden, false, "");
+    const std::string stack = mlp + ".experts";
+    const int64_t e = cfg.num_experts, im = cfg.moe_intermediate_size;
+    for (const bool w13 : {true, false}) {
+      LinearLayer ll;
+      ll.kind = w13 ? LinearLayerKind::kExpertsW13 : LinearLayerKind::kExpertsW2;
+      ll.layer = i;
+      ll.shape.prefix = stack;
+      ll.shape.partition_names = w13 ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                     : std::vector<std::string>{"down_proj"};
+      ll.shape.partitions = w13 ? std::vector<int64_t>{im, im} : std::vector<int64_t>{cfg.hidden};
+      ll.shape.in_features = w13 ? cfg.hidden : im;
+      ll.shape.num_experts = e;
+      ll.shape.model_dtype = model_dtype;
+      for (int64_t x = 0; x < e; ++x)
+        for (size_t p = 0; p < ll.shape.partition_names.size(); ++p)
+          ll.members.push_back({stack + "." + std::to_string(x) + "." + ll.shape.partition_names[p],
+                                static_cast<int64_t>(p), x});
+      ll.plan_entry = stack;
+      out.push_back(std::move(ll));
+    }
+  }
+  add(LinearLayerKind::kLmHead, -1, "lm_head", {}, {cfg.vocab}, cfg.hidden, false, "");
+  return out;
+}
 
 std::unique_ptr<CausalLm> load_model(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
                                      QuantPlan plan, Dialect dialect, PrecisionMode mode) {

@@ -104,9 +104,39 @@ std::vector<ParamSpec> Fp8BlockLinearMethod::create_weights(int64_t partition) c
           bias_spec(s, partition)};
 }
 
-void Fp8BlockLinearMethod::check_constraints() const {
+namespace {
+
+// Why a dialect refuses a ragged last activation group (Fp8Rules::group_needs_aligned_k).
+std::string aligned_k_source(Dialect d) {
+  switch (d) {
+    case Dialect::kVllm:
+      return "vLLM per_token_group_quant_fp8 asserts x.shape[-1] % group_size == 0";
+    case Dialect::kSglang:
+      return "SGLang per_token_group_quant_fp8 asserts x.shape[-1] % group_size == 0";
+    case Dialect::kCompressedTensors:
+      return "compressed-tensors compute_dynamic_scales_and_zp unflattens K into "
+             "(ceil(K/128), 128)";
+    case Dialect::kIdeal:
+    case Dialect::kMsModelSlim:
+      break;
+  }
+  return "its group kernel";
+}
+
+}  // namespace
+
+void Fp8BlockLinearMethod::do_check_shape() const {
   const auto& s = shape();
   const std::string sn = scale_name();
+  if (act_ == Fp8Act::kDynamicGroup && rules_.group_needs_aligned_k &&
+      s.in_features % kFp8BlockSize != 0)
+    throw Error(where("weight", 0, 0),
+                "fp8-block under the " + std::string(to_string(rules_.dialect)) +
+                    " dialect quantizes activations in 1x128 groups and needs K = " +
+                    std::to_string(s.in_features) + " divisible by 128 (" +
+                    aligned_k_source(rules_.dialect) +
+                    "); the ideal dialect runs a ragged "
+                    "last group");
   if (rules_.moe_block_needs_aligned_intermediate && s.num_experts > 0) {
     // SGLang fused MoE: the intermediate size I must be a multiple of the block (§4.1).
     if (s.partition_count() == 2) {
@@ -133,7 +163,6 @@ void Fp8BlockLinearMethod::check_constraints() const {
 }
 
 void Fp8BlockLinearMethod::process() {
-  check_constraints();
   const auto& s = shape();
   const int64_t kt = tiles(s.in_features);
   for (int64_t e = 0; e < s.expert_count(); ++e) {

@@ -14,17 +14,24 @@
 // [E, 2*ceil(I/128), ceil(H/128)]; w2_weight [E, H, I], w2_<scale name> [E, ceil(H/128),
 // ceil(I/128)].
 //
-// Ragged edges: N and K need not be multiples of 128. Edge tiles are partial: their scale comes
-// from the amax of the rows/columns that exist (compressed-tensors pads with zeros, which never
-// raise the amax, then crops); activation groups at the end of a row are partial likewise.
-// Engine constraints (checked per dialect, errors name the checkpoint tensor):
+// Ragged edges: N and K need not be multiples of 128 (compressed-tensors' scale grid is
+// [ceil(N/128), ceil(K/128)]). Edge tiles are partial: their scale comes from the amax of the
+// rows/columns that exist (compressed-tensors pads with zeros and crops; llm-compressor's
+// observer pads with the tile's mean; neither raises the amax). The last 1x128 activation group
+// of a row is partial likewise under ideal (as vLLM's torch-native QuantFP8 path, which pads
+// with zeros).
+// Dialect constraints (do_check_shape, before any weight; errors name the checkpoint tensor):
+//   vllm, sglang, compressed-tensors: K % 128 == 0 for the dynamic 1x128 activation groups
+//     (vLLM fp8_utils.py and SGLang fp8_kernel.py per_token_group_quant_fp8 assert
+//     x.shape[-1] % group_size == 0; compressed-tensors helpers.py
+//     compute_dynamic_scales_and_zp unflattens K into (ceil(K/128), 128)).
 //   vllm, sglang: fused partitions (q/k/v, gate/up) - every partition but the last must be a
 //     multiple of 128 rows (validate_fp8_block_shape, vLLM fp8_utils.py and SGLang fp8_utils.py:
 //     "In case of merged matrices, we allow the last matrix to not be a multiple of block
 //     size"). With tensor parallelism vLLM also needs K_per_rank % 128 == 0 (row parallel) and
 //     every N_per_rank % 128 == 0; qparity runs TP = 1, so these are documented, not checked.
 //   sglang MoE: I % 128 == 0 for w13 (gate/up rows) and w2 (its K) (§4.1).
-//   ideal, compressed-tensors, msmodelslim: any shape.
+//   ideal: any shape. msmodelslim has no block fp8.
 //
 // Precision contract:
 //   quantize: per tile s = amax/448, q = e4m3(clamp(x/s)) (Fp8Rules): compressed-tensors in the
@@ -59,7 +66,7 @@ class Fp8BlockLinearMethod final : public Fp8LinearBase {
   void process() override;
 
  private:
-  void check_constraints() const;
+  void do_check_shape() const override;
   std::vector<Matrix> checkpoint_scales_;  // per expert, partitions' grids stacked
 };
 

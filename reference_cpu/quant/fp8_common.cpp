@@ -95,6 +95,7 @@ Fp8Rules fp8_rules(Dialect d) {
     case Dialect::kCompressedTensors:
       r.weight_in_model_dtype = true;
       r.act_in_model_dtype = true;
+      r.group_needs_aligned_k = true;  // helpers.py compute_dynamic_scales_and_zp (group)
       break;
     case Dialect::kVllm:
     case Dialect::kSglang:
@@ -117,6 +118,7 @@ Fp8Rules fp8_rules(Dialect d) {
       r.group_use = ScaleUse::kDivide;
       r.group_amax_floor = kGroupAmaxEps;
       r.check_merged_block_n = true;
+      r.group_needs_aligned_k = true;  // fp8_utils.py / fp8_kernel.py per_token_group_quant_fp8
       if (d == Dialect::kSglang) {
         // sgl-kernel per_token_quant_fp8.cu: s = amax/448, x * (1/s), no floor, zero row -> 0.
         r.token_use = ScaleUse::kMultiplyReciprocal;
@@ -136,6 +138,7 @@ Fp8Rules fp8_rules(Dialect d) {
         r.weight_tensor_zero_saturates = false;
         r.requant_via_fp16 = false;
         r.check_merged_block_n = false;
+        r.group_needs_aligned_k = false;  // no block fp8 in msModelSlim
       }
       break;
   }

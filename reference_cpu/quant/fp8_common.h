@@ -135,6 +135,10 @@ struct Fp8Rules {
   bool check_merged_block_n = false;  // vLLM/SGLang validate_fp8_block_shape: every fused
                                       // partition but the last is a multiple of 128
   bool moe_block_needs_aligned_intermediate = false;  // SGLang MoE: I % 128 == 0
+  // Dynamic 1x128 activation groups need K % 128 == 0 (no ragged last group): vLLM's and
+  // SGLang's per_token_group_quant_fp8 assert it; compressed-tensors' QDQ unflattens K into
+  // (ceil(K/128), 128), which fails for a ragged K. ideal keeps a ragged last group.
+  bool group_needs_aligned_k = false;
 
   Fp8ScaleRule weight_rule(Fp8Granularity g, DType storage_dtype, DType model_dtype) const;
   Fp8ScaleRule activation_rule(Fp8Act a, DType model_dtype) const;

@@ -120,6 +120,7 @@ void LinearMethod::process_weights_after_loading() {
           throw Error(where(s.name, p, e),
                       "missing: scheme " + to_string(config_.scheme) + " needs it (" +
                           std::string(dtype_name(s.dtypes[0])) + " " + shape_string(s.shape) + ")");
+  check_shape();
   process();
   processed_ = true;
   // The run-time form now holds the weights; keep only what the scheme still reads.

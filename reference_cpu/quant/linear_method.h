@@ -86,6 +86,13 @@ class LinearMethod {
 
   virtual std::vector<ParamSpec> create_weights(int64_t partition) const = 0;
 
+  // The shape rules of this scheme under this dialect that need no weights: an Error naming the
+  // checkpoint tensor and the rule. Rules of the format itself are checked by the constructor;
+  // this adds the dialect's (engine kernels' divisibility, fused-partition alignment).
+  // process_weights_after_loading calls it; fixtures::scheme_exclusions calls it before any
+  // weight exists.
+  void check_shape() const { do_check_shape(); }
+
   void load(const std::string& name, const TensorView& t, int64_t partition = 0,
             int64_t expert = 0);
   // Loads every tensor of `tensors` (a quantize() result) into one shard.
@@ -110,6 +117,7 @@ class LinearMethod {
 
  protected:
   virtual void process() = 0;
+  virtual void do_check_shape() const {}
   // Checkpoint tensors (by parameter name) the method still reads after process(); every other
   // loaded tensor is freed then, so a loaded model holds its weights once, in run-time form.
   virtual std::vector<std::string> retained_after_processing() const { return {}; }

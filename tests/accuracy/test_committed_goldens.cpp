@@ -62,8 +62,8 @@ TEST(CommittedGoldens, CurrentReferenceReproducesThem) {
     now.meta.device = "cpu-reference";
     const fs::path cand = root / "now.h5";
     write_golden(cand, now, OverwritePolicy::kReplace);
-    const Policy policy = load_policy(fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies" /
-                                      (std::string(c.scheme) + ".json"));
+    const Policy policy =
+        load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (std::string(c.scheme) + ".json"));
     CompareOptions co;
     co.policy = &policy;  // its cpu-reference section: the candidate's device
     const CompareReport r = compare_goldens(committed, GoldenReader::open(cand), co);

@@ -86,34 +86,48 @@ TEST_F(CliGolden, MakeWritesAFileOtherToolsRead) {
 TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
   ASSERT_EQ(run_cli(dir_, make("--mode emulate", "emulate.h5")).status, 0);
   ASSERT_EQ(run_cli(dir_, make("--mode exact", "exact.h5")).status, 0);
-  const std::string policy =
-      (fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json").string();
+  const std::string policy = (fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json").string();
   // Identical runs pass (as a reference rerun: cpu-reference section).
   const CliRun same = run_cli(dir_, "compare " + (dir_ / "emulate.h5").string() + " " +
                                         (dir_ / "emulate.h5").string() + " --policy " + policy);
   EXPECT_EQ(same.status, 0) << same.out << same.err;
   EXPECT_THAT(same.out, HasSubstr("[engine.cpu-reference]"));
-  // exact (fp64 activations) against the emulate golden, judged as an sm90 engine: bf16
-  // rounding of every stored activation is far outside half a ULP: exit 3, first point named.
+  // exact (fp64 activations) against the emulate golden, judged as an sm90 engine. The bf16
+  // rounding of every stored activation is far outside half a ULP, but a free run is judged end
+  // to end (engine.default's point gates are layer-local bounds): the points are shown outside,
+  // not judged, and the verdict is the end-to-end one.
   const std::string args = (dir_ / "emulate.h5").string() + " " + (dir_ / "exact.h5").string() +
                            " --policy " + policy + " --device sm90";
   const CliRun cmp = run_cli(dir_, "compare --json " + args);
-  EXPECT_EQ(cmp.status, 3) << cmp.err;
   const Json j = Json::parse(cmp.out);
-  EXPECT_EQ(j["pass"], false);
   EXPECT_EQ(j["policy"]["section"], "engine.default");
+  EXPECT_EQ(j["policy"]["point_gates_judge"], false);
   ASSERT_TRUE(j["first_failing_point"].is_string());
-  const CliRun bis = run_cli(dir_, "bisect " + args);
+  EXPECT_EQ(cmp.status, j["end_to_end"]["pass"].get<bool>() ? 0 : 3) << cmp.err;
+  const CliRun text = run_cli(dir_, "compare " + args);
+  EXPECT_THAT(text.out, HasSubstr("free-run dump: judged end to end"));
+  EXPECT_THAT(text.out, HasSubstr("outside (not judged)"));
+  // The reference's own section (cpu-reference, the candidate's device) judges a rerun of the
+  // reference point by point at 1e-12: exit 3, the first point named.
+  const std::string ref_args =
+      (dir_ / "emulate.h5").string() + " " + (dir_ / "exact.h5").string() + " --policy " + policy;
+  const CliRun strict = run_cli(dir_, "compare --json " + ref_args);
+  EXPECT_EQ(strict.status, 3) << strict.err;
+  const Json js = Json::parse(strict.out);
+  EXPECT_EQ(js["verdict"], "FAIL");
+  EXPECT_EQ(js["policy"]["section"], "engine.cpu-reference");
+  const CliRun bis = run_cli(dir_, "bisect " + ref_args);
   EXPECT_EQ(bis.status, 3);
-  EXPECT_THAT(bis.out, HasSubstr("first failing capture point (execution order): " +
-                                 j["first_failing_point"].get<std::string>()));
+  EXPECT_THAT(bis.out, HasSubstr("first capture point outside policy (execution order): " +
+                                 js["first_failing_point"].get<std::string>()));
   EXPECT_THAT(bis.out, HasSubstr("worst positions"));
+  EXPECT_THAT(bis.out, HasSubstr("UNDECIDED (decision table row 6)"));
   EXPECT_THAT(bis.out, HasSubstr("give --model DIR"));
-  // With the candidate's checkpoint the failing layer is re-run on the golden's inputs: the
-  // exact-mode layer still differs from the bf16-stored golden by its own rounding: local.
-  const CliRun local = run_cli(dir_, "bisect " + args + " --model " + (dir_ / "fx").string());
+  // With the candidate's checkpoint, the candidate's own implementation (the reference in exact
+  // mode) re-run on the golden's inputs still differs from the bf16-stored golden: LOCAL.
+  const CliRun local = run_cli(dir_, "bisect " + ref_args + " --model " + (dir_ / "fx").string());
   EXPECT_EQ(local.status, 3);
-  EXPECT_THAT(local.out, HasSubstr("LOCAL: re-run on the golden's"));
+  EXPECT_THAT(local.out, HasSubstr("LOCAL (decision table row 2)"));
   // Bad input: exit 1 naming the file.
   const CliRun bad =
       run_cli(dir_, "compare " + (dir_ / "none.h5").string() + " " + (dir_ / "exact.h5").string());
@@ -123,7 +137,7 @@ TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
 
 // `bisect --git GOOD BAD -- CMD`: git bisect run with compare as the oracle. A repository of six
 // commits whose "build" writes a candidate dump: commits 1-3 the golden itself, 4-6 an exact-mode
-// run outside the bf16 engine policy; git must name commit 4.
+// run outside the bf16 policy's reference section (1e-12 per point); git must name commit 4.
 TEST_F(CliGolden, GitBisectFindsTheFirstBadCommit) {
   if (std::system("command -v git >/dev/null 2>&1") != 0) GTEST_SKIP() << "git is not installed";
   ASSERT_EQ(run_cli(dir_, make("--mode emulate", "good.h5")).status, 0);
@@ -137,10 +151,9 @@ TEST_F(CliGolden, GitBisectFindsTheFirstBadCommit) {
       "/candidate.h5' > build.sh && for i in 1 2 3 4 5 6; do if [ $i -lt 4 ]; then echo good > "
       "state; else echo bad > state; fi; echo $i > n; git add -A; git commit -qm c$i; done";
   ASSERT_EQ(std::system(setup.c_str()), 0);
-  const std::string policy =
-      (fs::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json").string();
+  const std::string policy = (fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json").string();
   const std::string cmd = "cd " + repo.string() + " && " + QPARITY_CLI +
-                          " bisect --git HEAD~5 HEAD --policy " + policy + " --device sm90 " +
+                          " bisect --git HEAD~5 HEAD --policy " + policy + " " +
                           (dir_ / "good.h5").string() + " " + (dir_ / "candidate.h5").string() +
                           " -- sh build.sh > " + (dir_ / "bisect.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "bisect.txt");

@@ -105,7 +105,7 @@ TEST(CliMakeFixture, UsageErrors) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("w9a9"), std::string::npos) << r.err;
   r = run_cli(dir, "make-fixture --arch llama --seed 1 --dialect vllm" + out);
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2) << "a usage error";
   EXPECT_NE(r.err.find("--dialect"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "x" / "config.json"));
   fs::remove_all(dir);

@@ -44,10 +44,10 @@ TEST_F(CliTraceQuantize, QuantizeThenTracePrefillEqualsDecode) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("calibrating on 12 tokens"));
   EXPECT_TRUE(fs::exists(dir_ / "q" / "quant_model_description.json"));
-  ASSERT_EQ(run("trace --model " + p("q") + " --tokens 5,17,3,99,42,7 --out " + p("a.st")).status,
-            0);
+  ASSERT_EQ(
+      run("trace --model " + p("q") + " --token-ids 5,17,3,99,42,7 --out " + p("a.st")).status, 0);
   r = run("trace --model " + p("q") +
-          " --tokens 5,17,3,99,42,7 --decode --capture "
+          " --token-ids 5,17,3,99,42,7 --decode --capture "
           "'logits,layers.*.residual' --out " +
           p("b.st"));
   ASSERT_EQ(r.status, 0) << r.err;
@@ -64,18 +64,27 @@ TEST_F(CliTraceQuantize, QuantizeThenTracePrefillEqualsDecode) {
 
 TEST_F(CliTraceQuantize, BadInputEndsInOneLine) {
   ASSERT_EQ(run("make-fixture --arch qwen3 --seed 1 --out " + p("fp")).status, 0);
-  auto r = run("trace --model " + p("fp") + " --tokens 1,100000 --out " + p("x.st"));
+  auto r = run("trace --model " + p("fp") + " --token-ids 1,100000 --out " + p("x.st"));
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("token 100000 at position 1 is outside the vocabulary"));
-  r = run("trace --model " + p("fp") + " --tokens 1,x --out " + p("x.st"));
+  EXPECT_THAT(r.err, HasSubstr("token id 100000 is outside the model's vocabulary"));
+  r = run("trace --model " + p("fp") + " --token-ids 1,x --out " + p("x.st"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("'x' is not a token id"));
-  r = run("trace --model " + p("fp") + " --tokens 1 --synthetic 3 --out " + p("x.st"));
-  EXPECT_EQ(r.status, 1);
+  // Usage errors (conflicting options, a value outside an option's choices) exit 2.
+  r = run("trace --model " + p("fp") + " --token-ids 1 --synthetic 3 --out " + p("x.st"));
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("exactly one of"));
-  r = run("trace --model " + p("fp") + " --tokens 1 --mode fast --out " + p("x.st"));
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("unknown precision mode 'fast'"));
+  r = run("trace --model " + p("fp") + " --token-ids 1 --mode fast --out " + p("x.st"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--mode"));
+  // A token file, or standard input with '-'.
+  std::ofstream(dir_ / "ids.txt") << "1 2\n3, 4\n";
+  r = run("trace --model " + p("fp") + " --tokens " + p("ids.txt") + " --out " + p("f.st"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run("trace --model " + p("fp") + " --tokens - --out " + p("s.st") + " < " + p("ids.txt"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::read_matrix(dir_ / "f.st", "logits").data,
+            test::read_matrix(dir_ / "s.st", "logits").data);
   std::ofstream(dir_ / "bad.txt") << "1 2 -3\n";
   r = run("quantize --in " + p("fp") + " --scheme fp8-tensor --calib " + p("bad.txt") + " --out " +
           p("q"));
@@ -84,6 +93,44 @@ TEST_F(CliTraceQuantize, BadInputEndsInOneLine) {
   r = run("quantize --in " + p("nowhere") + " --scheme fp8-tensor --out " + p("q"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("nowhere"));
+}
+
+// A real small Llama's shapes (hidden 64, intermediate 172): K = 172 breaks w4a16-g32's K % 32.
+// quantize names the linear and the way out before calibrating; --ignore / --ignore-unsupported
+// leave those linears in fp32 and the result traces.
+TEST_F(CliTraceQuantize, IgnoreListAndUnsupportedLinears) {
+  ASSERT_EQ(
+      run("make-fixture --arch llama --hidden 64 --intermediate 172 --seed 3 --out " + p("fp"))
+          .status,
+      0);
+  const std::string base = "quantize --in " + p("fp") + " --scheme w4a16-g32 --out " + p("q");
+  auto r = run(base);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("qparity: error: model.layers.0.mlp.down_proj: w4a16-g32 needs "
+                               "K = 172 divisible by 32; leave it unquantized with --ignore "
+                               "model.layers.0.mlp.down_proj"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("calibrating"))) << "checked before calibration";
+  r = run(base + " --ignore model.layers.0.mlp.down_prj");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--ignore 'model.layers.0.mlp.down_prj': matches no linear"));
+
+  r = run(base +
+          " --ignore model.layers.0.mlp.down_proj --ignore 're:model\\.layers\\.1\\.mlp\\.down'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string ct = test::slurp(dir_ / "q" / "config.json");
+  EXPECT_THAT(ct, HasSubstr("\"model.layers.0.mlp.down_proj\""));
+  EXPECT_THAT(ct, HasSubstr("\"re:model\\\\.layers\\\\.1\\\\.mlp\\\\.down\""));
+
+  r = run("quantize --in " + p("fp") + " --scheme w8a16-g64 --ignore-unsupported --out " + p("m"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("quantize: ignoring model.layers.1.mlp.down_proj (w8a16-g64 needs "
+                               "K = 172 divisible by 64)"));
+  EXPECT_THAT(test::slurp(dir_ / "m" / "quant_model_description.json"),
+              HasSubstr("\"model.layers.1.mlp.down_proj.weight\": \"FLOAT\""));
+  for (const char* q : {"q", "m"}) {
+    r = run("trace --model " + p(q) + " --synthetic 3 --out " + p(std::string(q) + ".st"));
+    EXPECT_EQ(r.status, 0) << q << ": " << r.err;
+  }
 }
 
 }  // namespace

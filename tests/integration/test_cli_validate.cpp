@@ -29,7 +29,11 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
                                     " --schemes fp8-block,mxint4,kv-int8 --sequences 2 "
                                     "--seq-len 8 --out " +
                                     out.string());
-  ASSERT_EQ(r.status, 0) << r.err;
+  // Random-weight fixtures exceed the default budgets (flat next-token distributions, 16
+  // positions): the run writes every report and exits by the verdicts.
+  ASSERT_EQ(r.status, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[3/3, "));  // a k/N counter, one plain line per step
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
   for (const char* s : {"fp8-block", "mxint4", "kv-int8"}) {
     const fs::path base = out / "cpu-reference" / "moe" / s;
     for (const char* ext : {".json", ".md", ".html"})
@@ -37,10 +41,16 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
     const Json j = read_json_file(base.string() + ".json");
     EXPECT_EQ(j["summary"]["scheme"], s);
     EXPECT_EQ(j["summary"]["role"], "format");
+    // Judged twice: the format's math (first op) and the acceptance budget, reported apart.
+    EXPECT_EQ(j["summary"]["math_check"], "ok") << s;
+    EXPECT_TRUE(j["summary"]["budget_check"].is_string()) << s;
+    EXPECT_THAT(j["summary"]["budget_source"].get<std::string>(), HasSubstr("[budget]"));
+    EXPECT_EQ(j["summary"]["verdict"], j["summary"]["budget_check"] == "within" ? "PASS" : "FAIL");
     EXPECT_EQ(j["compare"]["end_to_end"]["positions"], 16);
     EXPECT_GT(j["compare"]["points"].size(), 20u);
     // Activation quantization statistics exist exactly for the schemes that quantize
-    // activations (fp8-block: every linear incl. the expert stacks; mxint4 and kv-int8: none).
+    // activations or the KV cache (fp8-block: every linear incl. the expert stacks; kv-int8: the
+    // cached keys and values; mxint4: none).
     const Json& act = j["compare"]["activation_stats"];
     if (std::string(s) == "fp8-block") {
       ASSERT_FALSE(act.empty());
@@ -51,6 +61,10 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
       for (const auto& a : act)
         experts = experts || a["name"] == "layers.0.moe.experts.w13";
       EXPECT_TRUE(experts);
+    } else if (std::string(s) == "kv-int8") {
+      ASSERT_EQ(act.size(), 4u);  // k_cache and v_cache of two layers
+      EXPECT_EQ(act[0]["name"], "layers.0.attn.k_cache");
+      EXPECT_EQ(act[1]["name"], "layers.0.attn.v_cache");
     } else {
       EXPECT_TRUE(act.empty()) << s;
     }
@@ -63,11 +77,13 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
   for (const char* s : {"[fp8-block]", "[mxint4]", "[kv-int8]"})
     EXPECT_THAT(index, HasSubstr(s));
   EXPECT_TRUE(fs::exists(out / "index.html"));
-  {  // Every index row has the header's number of cells.
+  EXPECT_THAT(index, HasSubstr("## Legend"));
+  {  // Every row of the report table has the header's number of cells.
     std::istringstream lines(index);
     std::string line;
     long header = -1;
     while (std::getline(lines, line)) {
+      if (line.rfind("## ", 0) == 0 && header > 0) break;  // the next table
       if (line.empty() || line[0] != '|') continue;
       const long cells = std::count(line.begin(), line.end(), '|');
       if (header < 0) header = cells;
@@ -80,6 +96,53 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
       run_cli(dir, "validate --model " + fx.string() + " --schemes nope --out " + out.string());
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.err, HasSubstr("nope"));
+  fs::remove_all(dir);
+}
+
+// The real checkpoint, by shape: a Llama whose intermediate size (172) breaks the group
+// schemes' K rules. validate runs every scheme that applies (the down projections left
+// unquantized, said in the row), skips what cannot apply with the reason in the index, and exits
+// by the verdicts; a second model whose hidden size (72) leaves a group scheme nothing to take is
+// skipped with the constraint and tensor named.
+TEST(CliValidate, ARealCheckpointsShapesSkipOnlyWhatCannotApply) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_validate_odd_" + std::to_string(test_seed()));
+  fs::create_directories(dir);
+  const fs::path odd = dir / "odd", odder = dir / "odder";
+  ASSERT_EQ(
+      run_cli(dir, "make-fixture --arch llama --hidden 64 --intermediate 172 --seed 3 --out " +
+                       odd.string())
+          .status,
+      0);
+  ASSERT_EQ(
+      run_cli(dir, "make-fixture --arch llama --hidden 72 --intermediate 172 --seed 3 --out " +
+                       odder.string())
+          .status,
+      0);
+  const fs::path out = dir / "reports";
+  const std::string schemes =
+      " --schemes w8a16-ch,w8a16-g64,mxint4,fp8-block --sequences 2 "
+      "--seq-len 8 --calib-tokens 64 --out " +
+      out.string();
+  const CliRun r = run_cli(dir, "validate --model " + odd.string() + schemes);
+  EXPECT_TRUE(r.status == 0 || r.status == 3) << r.err;
+  const Json g64 = read_json_file(out / "cpu-reference" / "odd" / "w8a16-g64.json");
+  EXPECT_THAT(g64["summary"]["notes"][0].get<std::string>(),
+              HasSubstr("model.layers.0.mlp.down_proj"));
+  EXPECT_THAT(g64["summary"]["notes"][0].get<std::string>(), HasSubstr("divisible by 64"));
+  EXPECT_TRUE(fs::exists(out / "cpu-reference" / "odd" / "fp8-block.json"))
+      << "ragged 128-blocks run (K = 64, 172)";
+  const CliRun r2 = run_cli(dir, "validate --model " + odder.string() + schemes);
+  EXPECT_TRUE(r2.status == 0 || r2.status == 3) << r2.err;
+  EXPECT_FALSE(fs::exists(out / "cpu-reference" / "odder" / "w8a16-g64.json"));
+  const std::string index = slurp(out / "index.md");
+  EXPECT_THAT(index, HasSubstr("## Not run"));
+  EXPECT_THAT(index, HasSubstr("| odd | mxint4 | mxint4 quantizes MoE expert stacks only"));
+  EXPECT_THAT(index, HasSubstr("| odder | w8a16-g64 | model.layers.0."));
+  EXPECT_THAT(index, HasSubstr("divisible by 64"));
+  for (const char* row : {"[w8a16-ch](cpu-reference/odd/", "[w8a16-ch](cpu-reference/odder/"})
+    EXPECT_THAT(index, HasSubstr(row));
+  EXPECT_FALSE(fs::exists(out / ".work"));
   fs::remove_all(dir);
 }
 

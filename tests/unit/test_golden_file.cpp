@@ -3,10 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "error_of.h"
 #include "golden/golden_file.h"
@@ -173,6 +175,89 @@ TEST(GoldenFile, ReaderChecksVersionDatasetsAndFileType) {
   EXPECT_THAT(error_of([&] { GoldenReader::open(p); }), HasSubstr("not an HDF5 file"));
   EXPECT_THAT(error_of([&] { GoldenReader::open(p.parent_path() / "none.h5"); }),
               HasSubstr("no such file"));
+  fs::remove_all(p.parent_path());
+}
+
+// Replaces dataset `name` of file `p` by one of `type` and `dims` (values 0); a capture point
+// keeps an `order` attribute.
+void replace_dataset(const fs::path& p, const char* name, hid_t type,
+                     const std::vector<hsize_t>& dims) {
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  H5Ldelete(f, name, H5P_DEFAULT);
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (std::string(name).rfind("points/", 0) == 0) {
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(ds, "order", H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const int64_t order = 1;
+    H5Awrite(a, H5T_NATIVE_INT64, &order);
+    H5Aclose(a);
+    H5Sclose(scalar);
+  }
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+// What the schema forbids is refused by name, before any allocation it could blow up (issue:
+// zero sequences accepted and judged "PASS"; float16 logits read silently; a point declared
+// [16, 2^34] ended in std::bad_alloc; `golden info` hung on a FIFO).
+TEST(GoldenFile, ReaderRefusesWhatTheSchemaForbids) {
+  const fs::path p = temp_file("bad.h5");
+  write_golden(p, sample(), OverwritePolicy::kReplace);
+  replace_dataset(p, "inputs/tokens", H5T_STD_I64LE, {0, 3});
+  replace_dataset(p, "inputs/targets", H5T_STD_I64LE, {0, 3});
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }),
+              HasSubstr("inputs/targets: is empty (0 x 3)"));
+
+  write_golden(p, sample(), OverwritePolicy::kReplace);
+  // IEEE binary16, built by hand: HDF5 1.10 has no predefined half type.
+  const hid_t f16 = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(f16, 15, 10, 5, 0, 10);
+  H5Tset_precision(f16, 16);
+  H5Tset_size(f16, 2);
+  H5Tset_ebias(f16, 15);
+  replace_dataset(p, "outputs/logits", f16, {6, 7});
+  H5Tclose(f16);
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p).logits(); }),
+              HasSubstr("outputs/logits: is stored as a 16-bit float; the schema needs at least "
+                        "32 bits"));
+
+  write_golden(p, sample(), OverwritePolicy::kReplace);
+  replace_dataset(p, "points/layers.0.attn.qkv", H5T_IEEE_F64LE, {6, hsize_t{1} << 40});
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p).point("layers.0.attn.qkv"); }),
+              HasSubstr("points/layers.0.attn.qkv: declares shape [6, 1099511627776], more than "
+                        "this machine's"));
+
+  replace_dataset(p, "points/embed", H5T_STD_I32LE, {6, 4});
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p).point("embed"); }),
+              HasSubstr("points/embed: must be floating point"));
+
+  const fs::path fifo = temp_file("fifo.h5");
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { GoldenReader::open(fifo); }), HasSubstr("not a regular file"));
+  fs::remove_all(p.parent_path());
+}
+
+TEST(GoldenFile, RunModeRoundTripsAndOldLayerLocalDumpsAreRecognized) {
+  const fs::path p = temp_file("run.h5");
+  Golden g = sample();
+  EXPECT_EQ(GoldenReader::open((write_golden(p, g, OverwritePolicy::kReplace), p)).meta().run_mode,
+            RunMode::kFree);
+  g.meta.run_mode = RunMode::kLayerLocal;
+  write_golden(p, g, OverwritePolicy::kReplace);
+  EXPECT_EQ(GoldenReader::open(p).meta().run_mode, RunMode::kLayerLocal);
+  // Dumps written before the `run` attribute said so in their input set.
+  g.meta.run_mode = RunMode::kFree;
+  g.meta.input_set = "layer-local:synthetic:2x3:seed=1";
+  write_golden(p, g, OverwritePolicy::kReplace);
+  {
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Adelete(f, "run");
+    H5Fclose(f);
+  }
+  EXPECT_EQ(GoldenReader::open(p).meta().run_mode, RunMode::kLayerLocal);
   fs::remove_all(p.parent_path());
 }
 

@@ -115,7 +115,9 @@ TEST(ComparePoint, ZeroConventions) {
   EXPECT_EQ(empty.sqnr_db, kInf);
 }
 
-TEST(ComparePoint, NonFiniteElementsAreCountedAndLeftOutOfTheNorms) {
+// A value finite on one side only is an unbounded error: no norm may call the tensor close
+// (issue: an all-NaN point showed rel_l2 0, cosine 1, SQNR inf).
+TEST(ComparePoint, NonFiniteElementsAreCountedAndMakeTheErrorInfinite) {
   const std::vector<double> g = {1, kNaN, 3, kInf, 5, 6}, c = {1, 2, -kInf, 4, kNaN, 6};
   const PointStats s = compare_point(g, c, 2, 3);
   EXPECT_EQ(s.nan_golden, 1);
@@ -123,22 +125,41 @@ TEST(ComparePoint, NonFiniteElementsAreCountedAndLeftOutOfTheNorms) {
   EXPECT_EQ(s.nan_candidate, 1);
   EXPECT_EQ(s.inf_candidate, 1);
   EXPECT_EQ(s.first_nonfinite, 1);
-  // Compared: indices 0 and 5, identical.
-  EXPECT_EQ(s.rel_l2, 0.0);
-  EXPECT_EQ(s.sqnr_db, kInf);
-  EXPECT_EQ(s.cosine, 1.0);
-  EXPECT_FALSE(std::isnan(s.max_abs));
+  EXPECT_EQ(s.nonfinite_mismatches, 4);
+  EXPECT_EQ(s.worst_index, 1);
+  EXPECT_EQ(s.rel_l2, kInf);
+  EXPECT_EQ(s.nmse, kInf);
+  EXPECT_EQ(s.max_abs, kInf);
+  EXPECT_EQ(s.sqnr_db, -kInf);
+  EXPECT_TRUE(std::isnan(s.cosine));
+  EXPECT_TRUE(std::isnan(s.deepgemm_diff));
+  EXPECT_EQ(s.row_rel_l2, (std::vector<double>{kInf, kInf}));
+  EXPECT_EQ(s.median_row_rel_l2, kInf);
 
-  // The NaN sits in the candidate only; its golden value must not enter ||g|| either.
-  const std::vector<double> g2 = {1, 2, 3, 4}, c2 = {2, 2, kNaN, 4};
-  const PointStats t = compare_point(g2, c2, 1, 4);
-  EXPECT_EQ(t.first_nonfinite, 2);
-  EXPECT_EQ(t.nan_candidate, 1);
-  EXPECT_EQ(t.nan_golden, 0);
-  EXPECT_EQ(t.max_abs, 1.0);
-  EXPECT_EQ(t.worst_index, 0);
-  EXPECT_DOUBLE_EQ(t.rel_l2, std::sqrt(1.0 / 21));  // 1 + 4 + 16
-  EXPECT_DOUBLE_EQ(t.row_rel_l2[0], std::sqrt(1.0 / 21));
+  // An all-NaN candidate: every norm says so.
+  const std::vector<double> g2 = {1, 2, 3, 4}, c2(4, kNaN);
+  const PointStats t = compare_point(g2, c2, 2, 2);
+  EXPECT_EQ(t.nan_candidate, 4);
+  EXPECT_EQ(t.rel_l2, kInf);
+  EXPECT_EQ(t.sqnr_db, -kInf);
+  EXPECT_FALSE(t.cosine >= 0.5);
+
+  // One NaN: its row and column are infinitely wrong, the others measured as usual.
+  const std::vector<double> g3 = {1, 2, 3, 4}, c3 = {1, 2, 3, kNaN};
+  const PointStats u = compare_point(g3, c3, 2, 2);
+  EXPECT_EQ(u.row_rel_l2[0], 0.0);
+  EXPECT_EQ(u.row_rel_l2[1], kInf);
+  EXPECT_EQ(u.col_rel_l2[0], 0.0);
+  EXPECT_EQ(u.col_rel_l2[1], kInf);
+  EXPECT_EQ(u.worst_col, 1);
+  EXPECT_EQ(u.worst_index, 3);
+
+  // The same non-finite value on both sides is no difference (it is still counted).
+  const std::vector<double> g4 = {kNaN, kInf, 1}, c4 = {kNaN, kInf, 1};
+  const PointStats w = compare_point(g4, c4, 1, 3);
+  EXPECT_EQ(w.nonfinite_mismatches, 0);
+  EXPECT_EQ(w.rel_l2, 0.0);
+  EXPECT_EQ(w.nan_candidate + w.inf_candidate, 2);
 }
 
 TEST(ComparePoint, HugeValuesDoNotOverflowTheSums) {
@@ -464,16 +485,6 @@ TEST(CompareLogits, RandomAgainstNaiveLongDouble) {
 TEST(CompareLogits, BadInputIsAnError) {
   std::vector<double> g(4 * 3, 0.0), c(4 * 3, 0.0);
   const std::vector<int64_t> t = {0, 1, 2, -1};
-  c[3 * 3 + 1] = kNaN;
-  EXPECT_THAT(error_of([&] { compare_logits(g, c, 4, 3, t); }),
-              HasSubstr("candidate logits row 3 has NaN/Inf"));
-  c[3 * 3 + 1] = 0;
-  g[2 * 3] = -kInf;
-  EXPECT_THAT(error_of([&] { compare_logits(g, c, 4, 3, t); }),
-              HasSubstr("golden logits row 2 has NaN/Inf"));
-  EXPECT_THAT(error_of([&] { target_nll(g, 4, 3, t); }),
-              HasSubstr("target_nll: logits row 2 has NaN/Inf"));
-  g[2 * 3] = 0;
   EXPECT_THAT(error_of([&] {
                 compare_logits(g, c, 4, 3, std::vector<int64_t>{0, 3, 0, 0});
               }),
@@ -492,6 +503,31 @@ TEST(CompareLogits, BadInputIsAnError) {
                 target_nll(g, 3, 3, std::vector<int64_t>{0, 0, 0});
               }),
               HasSubstr("logits has 12 elements, expected 3 x 3 = 9"));
+}
+
+// NaN/Inf logits are measured, not an error: the row is infinitely wrong, and the judge fails it
+// (issue: NaN logits ended as exit 1 "bad input" from compare_logits).
+TEST(CompareLogits, NonFiniteRowsAreInfinitelyWrong) {
+  std::vector<double> g(4 * 3, 0.0), c(4 * 3, 0.0);
+  const std::vector<int64_t> t = {0, 1, 2, -1};
+  c[1 * 3 + 1] = kNaN;
+  g[2 * 3] = -kInf;
+  const EndToEnd e = compare_logits(g, c, 4, 3, t);
+  EXPECT_EQ(e.nonfinite_candidate_rows, 1);
+  EXPECT_EQ(e.nonfinite_golden_rows, 1);
+  EXPECT_EQ(e.first_nonfinite_row, 1);
+  EXPECT_EQ(e.kld[0], 0.0);
+  EXPECT_EQ(e.kld[1], kInf);
+  EXPECT_EQ(e.kld[2], kInf);
+  EXPECT_EQ(e.kld_mean.value, kInf);
+  EXPECT_EQ(e.kld_mean.hi, kInf);
+  EXPECT_EQ(e.kld_max, kInf);
+  EXPECT_DOUBLE_EQ(e.top1.value, 0.5);  // rows 0 and 3 agree
+  EXPECT_EQ(e.first_greedy_divergence, 1);
+  EXPECT_EQ(e.dln_ppl.hi, kInf);
+  const std::vector<double> nll = target_nll(c, 4, 3, t);
+  EXPECT_TRUE(std::isnan(nll[1]));  // no distribution in a NaN row
+  EXPECT_FALSE(std::isnan(nll[0]));
 }
 
 TEST(CompareLogits, NoRows) {
@@ -544,16 +580,19 @@ TEST(CompareRouter, SetSemantics) {
   EXPECT_TRUE(std::isnan(compare_router({}, {}, 0, 8).flip_rate));
 }
 
-TEST(CompareRouter, BadIdsAndSizes) {
+TEST(CompareRouter, NonIntegerIdsAreFlipsAndSizesAreErrors) {
   const std::vector<double> g = {1, 2, 3, 4};
-  EXPECT_THAT(error_of([&] {
-                compare_router(g, std::vector<double>{1, 2, 3.5, 4}, 2, 2);
-              }),
-              HasSubstr("candidate ids[token 1, slot 0] = 3.5 is not an integer"));
-  EXPECT_THAT(error_of([&] {
-                compare_router(std::vector<double>{1, kNaN, 3, 4}, g, 2, 2);
-              }),
-              HasSubstr("golden ids[token 0, slot 1]"));
+  const RouterFlips a = compare_router(g, std::vector<double>{1, 2, 3.5, 4}, 2, 2);
+  EXPECT_EQ(a.flipped, 1);
+  EXPECT_EQ(a.first_flip, 1);
+  EXPECT_EQ(a.invalid_ids, 1);
+  EXPECT_EQ(a.changed_ids, 1);
+  const RouterFlips b = compare_router(g, std::vector<double>{kNaN, kNaN, 3, 4}, 2, 2);
+  EXPECT_EQ(b.flipped, 1);
+  EXPECT_EQ(b.changed_ids, 2);
+  const RouterFlips c = compare_router(std::vector<double>{1, kNaN, 3, 4}, g, 2, 2);
+  EXPECT_EQ(c.flipped, 1);
+  EXPECT_EQ(c.invalid_ids, 1);
   EXPECT_THAT(error_of([&] {
                 compare_router(g, std::vector<double>{1, 2, 3}, 2, 2);
               }),
@@ -597,12 +636,13 @@ TEST(AlignExpertOutputs, RepeatedIdsPairOnceAndNaNIsKept) {
   EXPECT_TRUE(std::isnan(a.experts[0].max_abs));
 }
 
-TEST(AlignExpertOutputs, BadShapesAndIdsAreErrors) {
+TEST(AlignExpertOutputs, BadShapesAreErrorsAndBadIdsNeverMatch) {
   const std::vector<double> ids = {0, 1}, three = {1, 2, 3}, two = {1, 2}, half = {0, 0.5};
   EXPECT_THAT(error_of([&] { align_expert_outputs(three, three, ids, ids, 1, 2, 2); }),
               HasSubstr("golden outputs"));
-  EXPECT_THAT(error_of([&] { align_expert_outputs(two, two, ids, half, 1, 2, 1); }),
-              HasSubstr("candidate ids"));
+  const ExpertAlignment a = align_expert_outputs(two, two, ids, half, 1, 2, 1);
+  EXPECT_EQ(a.matched, 1);  // expert 0 pairs; the candidate's 0.5 is no expert
+  EXPECT_EQ(a.unmatched, 1);
 }
 
 TEST(ComparePointColumns, OneChannelFaultShowsPerColumn) {

@@ -26,7 +26,7 @@ const char* kPolicy = R"({
     "sm90": {"derivation": "measured", "provenance": "H100 run", "points": [
         {"match": "*", "max_rel_l2": 0.004}]}
   },
-  "format": {"derivation": "f", "points": []}
+  "format": {"derivation": "f", "points": [{"match": "layers.0.attn.qkv", "max_rel_l2": 0.1}]}
 })";
 
 TEST(GoldenPolicy, ParsesSectionsAndPicksByDevice) {
@@ -89,37 +89,132 @@ TEST(GoldenPolicy, EndToEndGatesUseTheConfidenceBounds) {
 
 TEST(GoldenPolicy, BadPoliciesNameFileAndKey) {
   EXPECT_THAT(error_of([] { parse_policy("{", "a.json"); }), HasSubstr("a.json: not valid JSON"));
-  EXPECT_THAT(error_of([] { parse_policy(R"({"scheme":"x","engine":{}})", "b.json"); }),
+  EXPECT_THAT(error_of([] { parse_policy(R"({"scheme":"bf16","engine":{}})", "b.json"); }),
               HasSubstr("'default' section"));
   EXPECT_THAT(error_of([] {
-                parse_policy(R"({"scheme":"x","engine":{"default":{"points":[]}}})", "c.json");
+                parse_policy(R"({"scheme":"bf16","engine":{"default":{"points":[]}}})", "c.json");
               }),
               HasSubstr("'derivation'"));
   EXPECT_THAT(
       error_of([] {
         parse_policy(
-            R"({"scheme":"x","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel":1}]}}})",
+            R"({"scheme":"bf16","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel":1}]}}})",
             "d.json");
       }),
       HasSubstr("d.json: engine.default.points[0]: unknown key 'max_rel'"));
   EXPECT_THAT(
       error_of([] {
         parse_policy(
-            R"({"scheme":"x","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel_l2":-1}]}}})",
+            R"({"scheme":"bf16","engine":{"default":{"derivation":"d","points":[{"match":"*","max_rel_l2":-1}]}}})",
             "e.json");
       }),
-      HasSubstr("'max_rel_l2' must be >= 0"));
+      HasSubstr("'max_rel_l2' = -1 is outside [0, inf)"));
+}
+
+// Each way a policy could gate nothing, or gate with a number that means nothing, is an error
+// naming the file and the key (issue: "Policies that gate nothing pass everything",
+// "max_mismatches 1e300 is cast to INT64_MIN").
+TEST(GoldenPolicy, APolicyThatCannotGateIsRefusedByName) {
+  const auto section = [](const std::string& body) {
+    return R"({"scheme":"bf16","engine":{"default":{"derivation":"d",)" + body + "}}}";
+  };
+  const auto err = [&](const std::string& body) {
+    return error_of([&] { parse_policy(section(body), "p.json"); });
+  };
+  // A glob that names no capture point of any model: a typo gates nothing.
+  EXPECT_THAT(err(R"("points":[{"match":"layer.0.attn.qkv","max_rel_l2":0.1}])"),
+              HasSubstr("p.json: engine.default.points[0].match: 'layer.0.attn.qkv' names no "
+                        "capture point"));
+  EXPECT_THAT(err(R"("points":[{"match":"*.attn.qvk","max_rel_l2":0.1}])"),
+              HasSubstr("names no capture point"));
+  // Globs that do name points, including deep layers and MoE-only points, are fine.
+  for (const char* g : {"layers.57.attn.qkv", "layers.1?.mlp.*", "*.moe.topk_ids", "logits", "*"})
+    EXPECT_NO_THROW(parse_policy(
+        section(std::string(R"("points":[{"match":")") + g + R"(","max_rel_l2":0.1}])"), "p.json"))
+        << g;
+  // An entry without a threshold, a section without any gate.
+  EXPECT_THAT(err(R"("points":[{"match":"*","why":"looks fine"}])"),
+              HasSubstr("engine.default.points[0]: gates nothing"));
+  EXPECT_THAT(err(R"("points":[])"), HasSubstr("engine.default: gates nothing"));
+  EXPECT_THAT(err(R"("end_to_end":{"why":"w"})"),
+              HasSubstr("engine.default.end_to_end: gates nothing"));
+  // Numbers outside their meaning.
+  EXPECT_THAT(err(R"("points":[{"match":"*","max_mismatches":1e300}])"),
+              HasSubstr("'max_mismatches' = 1e+300 is outside [0, 2^53]"));
+  EXPECT_THAT(err(R"("points":[{"match":"*","max_mismatches":2.5}])"),
+              HasSubstr("'max_mismatches' = 2.5 is not an integer"));
+  EXPECT_THAT(err(R"("points":[{"match":"*","min_cosine":1.5}])"),
+              HasSubstr("'min_cosine' = 1.5 is outside [-1, 1]"));
+  EXPECT_THAT(err(R"("end_to_end":{"min_top1_lower":2})"), HasSubstr("outside [0, 1]"));
+  // Types: a non-string "why" is named, not a library type_error.
+  EXPECT_THAT(err(R"("points":[{"match":"*","max_rel_l2":0.1,"why":3}])"),
+              HasSubstr("engine.default.points[0]: 'why' must be a string"));
+  EXPECT_THAT(err(R"("points":[{"match":7,"max_rel_l2":0.1}])"),
+              HasSubstr("points[0].match: must be a non-empty glob string"));
+  // Unknown scheme ids and device keys.
+  EXPECT_THAT(
+      error_of([] {
+        parse_policy(
+            R"({"scheme":"fp9","engine":{"default":{"derivation":"d","end_to_end":{"max_kld_upper":1}}}})",
+            "q.json");
+      }),
+      HasSubstr("q.json: scheme"));
+  EXPECT_THAT(
+      error_of([] {
+        parse_policy(
+            R"({"scheme":"bf16","engine":{"default":{"derivation":"d","end_to_end":{"max_kld_upper":1}},"sm_90":{"derivation":"d","end_to_end":{"max_kld_upper":1}}}})",
+            "q.json");
+      }),
+      HasSubstr("q.json: engine.sm_90: unknown device key"));
+  // A budget gates end to end only.
+  EXPECT_THAT(
+      error_of([] {
+        parse_policy(
+            R"({"scheme":"bf16","engine":{"default":{"derivation":"d","end_to_end":{"max_kld_upper":1}}},"budget":{"derivation":"d","points":[{"match":"*","max_rel_l2":1}]}})",
+            "q.json");
+      }),
+      HasSubstr("q.json: budget: a budget is end-to-end gates only"));
+  // An identical candidate passes a sane mismatch gate (the 1e300 cast made it fail).
+  const Policy ok = parse_policy(
+      section(R"("points":[{"match":"*","max_mismatches":9007199254740992}])"), "p.json");
+  PointStats ids;
+  ids.integer_codes = true;
+  EXPECT_TRUE(judge_point(ok.engine.at("default"), "layers.0.moe.topk_ids", ids).pass);
+}
+
+// NaN/Inf fail wherever they appear, with or without a gate for the point.
+TEST(GoldenPolicy, NonFiniteValuesFailWithoutAGate) {
+  const Policy p = parse_policy(kPolicy, "p.json");
+  PointStats st;
+  st.nan_candidate = 3;
+  st.first_nonfinite = 7;
+  const Verdict v = judge_point(p.format.value(), "final_norm", st);  // no gate matches it
+  EXPECT_FALSE(v.gated);
+  EXPECT_FALSE(v.pass);
+  EXPECT_THAT(v.failures.at(0), HasSubstr("3 NaN / 0 Inf in the candidate"));
+  PointStats golden_inf;
+  golden_inf.inf_golden = 1;
+  EXPECT_FALSE(judge_point(p.format.value(), "final_norm", golden_inf).pass)
+      << "a broken golden is no basis for a pass either";
+  EndToEnd e;
+  e.nonfinite_candidate_rows = 2;
+  e.first_nonfinite_row = 5;
+  EXPECT_THAT(judge_end_to_end(p.format.value(), e).failures.at(0),
+              HasSubstr("2 position(s) with NaN/Inf logits in the candidate (first at row 5)"));
 }
 
 TEST(GoldenPolicy, CommittedPoliciesParseWithDerivations) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(
-           std::filesystem::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies")) {
+           std::filesystem::path(QPARITY_SOURCE_DIR) / "policies")) {
     const Policy p = load_policy(e.path());
     EXPECT_EQ(p.scheme + ".json", e.path().filename().string());
     EXPECT_FALSE(p.engine.at("default").derivation.empty());
     EXPECT_TRUE(p.engine.count("cpu-reference"));
     EXPECT_TRUE(p.format.has_value());
+    EXPECT_TRUE(p.budget.has_value()) << "every format role states a default budget";
+    EXPECT_FALSE(p.engine.at("default").points_judge_free_runs)
+        << "engine.default gates are layer-local bounds: free runs are judged end to end";
     ++n;
   }
   EXPECT_GE(n, 17);
@@ -144,8 +239,7 @@ TEST(GoldenPolicy, MedianTokenGateFailsAnErrorSpreadOverEveryToken) {
 // tensors: one flipped intermediate feeding a dominant token (that token's row moves by one ULP,
 // and it dominates the tensor's norm) passes; the same one-ULP move on every token fails.
 TEST(GoldenPolicy, Bf16EnginePolicyToleratesOneDominantFlipNotAShiftedTensor) {
-  const Policy p =
-      load_policy(std::filesystem::path(QPARITY_SOURCE_DIR) / "tests/accuracy/policies/bf16.json");
+  const Policy p = load_policy(std::filesystem::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
   const PolicySection& s = p.engine.at("default");
   const int64_t rows = 36, cols = 512;
   std::vector<double> g(static_cast<size_t>(rows * cols));

@@ -249,18 +249,25 @@ TEST(Fp8Property, QuantizeIsIdempotentOnRepresentableValues) {
 TEST(Fp8Property, ApplyEqualsQuantizedInputTimesDequantizedWeight) {
   const uint64_t seed = test::test_seed();
   std::mt19937_64 rng(seed);
-  const Matrix w = test::realistic_matrix(rng, 96, 200);
-  const Matrix x = test::gaussian_matrix(rng, 5, 200);
+  // K = 200: ragged 1x128 activation groups, which only ideal runs for fp8-block; the other
+  // dialects' block layers take K = 256.
+  const Matrix w200 = test::realistic_matrix(rng, 96, 200);
+  const Matrix x200 = test::gaussian_matrix(rng, 5, 200);
+  const Matrix w256 = test::realistic_matrix(rng, 96, 256);
+  const Matrix x256 = test::gaussian_matrix(rng, 5, 256);
   std::vector<double> bias(96);
   for (auto& b : bias)
     b = std::normal_distribution<double>(0, 0.1)(rng);
   for (Dialect d : kAllDialects) {
-    auto req = request(w, d);
-    req.bias = bias;
     for (SchemeKind k : {SchemeKind::kFp8Tensor, SchemeKind::kFp8Channel, SchemeKind::kFp8Block}) {
       if (d == Dialect::kMsModelSlim && k != SchemeKind::kFp8Channel) continue;
+      const bool aligned = k == SchemeKind::kFp8Block && d != Dialect::kIdeal;
+      const Matrix& w = aligned ? w256 : w200;
+      const Matrix& x = aligned ? x256 : x200;
+      auto req = request(w, d);
+      req.bias = bias;
       const auto shape =
-          LinearShape::dense("model.layers.0.mlp.down_proj", 96, 200, DType::kBF16, true);
+          LinearShape::dense("model.layers.0.mlp.down_proj", 96, w.cols, DType::kBF16, true);
       std::unique_ptr<LinearMethod> m;
       TensorMap t;
       if (k == SchemeKind::kFp8Tensor) {
@@ -418,9 +425,10 @@ TEST(Fp8Block, RaggedEdgesAndFormatFp8ScaleInv) {
       amax = std::max(amax, std::fabs(w(r, c)));
   EXPECT_EQ(decode(t.at("weight_scale_inv").view(), "s")[5],
             static_cast<double>(static_cast<float>(amax / 448.0)));
+  // ideal: vLLM's group kernel would refuse K = 300 for its 1x128 activation groups.
   auto m =
       make_fp8_block_method(LinearShape::dense("model.layers.0.o_proj", 200, 300),
-                            config(SchemeKind::kFp8Block, Dialect::kVllm, qargs(kGroup), "fp8"));
+                            config(SchemeKind::kFp8Block, Dialect::kIdeal, qargs(kGroup), "fp8"));
   m->load_all(t);
   m->process_weights_after_loading();
   EXPECT_EQ(m->dequantized_weight().data, dequantize_fp8_block(t).data);
@@ -430,6 +438,87 @@ TEST(Fp8Block, RaggedEdgesAndFormatFp8ScaleInv) {
                             config(SchemeKind::kFp8Block, Dialect::kVllm, qargs(kGroup), "fp8"));
   EXPECT_THAT(error_of([&] { m2->load("weight_scale", t.at("weight_scale_inv").view()); }),
               HasSubstr("model.layers.0.o_proj.weight_scale"));
+}
+
+TEST(Fp8Block, RaggedTilesAndGroupsHandWorked) {
+  // N = K = 130: tiles [0..127] and the ragged [128..129] on both axes. Every tile's amax is
+  // 448 * 2^e, so each scale is a power of two and every code exact. A tile's scale must come
+  // from its own partial block: tile (0, 1) sits beside tile (0, 0) with a 128x larger amax.
+  Matrix w(130, 130, 0.0);
+  w(0, 0) = 28.0;          // tile (0,0): s = 28/448 = 2^-4, code 448 (0x7E)
+  w(1, 1) = -3.0;          // -3/2^-4 = -48 = -1.5*2^5 -> 0xE4
+  w(0, 128) = 3.5;         // tile (0,1), 2 columns: s = 2^-7, code 448 (0x7E)
+  w(5, 129) = -1.0;        // -128 -> 0xF0
+  w(129, 7) = 0.875;       // tile (1,0), 2 rows: s = 2^-9, code 448
+  w(128, 0) = 0.25;        // 128 -> 0x70
+  w(129, 129) = -7.0;      // corner tile (1,1), 2x2: s = 2^-6, code -448 (0xFE)
+  w(128, 128) = 0.109375;  // 7 = 1.75*2^2 -> 0x4E
+  const auto t = quantize_fp8_block(request(w, Dialect::kIdeal, DType::kF32));
+  ASSERT_EQ(t.at("weight_scale").shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(t.at("weight_scale").dtype, DType::kF32);  // the model dtype
+  EXPECT_EQ(decode(t.at("weight_scale").view(), "s"),
+            (std::vector<double>{0x1p-4, 0x1p-7, 0x1p-9, 0x1p-6}));
+  const std::vector<uint8_t>& q = t.at("weight").bytes;
+  auto code = [&](int64_t r, int64_t c) { return q[static_cast<size_t>(r * 130 + c)]; };
+  EXPECT_EQ(code(0, 0), 0x7E);
+  EXPECT_EQ(code(1, 1), 0xE4);
+  EXPECT_EQ(code(0, 128), 0x7E);
+  EXPECT_EQ(code(5, 129), 0xF0);
+  EXPECT_EQ(code(129, 7), 0x7E);
+  EXPECT_EQ(code(128, 0), 0x70);
+  EXPECT_EQ(code(129, 129), 0xFE);
+  EXPECT_EQ(code(128, 128), 0x4E);
+  EXPECT_EQ(code(2, 2), 0x00);
+  EXPECT_EQ(dequantize_fp8_block(t).data, w.data);  // every value representable: exact
+
+  // Activations, 1x128 groups with a ragged last group of 2 columns: s0 = 56/448 = 2^-3,
+  // s1 = 0.4375/448 = 2^-10 (its own amax, not group 0's).
+  Matrix x(1, 130, 0.0);
+  x(0, 3) = 56.0;
+  x(0, 128) = 0.0625;  // 64 -> 0x68
+  x(0, 129) = -0.4375;
+  const LinearShape shape =
+      LinearShape::dense("model.layers.0.mlp.down_proj", 130, 130, DType::kF32);
+  auto m =
+      make_fp8_block_method(shape, config(SchemeKind::kFp8Block, Dialect::kIdeal, qargs(kGroup)));
+  m->load_all(t);
+  m->process_weights_after_loading();
+  const auto xq = m->quantize_input(x);
+  ASSERT_TRUE(xq.has_value());
+  ASSERT_EQ(xq->scales.cols, 2);
+  EXPECT_EQ(xq->scales(0, 0), 0x1p-3);
+  EXPECT_EQ(xq->scales(0, 1), 0x1p-10);
+  EXPECT_EQ(static_cast<double>(xq->code(0, 128)) * xq->lattice, 64.0);
+  EXPECT_EQ(static_cast<double>(xq->code(0, 129)) * xq->lattice, -448.0);
+  EXPECT_EQ(dequantize(*xq).data, x.data);
+  // y = x W^T, exact: rows 0, 5, 128, 129 meet the nonzero x columns 128 and 129.
+  const Matrix y = m->apply(x);
+  for (int64_t n = 0; n < 130; ++n) {
+    const double want = n == 0     ? 0.0625 * 3.5
+                        : n == 5   ? 0.4375
+                        : n == 128 ? 0.0625 * 0.109375
+                        : n == 129 ? 3.0625
+                                   : 0.0;
+    EXPECT_EQ(y(0, n), want) << n;
+  }
+
+  // The dialects whose group kernels need K % 128 refuse the shape before any weight, naming
+  // the tensor, the rule and its source; ideal takes it.
+  const std::pair<Dialect, const char*> refusing[] = {
+      {Dialect::kVllm, "per_token_group_quant_fp8"},
+      {Dialect::kSglang, "per_token_group_quant_fp8"},
+      {Dialect::kCompressedTensors, "compute_dynamic_scales_and_zp"}};
+  for (const auto& [d, source] : refusing) {
+    auto dm = make_fp8_block_method(shape, config(SchemeKind::kFp8Block, d, qargs(kGroup)));
+    const std::string e = error_of([&] { dm->check_shape(); });
+    EXPECT_THAT(e, HasSubstr("model.layers.0.mlp.down_proj.weight: fp8-block under the " +
+                             std::string(to_string(d)) + " dialect"));
+    EXPECT_THAT(e, HasSubstr("needs K = 130 divisible by 128"));
+    EXPECT_THAT(e, HasSubstr(source));
+  }
+  EXPECT_NO_THROW(
+      make_fp8_block_method(shape, config(SchemeKind::kFp8Block, Dialect::kIdeal, qargs(kGroup)))
+          ->check_shape());
 }
 
 TEST(Fp8Block, MergedPartitionMustBeBlockAligned) {

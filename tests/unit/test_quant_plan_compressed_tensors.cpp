@@ -699,5 +699,42 @@ TEST(QuantPlan, OrderLookupAndJson) {
   EXPECT_EQ(j["modules"][0]["scheme"], nullptr);
 }
 
+// hidden 64, intermediate 172 (a real small Llama): K = 172 breaks every group scheme's rule.
+ModelConfig odd_llama() {
+  return parse_model_config(Json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 1000, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+    "tie_word_embeddings": true})"),
+                            "config.json");
+}
+
+TEST(OverridePlan, RaggedFp8BlockPlansAndIgnoredLinearsStayUnquantized) {
+  // fp8-block tiles may be ragged (scale grid ceil(N/128) x ceil(K/128)): no K rule in the plan.
+  const QuantPlan b = plan_from_override(odd_llama(), parse_scheme_id("fp8-block"));
+  EXPECT_EQ(scheme_of(b, "model.layers.0.mlp.down_proj"), "fp8-block");
+  EXPECT_EQ(required_k_multiple(parse_scheme_id("fp8-block")), 0);
+  EXPECT_EQ(required_k_multiple(parse_scheme_id("w8a16-g64")), 64);
+  // A group scheme still refuses K = 172, naming the linear and the rule ...
+  EXPECT_EQ(error_of([] { plan_from_override(odd_llama(), parse_scheme_id("w4a16-g32")); }),
+            "model.layers.0.mlp.down_proj: w4a16-g32 needs in_features (K = 172) divisible by 32");
+  // ... unless the linears are left out.
+  const QuantPlan w =
+      plan_from_override(odd_llama(), parse_scheme_id("w4a16-g32"),
+                         {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"});
+  for (const char* m : {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}) {
+    EXPECT_EQ(scheme_of(w, m), "bf16") << m;
+    EXPECT_FALSE(w.method_for(m).quantized());
+    EXPECT_THAT(w.method_for(m).why.note, HasSubstr("ignored"));
+  }
+  EXPECT_EQ(scheme_of(w, "model.layers.0.mlp.up_proj"), "w4a16-g32");
+  // An expert stack runs one scheme: one expert left out is refused.
+  EXPECT_THAT(error_of([] {
+                plan_from_override(tiny_qwen3_moe(), parse_scheme_id("fp8-block"),
+                                   {"model.layers.0.mlp.experts.1.down_proj"});
+              }),
+              HasSubstr("model.layers.0.mlp.experts: all experts"));
+}
+
 }  // namespace
 }  // namespace qparity

@@ -1,6 +1,7 @@
 // `qparity compare GOLDEN CANDIDATE [--policy FILE] [--role engine|format] [--json]` and
-// `qparity bisect GOLDEN CANDIDATE --policy FILE` / `qparity bisect --candidates A B --policy F`.
-// Exit status: 0 pass, 3 the policy fails, 1 bad input, 2 usage.
+// `qparity bisect GOLDEN CANDIDATE [--policy FILE] [--model DIR]` /
+// `qparity bisect --candidates A B --policy F` / `qparity bisect --git GOOD BAD ... -- CMD`.
+// Exit status: 0 pass or not judged, 3 the candidate fails, 1 bad input, 2 usage.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -12,61 +13,78 @@
 
 #include "commands.h"
 #ifdef QPARITY_HAS_ENGINE
+#include "gpu_engine/device_info.h"
 #include "gpu_engine/engine_golden.h"
 #endif
+#include "core/capture/capture_points.h"
 #include "core/error.h"
+#include "golden/bisect.h"
 #include "golden/compare.h"
 #include "golden/layer_rerun.h"
+#include "golden/reference_run.h"
 #include "reference_cpu/models/model_loader.h"
+#include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr int kPolicyFails = 3;
 
 struct CompareOptions {
-  std::string golden, candidate, policy, role = "engine", device;
-  std::string model, scheme, dialect = "ideal", mode;  // bisect: the candidate as a runnable model
+  std::string golden, candidate, policy, role, device, budget;
+  std::string model, scheme, dialect, mode;  // bisect: the candidate's checkpoint, re-runnable
   std::vector<std::string> candidates;
   std::vector<std::string> git;      // --git GOOD BAD
   std::vector<std::string> command;  // after --: what builds and dumps the candidate
   bool json = false;
 };
 
-golden::CompareReport run_compare(const std::string& gpath, const std::string& cpath,
-                                  const CompareOptions& o, golden::Policy* holder) {
+struct Compared {
+  golden::CompareReport report;
+  ChosenPolicy chosen;
+};
+
+Compared run_compare(const std::string& gpath, const std::string& cpath, const CompareOptions& o) {
   const auto g = golden::GoldenReader::open(gpath);
   const auto c = golden::GoldenReader::open(cpath);
+  Compared out;
+  out.chosen = choose_policy(o.policy, o.role, g.meta(), c.meta());
   golden::CompareOptions co;
-  if (!o.policy.empty()) {
-    *holder = golden::load_policy(o.policy);
-    co.policy = holder;
-  }
-  if (o.role != "engine" && o.role != "format")
-    throw Error("--role", "'" + o.role + "' (engine or format)");
-  co.role = o.role == "format" ? golden::PolicyRole::kFormat : golden::PolicyRole::kEngine;
+  co.policy = out.chosen.policy ? &*out.chosen.policy : nullptr;
+  co.role = out.chosen.role;
   if (!o.device.empty()) co.device = o.device;
-  return golden::compare_goldens(g, c, co);
+  if (!o.budget.empty()) {
+    co.budget = parse_budget(o.budget);
+    co.budget_source = "--budget " + o.budget;
+  }
+  out.report = golden::compare_goldens(g, c, co);
+  out.report.policy_source = out.chosen.source;
+  return out;
+}
+
+int exit_status(const golden::CompareReport& r) {
+  return r.verdict == golden::Judgement::kFail ? kPolicyFails : 0;
 }
 
 int compare(const CompareOptions& o) {
-  golden::Policy policy;
-  const auto r = run_compare(o.golden, o.candidate, o, &policy);
+  const auto [r, chosen] = run_compare(o.golden, o.candidate, o);
   if (o.json)
     std::cout << golden::to_json(r).dump(1) << "\n";
   else
     std::cout << golden::to_text(r);
-  return r.pass ? 0 : kPolicyFails;
+  return exit_status(r);
 }
 
-void print_point(const golden::PointReport& p, const char* tag, int64_t seq_len) {
+void print_point(const golden::PointReport& p, const char* tag) {
   std::cout << "  " << tag << " " << p.name << ": rel_l2 " << p.stats.rel_l2 << ", max_abs "
             << p.stats.max_abs << ", cosine " << p.stats.cosine;
-  if (p.verdict.gated) std::cout << (p.verdict.pass ? " (within policy)" : " (FAILS policy)");
+  if (p.verdict.gated || !p.verdict.pass)
+    std::cout << (p.verdict.pass ? " (within policy)" : " (outside policy)");
   std::cout << "\n";
   for (const auto& f : p.verdict.failures)
     std::cout << "      " << f << "\n";
-  (void)seq_len;
 }
 
 std::string shell_quote(const std::string& s) {
@@ -85,8 +103,11 @@ int bisect_oracle(const CompareOptions& o) {
     cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
   if (std::system(cmd.c_str()) != 0) return 125;
   try {
-    golden::Policy policy;
-    const auto r = run_compare(o.golden, o.candidate, o, &policy);
+    const auto [r, chosen] = run_compare(o.golden, o.candidate, o);
+    if (r.verdict == golden::Judgement::kNotJudged) {
+      std::cerr << "qparity bisect oracle: skip: not judged (" << chosen.source << ")\n";
+      return 125;
+    }
     std::cout << "qparity bisect oracle: " << (r.pass ? "good" : "bad");
     if (r.first_failing >= 0)
       std::cout << " (first failing point " << r.points[static_cast<size_t>(r.first_failing)].name
@@ -102,25 +123,23 @@ int bisect_oracle(const CompareOptions& o) {
 // `git bisect start BAD GOOD; git bisect run <this oracle>; git bisect reset`, in the current
 // directory's repository; prints git's verdict (the first bad commit).
 int git_bisect(const CompareOptions& o) {
-  if (o.git.size() != 2) throw Error("bisect --git", "takes GOOD and BAD revisions");
+  if (o.git.size() != 2) throw UsageError("bisect --git", "takes GOOD and BAD revisions");
   if (o.golden.empty() || o.candidate.empty() || o.command.empty() || o.policy.empty())
-    throw Error("bisect --git",
-                "usage: qparity bisect --git GOOD BAD --policy P GOLDEN CANDIDATE -- CMD...; CMD "
-                "builds and writes CANDIDATE at each commit");
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const auto run = [](const std::string& c) {
-    const int rc = std::system(c.c_str());
-    return rc;
-  };
+    throw UsageError("bisect --git",
+                     "usage: qparity bisect --git GOOD BAD --policy P GOLDEN CANDIDATE -- CMD...; "
+                     "CMD builds and writes CANDIDATE at each commit");
+  golden::load_policy(o.policy);  // a bad policy is an error now, not a skip at every commit
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const auto run = [](const std::string& c) { return std::system(c.c_str()); };
   if (run("git bisect start " + shell_quote(o.git[1]) + " " + shell_quote(o.git[0])) != 0)
     throw Error("bisect --git",
                 "git bisect start failed (is this a git repository, are the "
                 "revisions valid?)");
-  std::string oracle = shell_quote(self) + " bisect-oracle --policy " + shell_quote(o.policy) +
-                       " --role " + shell_quote(o.role);
+  std::string oracle = shell_quote(self) + " bisect-oracle --policy " + shell_quote(o.policy);
+  if (!o.role.empty()) oracle += " --role " + shell_quote(o.role);
   if (!o.device.empty()) oracle += " --device " + shell_quote(o.device);
-  oracle += " " + shell_quote(std::filesystem::absolute(o.golden).string()) + " " +
-            shell_quote(std::filesystem::absolute(o.candidate).string()) + " --";
+  oracle += " " + shell_quote(fs::absolute(o.golden).string()) + " " +
+            shell_quote(fs::absolute(o.candidate).string()) + " --";
   for (const auto& a : o.command)
     oracle += " " + shell_quote(a);
   const int rc = run("git bisect run " + oracle);
@@ -129,38 +148,77 @@ int git_bisect(const CompareOptions& o) {
   return 0;
 }
 
+// --model must be the checkpoint the candidate ran: its config and tensors hash to what the
+// candidate recorded (or, when the candidate records none, the golden of the same scheme).
+void check_model_matches(const std::string& model, const golden::GoldenMeta& candidate,
+                         const golden::GoldenMeta& golden_meta, golden::PolicyRole role) {
+  const bool own = !candidate.model_config_hash.empty() || !candidate.checkpoint_hash.empty();
+  if (!own && role == golden::PolicyRole::kFormat) return;  // nothing recorded to check against
+  const golden::GoldenMeta& want = own ? candidate : golden_meta;
+  const std::string whose = own ? "the candidate's" : "the golden's";
+  const auto check = [&](const std::string& got, const std::string& recorded, const char* what,
+                         const char* attr) {
+    if (recorded.empty() || got == recorded) return;
+    throw Error("--model " + model, std::string(what) + " sha256 " + got.substr(0, 16) +
+                                        "... differs from " + whose + " " + attr + " " +
+                                        recorded.substr(0, 16) +
+                                        "...: this is not the checkpoint the candidate ran (" +
+                                        want.model + ", " + want.architecture + ")");
+  };
+  check(golden::config_hash(model), want.model_config_hash, "config.json", "model_config_hash");
+  check(golden::checkpoint_tensor_hash(model), want.checkpoint_hash, "the tensors'",
+        "checkpoint_hash");
+}
+
+// The first NaN/Inf of the dump, located: point, sequence:token, column.
+void print_first_nonfinite(const golden::CompareReport& r) {
+  if (r.first_nonfinite < 0) {
+    for (const auto& n : r.nonfinite)
+      std::cout << "first NaN/Inf: " << n << "\n";
+    return;
+  }
+  const auto& p = r.points[static_cast<size_t>(r.first_nonfinite)];
+  const int64_t i = p.stats.first_nonfinite, row = i / std::max<int64_t>(p.cols, 1);
+  std::cout << "first NaN/Inf (execution order): " << p.name << ", sequence " << row / r.seq_len
+            << " token " << row % r.seq_len << ", column " << i % std::max<int64_t>(p.cols, 1)
+            << " (" << golden::nonfinite_failures(p.stats).front() << ")\n";
+}
+
 int bisect(const CompareOptions& o) {
   if (!o.git.empty()) return git_bisect(o);
-  if (o.policy.empty()) throw Error("bisect", "needs --policy FILE (what counts as failing)");
   std::string gpath = o.golden, cpath = o.candidate;
   if (!o.candidates.empty()) {
     if (o.candidates.size() != 2 || !o.golden.empty())
-      throw Error("bisect",
-                  "--candidates takes exactly two dumps (the older first) and no "
-                  "golden");
+      throw UsageError("bisect",
+                       "--candidates takes exactly two dumps (the older first) and no golden");
     gpath = o.candidates[0];
     cpath = o.candidates[1];
   }
-  if (gpath.empty() || cpath.empty()) throw Error("bisect", "give GOLDEN CANDIDATE");
-  golden::Policy policy;
-  const auto r = run_compare(gpath, cpath, o, &policy);
-  std::cout << "bisect " << cpath << " against " << gpath << " under " << r.policy_file << " ["
-            << r.policy_section << "]\n";
+  if (gpath.empty() || cpath.empty())
+    throw UsageError("bisect", "give GOLDEN CANDIDATE (or --candidates OLD NEW)");
+  const auto [r, chosen] = run_compare(gpath, cpath, o);
+  if (!chosen.policy)
+    throw UsageError("bisect",
+                     "needs a policy to say what fails: " + chosen.source + "; give --policy FILE");
+  std::cout << "bisect " << cpath << " against " << gpath << "\n  judged by "
+            << golden::judged_by_text(r) << "\n";
+  for (const auto& m : r.missing_failures)
+    std::cout << "  the candidate lacks " << m << " (the policy does not allow it)\n";
+  if (!r.nonfinite.empty()) print_first_nonfinite(r);
   if (r.first_failing < 0) {
     std::cout << "every common capture point is within policy";
     if (!r.e2e_verdict.pass) std::cout << ", but end to end fails:";
     std::cout << "\n";
     for (const auto& f : r.e2e_verdict.failures)
       std::cout << "  " << f << "\n";
-    return r.pass ? 0 : kPolicyFails;
+    return exit_status(r);
   }
   const auto i = static_cast<size_t>(r.first_failing);
   const auto& bad = r.points[i];
-  std::cout << "first failing capture point (execution order): " << bad.name << "\n";
-  if (i > 0) print_point(r.points[i - 1], "before", r.seq_len);
-  print_point(bad, "FIRST ", r.seq_len);
-  if (i + 1 < r.points.size()) print_point(r.points[i + 1], "after ", r.seq_len);
-  // Worst token positions of the failing point.
+  std::cout << "first capture point outside policy (execution order): " << bad.name << "\n";
+  if (i > 0) print_point(r.points[i - 1], "before");
+  print_point(bad, "FIRST ");
+  if (i + 1 < r.points.size()) print_point(r.points[i + 1], "after ");
   std::vector<size_t> rows(bad.stats.row_rel_l2.size());
   std::iota(rows.begin(), rows.end(), 0);
   std::stable_sort(rows.begin(), rows.end(), [&](size_t a, size_t b) {
@@ -171,65 +229,86 @@ int bisect(const CompareOptions& o) {
     std::cout << "  " << rows[k] / static_cast<size_t>(r.seq_len) << ":"
               << rows[k] % static_cast<size_t>(r.seq_len) << " " << bad.stats.row_rel_l2[rows[k]];
   std::cout << "\n";
-  // Local or inherited: re-run the layer on the golden's inputs in the candidate (the reference
-  // running the candidate's checkpoint), when we have it.
-  if (o.model.empty()) {
-    std::cout << "  local or inherited: give --model DIR (the checkpoint the candidate ran) to "
-                 "re-run this layer on the golden's inputs\n";
-    return kPolicyFails;
-  }
-#ifdef QPARITY_HAS_ENGINE
-  // A dump of the GPU engine is re-run in the GPU engine (`qparity engine layer` does the same).
-  if (r.candidate.producer == "qparity-gpu-engine") {
-    const auto g = golden::GoldenReader::open(gpath);
-    const auto dot = bad.name.find('.', 7);
-    if (bad.name.rfind("layers.", 0) != 0 || dot == std::string::npos) {
-      std::cout << "  local or inherited: " << bad.name << " is not inside a decoder layer\n";
-      return kPolicyFails;
-    }
-    const int64_t layer = std::stoll(bad.name.substr(7, dot - 7));
-    gpu::EngineOptions eo;
-    eo.max_tokens = std::max<int64_t>(g.seq_len(), 64);
-    eo.max_seqs = 1;
-    eo.max_context = g.seq_len() + 1;
-    gpu::Engine e(gpu::load_gpu_model(o.model, nullptr), eo);
-    const golden::PolicySection& section = golden::policy_section(
-        policy, golden::PolicyRole::kEngine,
-        o.device.empty() ? golden::device_key(r.candidate.device) : o.device);
-    for (const auto& p : gpu::engine_rerun_layer(e, g, layer)) {
-      if (p.name != bad.name) continue;
-      const golden::Verdict v = golden::judge_point(section, p.name, p.stats);
-      std::cout << (v.pass ? "  INHERITED" : "  LOCAL") << ": the GPU engine re-run of layer "
-                << layer << " on the golden's inputs gives " << p.name << " rel_l2 "
-                << p.stats.rel_l2
-                << (v.pass ? ", within policy: the error flowed in from earlier points\n"
-                           : ", still outside policy: the layer itself is wrong\n");
-    }
-    return kPolicyFails;
-  }
-#endif
-  reference::LoadOptions lo;
-  if (!o.scheme.empty()) lo.override_scheme = o.scheme;
-  lo.dialect = reference::parse_dialect(o.dialect);
-  lo.mode = reference::parse_precision_mode(
-      !o.mode.empty() ? o.mode : (r.candidate.precision_mode == "emulate" ? "emulate" : "exact"));
-  auto model = reference::load_model(o.model, lo);
+
+  // Local or inherited (golden/bisect.h's decision table).
   const auto g = golden::GoldenReader::open(gpath);
-  const golden::PolicySection& section = golden::policy_section(
-      policy, o.role == "format" ? golden::PolicyRole::kFormat : golden::PolicyRole::kEngine,
-      o.device.empty() ? golden::device_key(r.candidate.device) : o.device);
-  const auto rr = golden::rerun_layer_point(*model, g, bad.name, &section);
-  if (!rr.available) {
-    std::cout << "  local or inherited: cannot re-run (" << rr.why_not << ")\n";
-  } else if (rr.local) {
-    std::cout << "  LOCAL: re-run on the golden's " << rr.input_point << ", " << bad.name
-              << " still fails (rel_l2 " << rr.stats.rel_l2 << "): the layer itself is wrong\n";
-  } else {
-    std::cout << "  INHERITED: re-run on the golden's " << rr.input_point << ", " << bad.name
-              << " is within policy (rel_l2 " << rr.stats.rel_l2
-              << "): the error flowed in from earlier points\n";
+  const auto c = golden::GoldenReader::open(cpath);
+  const golden::PolicySection& section =
+      golden::policy_section(*chosen.policy, chosen.role,
+                             o.device.empty() ? golden::device_key(r.candidate.device) : o.device);
+  std::unique_ptr<reference::CausalLm> model;
+  std::optional<golden::Runner> spec;
+  std::string no_model = "no --model DIR (the checkpoint the candidate ran)";
+  std::string own_missing = no_model;
+  std::optional<golden::Runner> own;
+  if (!o.model.empty() && point_layer(bad.name) >= 0 &&
+      r.candidate.run_mode == golden::RunMode::kFree) {
+    check_model_matches(o.model, r.candidate, r.golden, chosen.role);
+    reference::LoadOptions lo;
+    if (!o.scheme.empty()) lo.override_scheme = o.scheme;
+    const std::string dialect = !o.dialect.empty() ? o.dialect : r.candidate.dialect;
+    lo.dialect = reference::parse_dialect(dialect.empty() ? "ideal" : dialect);
+    // Engines store activations in bf16; the reference's emulate mode does the same.
+    const std::string mode = !o.mode.empty()                         ? o.mode
+                             : r.candidate.precision_mode == "exact" ? "exact"
+                                                                     : "emulate";
+    lo.mode = reference::parse_precision_mode(mode);
+    model = reference::load_model(o.model, lo);
+    const std::string name = "the qparity reference (" + golden::plan_scheme(model->plan()) +
+                             ", dialect " + std::string(reference::to_string(lo.dialect)) + ", " +
+                             mode + ")";
+    spec = golden::reference_runner(*model, name);
+    if (r.candidate.producer == "qparity-reference") {
+      own = spec;  // the candidate is the reference: its own implementation is the spec's
+    } else {
+      own_missing =
+          "the candidate's engine (" + r.candidate.producer + ") cannot be re-run by qparity";
+    }
+#ifdef QPARITY_HAS_ENGINE
+    std::string why;
+    if (r.candidate.producer == "qparity-gpu-engine" && gpu::query_device(0, &why)) {
+      gpu::EngineOptions eo;
+      eo.max_tokens = std::max<int64_t>(g.seq_len(), 64);
+      eo.max_seqs = 1;
+      eo.max_context = g.seq_len() + 1;
+      auto engine = std::make_shared<gpu::Engine>(gpu::load_gpu_model(o.model, nullptr), eo);
+      own = golden::Runner{
+          "the GPU engine",
+          [engine](const golden::GoldenReader& source, const std::string& point,
+                   std::string* why_not) -> std::optional<golden::PointStats> {
+            for (const auto& p : gpu::engine_rerun_layer(*engine, source, point_layer(point)))
+              if (p.name == point) return p.stats;
+            *why_not = "the GPU engine's re-run does not capture " + point;
+            return std::nullopt;
+          }};
+    } else if (r.candidate.producer == "qparity-gpu-engine") {
+      own_missing = "the GPU engine needs a usable GPU (" + why + ")";
+    }
+#endif
   }
-  return kPolicyFails;
+  const golden::LayerDiagnosis d = golden::diagnose_layer(
+      r, i, g, c, section, own ? &*own : nullptr, own_missing, spec ? &*spec : nullptr, no_model);
+  std::cout << "  the dump: its inputs to this point are " << golden::to_string(d.inputs) << " ("
+            << d.input_detail << ")\n";
+  for (const auto* rr : {&d.own, &d.spec}) {
+    const char* what = rr == &d.own ? "own re-run on the golden's inputs"
+                                    : "spec re-run on the candidate's inputs";
+    if (rr->ran)
+      std::cout << "  " << what << " (" << rr->runner << "): rel_l2 " << rr->stats.rel_l2
+                << (rr->agrees ? (rr == &d.own ? ", within policy" : ", reproduces the dump")
+                               : (rr == &d.own ? ", outside policy" : ", does not reproduce it"))
+                << "\n";
+    else
+      std::cout << "  " << what << ": not run (" << rr->why_not << ")\n";
+  }
+  std::cout << "  " << golden::to_string(d.diagnosis) << " (decision table row " << d.row
+            << "): " << d.reason << "\n";
+  std::cout << "verdict " << golden::to_string(r.verdict)
+            << (r.point_gates_judge ? ""
+                                    : " (judged end to end: the point gates above judge "
+                                      "layer-local dumps, not this free run)")
+            << "\n";
+  return exit_status(r);
 }
 
 }  // namespace
@@ -241,10 +320,15 @@ void add_compare_command(CLI::App& app, int& rc) {
   cmd->add_option("golden", o->golden, "golden .h5")->required();
   cmd->add_option("candidate", o->candidate, "candidate .h5 (same schema, same inputs)")
       ->required();
-  cmd->add_option("--policy", o->policy, "tolerance policy JSON (tests/accuracy/policies/)");
-  cmd->add_option("--role", o->role, "engine (same scheme) | format (vs unquantized)")
-      ->capture_default_str();
+  cmd->add_option(
+      "--policy", o->policy,
+      "tolerance policy JSON (default: the installed policies/<candidate scheme>.json)");
+  cmd->add_option("--role", o->role,
+                  "engine (same scheme) | format (vs unquantized); default: implied by the files")
+      ->check(role_choices());
   cmd->add_option("--device", o->device, "policy device key (default: from the candidate)");
+  cmd->add_option("--budget", o->budget,
+                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget");
   cmd->add_flag("--json", o->json, "machine-readable report");
   cmd->callback([o, &rc] { rc = compare(*o); });
 
@@ -254,15 +338,20 @@ void add_compare_command(CLI::App& app, int& rc) {
   bis->add_option("golden", b->golden, "golden .h5");
   bis->add_option("candidate", b->candidate, "candidate .h5");
   bis->add_option("--candidates", b->candidates, "two candidate dumps: older, newer")->expected(2);
-  bis->add_option("--policy", b->policy, "tolerance policy JSON");
-  bis->add_option("--role", b->role, "engine | format")->capture_default_str();
+  bis->add_option(
+      "--policy", b->policy,
+      "tolerance policy JSON (default: the installed policies/<candidate scheme>.json)");
+  bis->add_option("--role", b->role, "engine | format (default: implied by the files)")
+      ->check(role_choices());
   bis->add_option("--device", b->device, "policy device key (default: from the candidate)");
   bis->add_option("--model", b->model,
-                  "the candidate's checkpoint: re-run the failing layer on golden inputs (in the "
-                  "GPU engine when the candidate is its dump, else in the reference)");
+                  "the candidate's checkpoint: re-run the failing layer (README: the bisect "
+                  "decision table)");
   bis->add_option("--scheme", b->scheme, "with --model: scheme override");
-  bis->add_option("--dialect", b->dialect, "with --model: dialect")->capture_default_str();
-  bis->add_option("--mode", b->mode, "with --model: exact | emulate (default: the candidate's)");
+  bis->add_option("--dialect", b->dialect, "with --model: dialect (default: the candidate's)")
+      ->check(dialect_choices());
+  bis->add_option("--mode", b->mode, "with --model: exact | emulate (default: the candidate's)")
+      ->check(mode_choices());
   bis->add_option("--git", b->git, "GOOD BAD: drive git bisect run with compare as the oracle")
       ->expected(2);
   bis->add_option("command", b->command, "(with --git, after --) builds and writes CANDIDATE");
@@ -275,7 +364,7 @@ void add_compare_command(CLI::App& app, int& rc) {
   oracle->add_option("candidate", orc->candidate)->required();
   oracle->add_option("command", orc->command)->required();
   oracle->add_option("--policy", orc->policy)->required();
-  oracle->add_option("--role", orc->role);
+  oracle->add_option("--role", orc->role)->check(role_choices());
   oracle->add_option("--device", orc->device);
   oracle->callback([orc, &rc] { rc = bisect_oracle(*orc); });
 }

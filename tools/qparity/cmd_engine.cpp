@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "golden/compare.h"
 #include "golden/reference_run.h"
@@ -26,11 +27,20 @@
 #include "gpu_engine/engine_golden.h"
 #include "gpu_engine/sampler.h"
 #include "reference_cpu/models/trace.h"
+#include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A clear line instead of a raw CUDA error from deep inside the first allocation.
+void require_gpu() {
+  std::string why;
+  if (!gpu::query_device(0, &why))
+    throw Error("engine", "no usable GPU: " + why +
+                              " (the engine needs an NVIDIA GPU with a working driver)");
+}
 
 std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_tokens,
                                          int64_t max_seqs, int64_t max_context) {
@@ -42,20 +52,27 @@ std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_t
 }
 
 struct RunOptions {
-  std::string model, tokens, dump, capture = "*", local;
+  std::string model, tokens, token_ids, dump, capture = "*", local;
   int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
   uint64_t seed = 1;
   bool force = false, f32 = false;
 };
 
 void run(const RunOptions& o) {
-  if (o.local.empty() && o.tokens.empty() == (o.synthetic <= 0))
-    throw Error("engine run", "give exactly one of --tokens FILE, --synthetic N or --local GOLDEN");
-  if (!o.dump.empty() && fs::exists(o.dump) && !o.force)
-    throw Error(o.dump, "exists; pass --force to replace it");
+  if (!o.local.empty() && (!o.tokens.empty() || !o.token_ids.empty() || o.synthetic > 0))
+    throw UsageError("engine run", "--local GOLDEN runs that golden's tokens: give no other input");
+  if (!o.local.empty() && o.dump.empty())
+    throw UsageError("engine run", "--local needs --dump FILE");
+  if (!o.dump.empty()) check_output_file(o.dump, o.force);  // before the run, not after it
+  const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
+  check_capture_globs(o.capture, model_capture_points(cfg));
+  std::optional<golden::TokenInputs> in;
+  if (o.local.empty())
+    in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
+                      o.seed);
+  require_gpu();
   auto e = make_engine(o.model, o.max_tokens, 8, 4096);
   if (!o.local.empty()) {
-    if (o.dump.empty()) throw Error("engine run", "--local needs --dump FILE");
     const auto ref = golden::GoldenReader::open(o.local);
     golden::Golden g = gpu::engine_golden_local(*e, ref, o.capture, &std::cerr);
     g.meta.producer_version = QPARITY_VERSION;
@@ -65,10 +82,7 @@ void run(const RunOptions& o) {
               << o.dump << "\n";
     return;
   }
-  const golden::TokenInputs in =
-      o.synthetic > 0 ? golden::synthetic_inputs(o.synthetic, o.seq_len, e->config().vocab, o.seed)
-                      : golden::file_inputs(o.tokens, o.seq_len);
-  golden::Golden g = gpu::engine_golden(*e, in, o.capture, !o.dump.empty(), &std::cerr);
+  golden::Golden g = gpu::engine_golden(*e, *in, o.capture, !o.dump.empty(), &std::cerr);
   for (int64_t s = 0; s < g.sequences; ++s)
     std::cout << "sequence " << s << ": NLL " << g.sequence_nll[static_cast<size_t>(s)] << ", PPL "
               << g.sequence_ppl[static_cast<size_t>(s)] << "\n";
@@ -87,17 +101,20 @@ struct LayerOptions {
 
 int layer(const LayerOptions& o) {
   const auto gr = golden::GoldenReader::open(o.golden);
+  require_gpu();
   auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096);
   const std::vector<gpu::LayerPointStats> points = gpu::engine_rerun_layer(*e, gr, o.layer);
   const std::string input =
       o.layer == 0 ? "embed" : "layers." + std::to_string(o.layer - 1) + ".residual";
-  golden::Policy policy;
-  const golden::PolicySection* section = nullptr;
-  if (!o.policy.empty()) {
-    policy = golden::load_policy(o.policy);
-    section = &golden::policy_section(policy, golden::PolicyRole::kEngine,
-                                      golden::device_key(gpu::device_name()));
-  }
+  // The engine re-runs the golden's own scheme: --policy, else the installed policy of it.
+  golden::GoldenMeta engine_meta = gr.meta();
+  engine_meta.producer = "qparity-gpu-engine";
+  const ChosenPolicy chosen = choose_policy(o.policy, "engine", gr.meta(), engine_meta);
+  const golden::PolicySection* section =
+      chosen.policy ? &golden::policy_section(*chosen.policy, golden::PolicyRole::kEngine,
+                                              golden::device_key(gpu::device_name()))
+                    : nullptr;
+  if (!section) std::cerr << "qparity engine layer: not judged: " << chosen.source << "\n";
   bool pass = true;
   Json out = Json::array();
   for (const auto& [name, st] : points) {
@@ -121,13 +138,16 @@ int layer(const LayerOptions& o) {
     std::cout << Json{{"layer", o.layer},
                       {"input", input},
                       {"points", out},
-                      {"verdict", pass ? "clean" : "local"}}
+                      {"verdict", !section ? "not judged"
+                                  : pass   ? "clean"
+                                           : "local"}}
                      .dump(2)
               << "\n";
   else
     std::cout << "layer " << o.layer << " on the golden's inputs: "
-              << (pass ? "within policy (an error downstream of here is inherited)"
-                       : "FAILS on clean inputs: the error is LOCAL to this layer")
+              << (!section ? "NOT JUDGED (no policy; the numbers above are not a verdict)"
+                  : pass   ? "within policy (an error downstream of here is inherited)"
+                           : "FAILS on clean inputs: the error is LOCAL to this layer")
               << "\n";
   return pass ? 0 : 3;
 }
@@ -151,6 +171,7 @@ void generate(const GenerateOptions& o) {
     if (!p.empty()) prompts.push_back(p);
   }
   if (prompts.empty()) throw Error(o.prompts, "holds no prompt (one line of token ids each)");
+  require_gpu();
   auto e = make_engine(o.model, 4096, o.max_seqs, 4096);
   struct Live {
     size_t prompt;
@@ -249,9 +270,11 @@ void add_engine_command(CLI::App& app, int& rc) {
   auto* r = eng->add_subcommand(
       "run", "Teacher-forced run over token sequences; --dump writes a golden-schema file");
   r->add_option("--model", ro->model, "checkpoint directory")->required();
-  r->add_option("--tokens", ro->tokens, "token id file");
-  r->add_option("--synthetic", ro->synthetic, "N synthetic sequences");
-  r->add_option("--seq-len", ro->seq_len, "tokens per sequence");
+  add_token_options(r, ro->tokens, ro->token_ids);
+  r->add_option("--synthetic", ro->synthetic, "N synthetic sequences")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  r->add_option("--seq-len", ro->seq_len, "tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   r->add_option("--seed", ro->seed, "seed of synthetic tokens")->capture_default_str();
   r->add_option("--dump", ro->dump, "golden-schema output file");
   r->add_option("--local", ro->local,

@@ -1,4 +1,5 @@
-// `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --synthetic N --seq-len T)
+// `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --token-ids L | --synthetic N
+//  --seq-len T)
 //  --out FILE`: runs the fp64 reference and writes a schema-v1 golden dataset (golden/SCHEMA.md).
 // `qparity golden info FILE [--json]`: what a golden file holds (metadata, inputs, points).
 #include <iostream>
@@ -6,9 +7,11 @@
 #include <string>
 
 #include "commands.h"
+#include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/model_loader.h"
+#include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
 namespace {
@@ -16,21 +19,15 @@ namespace {
 namespace fs = std::filesystem;
 
 struct MakeOptions {
-  std::string model, scheme, dialect = "ideal", mode = "exact", tokens, out, capture = "*";
+  std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
+                             capture = "*";
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
   bool f32 = false, force = false;
 };
 
 void make(const MakeOptions& o) {
-  if (o.tokens.empty() == (o.synthetic <= 0))
-    throw Error("golden make", "give exactly one of --tokens FILE or --synthetic N");
-  if (o.synthetic > 0 && o.seq_len <= 0)
-    throw Error("golden make", "--synthetic N needs --seq-len T (tokens per sequence)");
-  if (fs::exists(o.out) && !o.force)
-    throw Error(o.out,
-                "exists; pass --force to replace it (goldens are never overwritten "
-                "silently)");
+  check_output_file(o.out, o.force);  // before the run, not after it
   golden::ReferenceRunOptions ro;
   if (!o.scheme.empty()) ro.scheme = o.scheme;
   ro.dialect = reference::parse_dialect(o.dialect);
@@ -38,16 +35,17 @@ void make(const MakeOptions& o) {
   ro.capture = o.capture;
   ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
+  check_capture_globs(o.capture, model_capture_points(cfg));
   const golden::TokenInputs in =
-      o.synthetic > 0 ? golden::synthetic_inputs(o.synthetic, o.seq_len, cfg.vocab, o.seed)
-                      : golden::file_inputs(o.tokens, o.seq_len);
+      token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed);
   std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len
             << " tokens through " << o.model << "\n";
   golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
   g.meta.producer_version = QPARITY_VERSION;
   golden::write_golden(o.out, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
   std::cerr << "qparity golden: " << g.points.size() << " capture points, logits [" << g.logits.rows
-            << ", " << g.logits.cols << "], scheme " << g.meta.scheme << " -> " << o.out << "\n";
+            << ", " << g.logits.cols << "], scheme " << g.meta.scheme << ", dialect "
+            << g.meta.dialect << ", mode " << g.meta.precision_mode << " -> " << o.out << "\n";
 }
 
 void info(const std::string& file, bool json) {
@@ -96,11 +94,17 @@ void add_golden_command(CLI::App& app, int& rc) {
   mk->add_option("--scheme", o->scheme, "override the checkpoint's quantization (scheme id)");
   mk->add_option("--dialect", o->dialect,
                  "ideal | compressed-tensors | vllm | sglang | msmodelslim")
-      ->capture_default_str();
-  mk->add_option("--mode", o->mode, "exact | emulate")->capture_default_str();
-  mk->add_option("--tokens", o->tokens, "file of token ids (split by --seq-len when given)");
-  mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)");
-  mk->add_option("--seq-len", o->seq_len, "tokens per sequence");
+      ->capture_default_str()
+      ->check(dialect_choices());
+  mk->add_option("--mode", o->mode, "exact | emulate")
+      ->capture_default_str()
+      ->check(mode_choices());
+  add_token_options(mk, o->tokens, o->token_ids);
+  mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  mk->add_option("--seq-len", o->seq_len,
+                 "tokens per sequence (--tokens / --token-ids are cut into sequences of it)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   mk->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
   mk->add_option("--capture", o->capture, "capture-point globs, comma-separated")
       ->capture_default_str();

@@ -1,12 +1,15 @@
 // `qparity make-fixture --arch {llama,qwen3,qwen3-moe} [--scheme ID] [--dialect D]
-// [--size tiny|small] --seed S --out DIR [--force]`: a deterministic fixture checkpoint
+// [--size tiny|small] [--hidden H] [--intermediate I] [--moe-intermediate I] --seed S --out DIR
+// [--force]`: a deterministic fixture checkpoint
 // (fixtures/fixture_model.h). Without --scheme, the floating-point checkpoint; with it, the
 // floating-point checkpoint is written to a temporary directory and quantized into DIR the way
 // the scheme's producer writes it (fixtures/checkpoint_quantizer.h), with statistics from running
 // the fp64 reference of the floating-point fixture on --calib-tokens synthetic tokens. --dialect
-// defaults to the scheme's producer: msmodelslim for msModelSlim-only schemes (w8a16-*,
-// w8a8-static, w8a8s, kv-int8, smoothquant), else compressed-tensors. One line per step on stderr.
-// Existing files are kept unless --force.
+// defaults to ideal, as in every command (the producer's own arithmetic: --dialect msmodelslim or
+// compressed-tensors); the file layout is the scheme's producer's. One line per step on stderr.
+// Existing files are kept unless --force. --hidden / --intermediate / --moe-intermediate
+// override the size's own (e.g. --hidden 64 --intermediate 172, a real small checkpoint's shapes
+// that break the group schemes' K rules).
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/quant/scheme_registry.h"
@@ -33,6 +37,7 @@ struct MakeFixtureOptions {
   std::string dialect;
   std::string size = "tiny";
   uint64_t seed = 0;
+  int64_t hidden = 0, intermediate = 0, moe_intermediate = 0;
   int64_t calib_tokens = 64;
   std::string out;
   bool force = false;
@@ -54,30 +59,28 @@ class TempDir {
   fs::path path_;
 };
 
-reference::Dialect default_dialect(const SchemeId& s) {
-  const std::vector<Producer>& p = scheme_info(s.kind).producers;
-  if (!p.empty() && p.front() == Producer::kMsModelSlim) return reference::Dialect::kMsModelSlim;
-  return reference::Dialect::kCompressedTensors;
-}
-
 void run(const MakeFixtureOptions& o) {
   fixtures::FixtureSpec spec;
   spec.arch = fixtures::parse_fixture_arch(o.arch);
   spec.size = fixtures::parse_fixture_size(o.size);
   spec.seed = o.seed;
+  spec.hidden = o.hidden;
+  spec.intermediate = o.intermediate;
+  spec.moe_intermediate = o.moe_intermediate;
   const OverwritePolicy policy = o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse;
   const std::string label = o.arch + " " + o.size + " (seed " + std::to_string(o.seed) + ")";
   if (o.scheme.empty()) {
     if (!o.dialect.empty())
-      throw Error("--dialect", "only meaningful with --scheme (the producer's arithmetic)");
+      throw UsageError("--dialect", "only meaningful with --scheme (the producer's arithmetic)");
     std::cerr << "make-fixture: writing floating-point " << label << " to " << o.out << "\n";
     fixtures::write_fp_checkpoint(spec, o.out, policy);
     std::cerr << "make-fixture: done\n";
     return;
   }
   const SchemeId scheme = parse_scheme_id(o.scheme);
+  // One default dialect everywhere: ideal, the format as written (README "Dialects").
   const reference::Dialect dialect =
-      o.dialect.empty() ? default_dialect(scheme) : reference::parse_dialect(o.dialect);
+      reference::parse_dialect(o.dialect.empty() ? "ideal" : o.dialect);
   const TempDir tmp(
       fs::temp_directory_path() /
       ("qparity-make-fixture-" + std::to_string(::getpid()) + "-" + std::to_string(o.seed)));
@@ -117,6 +120,12 @@ void add_make_fixture_command(CLI::App& app, int& rc) {
   cmd->add_option("--size", o->size, "tiny | small")
       ->capture_default_str()
       ->check(CLI::IsMember({"tiny", "small"}));
+  for (auto [flag, v, what] :
+       {std::tuple{"--hidden", &o->hidden, "hidden_size (head_dim follows: hidden / heads)"},
+        std::tuple{"--intermediate", &o->intermediate, "intermediate_size (dense MLP)"},
+        std::tuple{"--moe-intermediate", &o->moe_intermediate, "moe_intermediate_size"}})
+    cmd->add_option(flag, *v, std::string(what) + "; default: the size's own")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seed", o->seed, "generator seed (same seed -> identical files)")->required();
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_flag("--force", o->force, "replace existing output files");

@@ -19,6 +19,7 @@
 #include "reference_cpu/quant/method_factory.h"
 #include "reference_cpu/quant/numeric.h"
 #include "reference_cpu/tensor_decode.h"
+#include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -154,7 +155,8 @@ void add_quant_linear_command(CLI::App& app, int& rc) {
   cmd->add_option("--scheme", o->scheme, "Scheme id (see `qparity schemes`)")->required();
   cmd->add_option("--dialect", o->dialect,
                   "ideal | compressed-tensors | vllm | sglang | msmodelslim")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dialect_choices());
   cmd->add_option("--in", o->in, "safetensors with weight [N,K], optional bias, x, calib")
       ->required();
   cmd->add_option("--out", o->out, "safetensors to write")->required();

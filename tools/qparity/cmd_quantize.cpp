@@ -6,9 +6,15 @@
 // take their statistics from running the fp64 reference of the input checkpoint on calibration
 // tokens: --calib (token ids: comma / space / newline separated), or --calib-synthetic N
 // pseudo-random tokens (seeded) when none are given. Progress on stderr.
+// --ignore ENTRY (repeatable: a module name, or re:<regex> as compressed-tensors' ignore entries)
+// leaves linears in the model dtype. Before calibrating, the scheme's shape rules are checked
+// (fixtures::scheme_exclusions): a linear the scheme cannot take that is not ignored is an error
+// naming it and its rule; --ignore-unsupported ignores exactly those linears instead.
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/config/model_config.h"
 #include "core/error.h"
@@ -16,6 +22,7 @@
 #include "fixtures/checkpoint_quantizer.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/calibration.h"
+#include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -23,32 +30,50 @@ namespace qparity::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, scheme, dialect, calib;
-  int64_t calib_synthetic = 128;
+  std::string in, out, scheme, dialect = "ideal", calib;
+  int64_t calib_synthetic = 2048;
   uint64_t seed = 0;
   bool force = false;
+  std::vector<std::string> ignore;
+  bool ignore_unsupported = false;
 };
 
 void run(const QuantizeOptions& o) {
   const SchemeId scheme = parse_scheme_id(o.scheme);
   const std::vector<Producer>& producers = scheme_info(scheme.kind).producers;
-  const reference::Dialect dialect =
-      !o.dialect.empty() ? reference::parse_dialect(o.dialect)
-      : (!producers.empty() && producers.front() == Producer::kMsModelSlim)
-          ? reference::Dialect::kMsModelSlim
-          : reference::Dialect::kCompressedTensors;
+  // One default dialect everywhere (ideal: the format as written); the producer's own arithmetic
+  // is one --dialect away, and every output says which was used.
+  const reference::Dialect dialect = reference::parse_dialect(o.dialect);
+  const bool msm_only = !producers.empty() && producers.front() == Producer::kMsModelSlim;
+  if (o.dialect == "ideal")
+    std::cerr << "quantize: dialect ideal (the default: the format as written; --dialect "
+              << (msm_only ? "msmodelslim" : "compressed-tensors")
+              << " for the producer's own arithmetic)\n";
   const ModelConfig cfg = load_model_config(std::filesystem::path(o.in) / "config.json");
-  const std::vector<int64_t> tokens =
-      o.calib.empty() ? reference::synthetic_tokens(o.calib_synthetic, cfg.vocab, o.seed)
-                      : golden::file_inputs(o.calib, 0).tokens;
-  std::cerr << "quantize: calibrating on " << tokens.size() << (o.calib.empty() ? " synthetic" : "")
-            << " tokens through the fp64 reference of " << o.in << "\n";
-  const auto stats = fixtures::calibrate_checkpoint(o.in, tokens);
+  // Cheap checks first (headers only): calibration can take minutes.
+  fixtures::QuantizeCheckpointOptions qo;
+  qo.ignore = o.ignore;
+  qo.ignore_unsupported = o.ignore_unsupported;
+  const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
+  for (const fixtures::SchemeExclusion& x : ignored.added)
+    std::cerr << "quantize: ignoring " << x.module << " (" << x.rule << ")\n";
+  qo.ignore = ignored.entries;
+  qo.ignore_unsupported = false;
+  fixtures::StatsProviders stats;
+  if (fixtures::needs_calibration(scheme, dialect)) {
+    const std::vector<int64_t> tokens =
+        o.calib.empty() ? reference::synthetic_tokens(o.calib_synthetic, cfg.vocab, o.seed)
+                        : golden::file_inputs(o.calib, 0).tokens;
+    std::cerr << "quantize: calibrating on " << tokens.size()
+              << (o.calib.empty() ? " synthetic" : "") << " tokens through the fp64 reference of "
+              << o.in << "\n";
+    stats = fixtures::calibrate_checkpoint(o.in, tokens);
+  }
   std::cerr << "quantize: " << to_string(scheme) << " (dialect " << reference::to_string(dialect)
             << ") -> " << o.out << "\n";
   fixtures::quantize_checkpoint(o.in, scheme, dialect, o.out, stats,
                                 o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse,
-                                &std::cerr);
+                                &std::cerr, qo);
 }
 
 }  // namespace
@@ -61,8 +86,10 @@ void add_quantize_command(CLI::App& app, int& rc) {
   cmd->add_option("--scheme", o->scheme, "Scheme id (see `qparity schemes`)")->required();
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--dialect", o->dialect,
-                  "producer arithmetic: compressed-tensors | msmodelslim | ideal | vllm | sglang "
-                  "(default: the scheme's producer)");
+                  "producer arithmetic: ideal (the format as written) | compressed-tensors | "
+                  "msmodelslim | vllm | sglang")
+      ->capture_default_str()
+      ->check(dialect_choices());
   cmd->add_option("--calib", o->calib, "file of calibration token ids");
   cmd->add_option("--calib-synthetic", o->calib_synthetic,
                   "pseudo-random calibration tokens when --calib is not given")
@@ -70,6 +97,13 @@ void add_quantize_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--seed", o->seed, "seed of the synthetic calibration tokens")
       ->capture_default_str();
+  cmd->add_option("--ignore", o->ignore,
+                  "leave a linear in the model dtype: a module name "
+                  "(model.layers.0.mlp.down_proj) or re:<regex> (matched from the start, as "
+                  "compressed-tensors' ignore); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_flag("--ignore-unsupported", o->ignore_unsupported,
+                "ignore every linear whose shape the scheme cannot take (each is printed)");
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);

@@ -1,6 +1,7 @@
 // `qparity report GOLDEN CANDIDATE [--policy FILE] [--role engine|format] [--out reports/]`:
 // compares, then writes reports/<device>/<model>/<scheme>.{json,md,html} and rebuilds
-// reports/index.{md,html}.
+// reports/index.{md,html}. Exit status as compare's: 3 when the candidate fails, with the report
+// written.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -8,31 +9,38 @@
 #include "commands.h"
 #include "core/error.h"
 #include "golden/report.h"
+#include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
 namespace {
 
 struct ReportOptions {
-  std::string golden, candidate, policy, role = "engine", out = "reports";
+  std::string golden, candidate, policy, role, budget, out = "reports";
 };
 
-void run(const ReportOptions& o) {
-  if (o.role != "engine" && o.role != "format")
-    throw Error("--role", "'" + o.role + "' (engine or format)");
-  golden::Policy policy;
+int run(const ReportOptions& o) {
+  check_output_dir(o.out);
+  const auto g = golden::GoldenReader::open(o.golden);
+  const auto c = golden::GoldenReader::open(o.candidate);
+  ChosenPolicy chosen = choose_policy(o.policy, o.role, g.meta(), c.meta());
   golden::CompareOptions co;
-  if (!o.policy.empty()) {
-    policy = golden::load_policy(o.policy);
-    co.policy = &policy;
+  co.policy = chosen.policy ? &*chosen.policy : nullptr;
+  co.role = chosen.role;
+  if (!o.budget.empty()) {
+    co.budget = parse_budget(o.budget);
+    co.budget_source = "--budget " + o.budget;
   }
-  co.role = o.role == "format" ? golden::PolicyRole::kFormat : golden::PolicyRole::kEngine;
-  const auto r = golden::compare_goldens(golden::GoldenReader::open(o.golden),
-                                         golden::GoldenReader::open(o.candidate), co);
-  const auto files = golden::write_report(golden::report_json(r, o.role), o.out);
+  golden::CompareReport r = golden::compare_goldens(g, c, co);
+  r.policy_source = chosen.source;
+  const auto files = golden::write_report(
+      golden::report_json(r, chosen.role == golden::PolicyRole::kFormat ? "format" : "engine"),
+      o.out);
   golden::write_index(o.out);
   std::cout << files.json.string() << "\n"
             << files.md.string() << "\n"
-            << files.html.string() << "\n";
+            << files.html.string() << "\n"
+            << golden::to_string(r.verdict) << "\n";
+  return r.verdict == golden::Judgement::kFail ? 3 : 0;
 }
 
 }  // namespace
@@ -42,13 +50,15 @@ void add_report_command(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand("report", "Compare and write the json/md/html report + index");
   cmd->add_option("golden", o->golden, "golden .h5")->required();
   cmd->add_option("candidate", o->candidate, "candidate .h5")->required();
-  cmd->add_option("--policy", o->policy, "tolerance policy JSON");
-  cmd->add_option("--role", o->role, "engine | format")->capture_default_str();
+  cmd->add_option(
+      "--policy", o->policy,
+      "tolerance policy JSON (default: the installed policies/<candidate scheme>.json)");
+  cmd->add_option("--role", o->role, "engine | format (default: implied by the files)")
+      ->check(role_choices());
+  cmd->add_option("--budget", o->budget,
+                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget");
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
-  cmd->callback([o, &rc] {
-    run(*o);
-    rc = 0;
-  });
+  cmd->callback([o, &rc] { rc = run(*o); });
 }
 
 }  // namespace qparity::cli

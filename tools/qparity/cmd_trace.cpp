@@ -1,18 +1,23 @@
-// `qparity trace --model DIR (--tokens 1,2,3 | --tokens-file F | --synthetic N) --out FILE`:
+// `qparity trace --model DIR (--tokens FILE | --token-ids 1,2,3 | --synthetic N) --out FILE`:
 // runs the fp64 reference model on a token sequence and writes every selected capture point
 // (ARCHITECTURE.md names: embed, layers.<i>.*, final_norm, logits) as an F64 [T, ...] tensor,
 // plus `tokens` (I64) and metadata (scheme plan source, dialect, mode, model dir). The precursor
 // of the HDF5 golden file: same capture-point names. --decode runs the tokens one decode step at a
 // time over the KV cache instead of one prefill (the two must agree; see the integration tests).
+#include <unistd.h>
+
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
 
+#include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "reference_cpu/models/model_loader.h"
 #include "reference_cpu/quant/host_tensor.h"
+#include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -24,7 +29,7 @@ using namespace qparity::reference;
 struct TraceOptions {
   std::string model;
   std::string tokens;
-  std::string tokens_file;
+  std::string token_ids;
   int64_t synthetic = 0;
   uint64_t seed = 0;
   std::string scheme;
@@ -36,62 +41,34 @@ struct TraceOptions {
   bool force = false;
 };
 
-std::vector<int64_t> parse_token_list(const std::string& text, const std::string& where) {
-  std::vector<int64_t> out;
-  std::string item;
-  std::stringstream ss(text);
-  while (std::getline(ss, item, ',')) {
-    size_t a = item.find_first_not_of(" \t\r\n"), b = item.find_last_not_of(" \t\r\n");
-    if (a == std::string::npos) continue;
-    item = item.substr(a, b - a + 1);
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size()) throw Error(where, "'" + item + "' is not a token id");
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(where, "no tokens");
-  return out;
-}
-
 void run(const TraceOptions& o) {
+  check_output_file(o.out, o.force);  // before the run, not after it
+  const ModelConfig cfg = load_model_config(std::filesystem::path(o.model) / "config.json");
+  check_capture_globs(o.capture, model_capture_points(cfg));
+  // One sequence: every id of the file or list, or --synthetic N tokens.
+  const golden::TokenInputs in = token_inputs(
+      "trace", o.tokens, o.token_ids, o.synthetic > 0 ? 1 : 0, o.synthetic, cfg.vocab, o.seed);
+  const std::vector<int64_t>& tokens = in.tokens;
   LoadOptions lo;
   if (!o.scheme.empty()) lo.override_scheme = o.scheme;
   lo.dialect = parse_dialect(o.dialect);
   lo.mode = parse_precision_mode(o.mode);
   auto model = load_model(o.model, lo);
-  std::vector<int64_t> tokens;
-  const int given = !o.tokens.empty() + !o.tokens_file.empty() + (o.synthetic > 0);
-  if (given != 1) throw Error("trace", "give exactly one of --tokens, --tokens-file, --synthetic");
-  if (!o.tokens.empty()) tokens = parse_token_list(o.tokens, "--tokens");
-  if (!o.tokens_file.empty()) {
-    std::ifstream in(o.tokens_file);
-    if (!in) throw Error(o.tokens_file, "cannot read");
-    std::stringstream s;
-    s << in.rdbuf();
-    std::string text = s.str();
-    for (char& c : text)
-      if (c == '\n' || c == ' ') c = ',';
-    tokens = parse_token_list(text, o.tokens_file);
-  }
-  if (o.synthetic > 0) {
-    std::mt19937_64 rng(o.seed);
-    for (int64_t i = 0; i < o.synthetic; ++i)
-      tokens.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(model->config().vocab)));
-  }
   Trace trace(o.capture);
   ForwardHooks hooks;
   hooks.trace = &trace;
   if (o.decode) {
+    // Progress on one line on a terminal; plain lines (every 10 %) into a pipe or a CI log.
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    const size_t every = std::max<size_t>(1, tokens.size() / 10);
     for (size_t i = 0; i < tokens.size(); ++i) {
       model->forward(std::span<const int64_t>(tokens).subspan(i, 1), hooks);
-      std::cerr << "\rqparity trace: token " << (i + 1) << "/" << tokens.size() << std::flush;
+      if (tty)
+        std::cerr << "\rqparity trace: token " << (i + 1) << "/" << tokens.size() << std::flush;
+      else if ((i + 1) % every == 0 || i + 1 == tokens.size())
+        std::cerr << "qparity trace: token " << (i + 1) << "/" << tokens.size() << "\n";
     }
-    std::cerr << "\n";
+    if (tty) std::cerr << "\n";
   } else {
     model->forward(tokens, hooks);
   }
@@ -119,7 +96,8 @@ void run(const TraceOptions& o) {
   write_safetensors(o.out, std::move(out), meta,
                     o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
   std::cerr << "qparity trace: " << tokens.size() << " tokens, " << trace.points().size()
-            << " capture points -> " << o.out << "\n";
+            << " capture points, dialect " << to_string(lo.dialect) << ", mode "
+            << to_string(lo.mode) << " -> " << o.out << "\n";
 }
 
 }  // namespace
@@ -129,16 +107,18 @@ void add_trace_command(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand(
       "trace", "Run the fp64 reference model on tokens and write every capture point (F64)");
   cmd->add_option("--model", o->model, "Hugging Face checkpoint directory")->required();
-  cmd->add_option("--tokens", o->tokens, "comma-separated token ids");
-  cmd->add_option("--tokens-file", o->tokens_file, "file of token ids (comma / space / newline)");
-  cmd->add_option("--synthetic", o->synthetic, "N random tokens (with --seed)");
+  add_token_options(cmd, o->tokens, o->token_ids);
+  cmd->add_option("--synthetic", o->synthetic, "N random tokens (with --seed)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--seed", o->seed, "seed for --synthetic")->capture_default_str();
   cmd->add_option("--scheme", o->scheme, "override the checkpoint's quantization (scheme id)");
   cmd->add_option("--dialect", o->dialect,
                   "ideal | compressed-tensors | vllm | sglang | msmodelslim")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dialect_choices());
   cmd->add_option("--mode", o->mode, "exact | emulate (bf16 activations between ops)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(mode_choices());
   cmd->add_option("--capture", o->capture, "capture-point globs, comma-separated")
       ->capture_default_str();
   cmd->add_flag("--decode", o->decode, "one decode step per token instead of one prefill");

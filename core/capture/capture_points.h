@@ -1,0 +1,51 @@
+#pragma once
+// The capture-point catalog: the names every engine gives the tensors it can dump, in execution
+// order (ARCHITECTURE.md, golden/SCHEMA.md). One list, so that policies, compare and bisect
+// agree on what a name means and where it sits in the data flow.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config/model_config.h"
+
+namespace qparity {
+
+// What a decoder layer holds: Qwen3 normalizes q and k per head; a MoE layer routes its MLP.
+struct LayerShape {
+  bool qk_norm = false;
+  bool moe = false;
+};
+
+// The points of one decoder layer, "layers.<i>.<suffix>", in execution order.
+std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& shape);
+
+// Every suffix a layer point can have (dense and MoE, with and without q/k norm, and the KV-cache
+// points of a quantized cache), in execution order of a layer that had them all.
+const std::vector<std::string>& all_layer_point_suffixes();
+
+// Every capture point of a model, in execution order: what a full dump of it holds.
+std::vector<std::string> model_capture_points(const ModelConfig& cfg);
+
+// Each comma-separated glob of a --capture value must name at least one of `points` (a model's
+// points): otherwise an error naming the glob and a few of the names it could have meant.
+void check_capture_globs(const std::string& capture, const std::vector<std::string>& points);
+
+// The points outside the decoder layers: before them ("embed") and after them ("final_norm",
+// "logits").
+const std::vector<std::string>& points_before_layers();
+const std::vector<std::string>& points_after_layers();
+
+// The layer a point belongs to ("layers.3.attn.qkv" -> 3), -1 for embed / final_norm / logits,
+// and the point's suffix within the layer ("attn.qkv"; empty outside a layer).
+int64_t point_layer(const std::string& point);
+std::string point_suffix(const std::string& point);
+
+// The input of a layer as a dump holds it: "embed" for layer 0, else "layers.<i-1>.residual".
+std::string layer_input_point(int64_t layer);
+
+// Whether a glob (fnmatch) can name any capture point of any model up to 1024 layers: a glob that
+// cannot (a typo: "layer.0.attn.qkv", "*.attn.qvk") gates nothing and is refused by the policy
+// parser.
+bool glob_names_a_capture_point(const std::string& glob);
+
+}  // namespace qparity

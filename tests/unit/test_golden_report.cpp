@@ -1,0 +1,119 @@
+// Report files: names from file content stay inside the report root, and the index lists what
+// this tool wrote there and nothing else.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "error_of.h"
+#include "golden/report.h"
+#include "test_seed.h"
+
+namespace qparity::golden {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+using ::testing::HasSubstr;
+
+TEST(GoldenReport, PathComponentsFromFileContentCannotEscape) {
+  for (const char* bad : {"..", ".", "../..", "../config", "/etc/passwd", "a/../../b", "...", ""}) {
+    const std::string c = path_safe(bad);
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(c.empty());
+    EXPECT_NE(c, ".");
+    EXPECT_NE(c, "..");
+    EXPECT_NE(c[0], '.');
+    EXPECT_EQ(c.find('/'), std::string::npos);
+    EXPECT_EQ(fs::path(c).filename().string(), c);
+  }
+  EXPECT_EQ(path_safe("NVIDIA H100 sm90"), "NVIDIA-H100-sm90");
+  EXPECT_EQ(path_safe("w8a8-static+kv-int8"), "w8a8-static+kv-int8");
+  const std::string a = path_safe(std::string(300, 'x') + "a"),
+                    b = path_safe(std::string(300, 'x') + "b");
+  EXPECT_EQ(a.size(), 80u);
+  EXPECT_NE(a, b) << "cut names keep a hash of the whole";
+}
+
+Json minimal_report(const std::string& device, const std::string& model,
+                    const std::string& scheme) {
+  Json s = {{"device", device},
+            {"device_name", device},
+            {"model", model},
+            {"scheme", scheme},
+            {"baseline_scheme", "bf16"},
+            {"role", "engine"},
+            {"verdict", "PASS"},
+            {"pass", true},
+            {"positions", 4},
+            {"kld_mean", 0.0},
+            {"kld_mean_hi", 0.0},
+            {"kld_p99", 0.0},
+            {"kld_max", 0.0},
+            {"top1", 1.0},
+            {"top1_lo", 0.5},
+            {"dp_rms", 0.0},
+            {"dln_ppl", 0.0},
+            {"dln_ppl_lo", 0.0},
+            {"dln_ppl_hi", 0.0},
+            {"ppl_ratio", 1.0},
+            {"first_greedy_divergence", -1},
+            {"logits_rel_l2", 0.0},
+            {"worst_point", "embed"},
+            {"worst_point_rel_l2", 0.0},
+            {"router_flip_rate", nullptr},
+            {"policy", "engine.default"}};
+  Json c = {{"points", Json::array()},
+            {"router", Json::array()},
+            {"activation_stats", Json::array()},
+            {"kv_error_by_position", Json::array()},
+            {"end_to_end", {{"kld", Json::array()}}},
+            {"golden", {{"file", "g.h5"}}},
+            {"candidate", {{"file", "c.h5"}}}};
+  return {{"summary", s}, {"compare", c}};
+}
+
+TEST(GoldenReport, IndexListsWhatWasWrittenAndSurvivesStrayFiles) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_report_" + std::to_string(test::test_seed()));
+  fs::remove_all(root);
+  const ReportFiles f = write_report(minimal_report("../..", "..", "../config"), root);
+  for (const fs::path& p : {f.json, f.md, f.html}) {
+    EXPECT_TRUE(fs::exists(p));
+    const auto rel = fs::relative(fs::weakly_canonical(p), fs::weakly_canonical(root));
+    EXPECT_FALSE(rel.empty());
+    for (const auto& c : rel)
+      EXPECT_TRUE(c != ".." && c != ".") << p;
+  }
+  // Stray JSON under the root (a user's notes, another tool's output) does not break the index.
+  fs::create_directories(root / "x" / "y");
+  std::ofstream(root / "x" / "y" / "notes.json") << "{ not json";
+  std::ofstream(root / "stray.json") << "[1, 2]";
+  record_skipped(root, {"m", "w8a16-g64", "model.layers.0.mlp.down_proj: K = 172 % 64 != 0"});
+  write_index(root);
+  std::ifstream in(root / "index.md");
+  std::stringstream md;
+  md << in.rdbuf();
+  EXPECT_THAT(md.str(), HasSubstr("config"));
+  EXPECT_THAT(md.str(), HasSubstr("## Not run"));
+  EXPECT_THAT(md.str(), HasSubstr("K = 172 % 64 != 0"));
+  EXPECT_THAT(md.str(), HasSubstr("## Legend"));
+  EXPECT_EQ(md.str().find("x/y"), std::string::npos) << "only the reports it wrote are listed";
+  EXPECT_EQ(md.str().find("stray"), std::string::npos);
+  // A report for the skipped scheme supersedes the skip.
+  write_report(minimal_report("cpu-reference", "m", "w8a16-g64"), root);
+  write_index(root);
+  std::ifstream in2(root / "index.md");
+  std::stringstream md2;
+  md2 << in2.rdbuf();
+  EXPECT_EQ(md2.str().find("## Not run"), std::string::npos);
+  // An index.json that is not ours is refused by name, not overwritten.
+  std::ofstream(root / "index.json") << "[]";
+  EXPECT_THAT(error_of([&] { write_index(root); }), HasSubstr("is not a qparity report index"));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace qparity::golden
