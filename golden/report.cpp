@@ -81,10 +81,10 @@ std::string svg_bars(const BarChart& c) {
   size_t longest = 0;
   for (const auto& t : c.ticks)
     longest = std::max(longest, t.size());
-  const double left = 64, right = 12, top = 26;
+  const double left = 64, right = 12, top = 40;  // title on the first line, legend on the second
   const double bottom = 34 + std::min<double>(static_cast<double>(longest) * 5.2, 150);
   const double bw = n == 0 ? 0 : std::min(48.0, 700.0 / static_cast<double>(n));
-  const double pw = std::max(160.0, bw * static_cast<double>(n)), ph = 170;
+  const double pw = std::max(420.0, bw * static_cast<double>(n)), ph = 170;
   const double w = left + pw + right, h = top + ph + bottom;
   std::ostringstream s;
   s << "<figure><svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h
@@ -109,14 +109,22 @@ std::string svg_bars(const BarChart& c) {
   if (c.log_y) lo = std::floor(lo), hi = std::ceil(hi);
   if (!c.log_y) lo = std::min(lo, 0.0);
   if (hi <= lo) hi = lo + 1;
-  if (c.integer_y) hi = std::max(hi, std::ceil(hi));
+  // Counts: whole-number ticks at a step of 1, 2, 5, 10, ... with the axis ending on one.
+  double count_step = 1;
+  if (c.integer_y) {
+    for (double mag = 1; std::ceil(hi / count_step) > 6; mag *= 10)
+      for (const double m : {1.0, 2.0, 5.0})
+        if (std::ceil(hi / count_step) > 6) count_step = m * mag;
+    hi = std::max(count_step, std::ceil(hi / count_step) * count_step);
+    lo = 0;
+  }
   const auto ypix = [&](double y) { return top + ph - (y - lo) / (hi - lo) * ph; };
   // Axes, y ticks (whole decades on a log axis, whole numbers for counts).
   s << "<line x1='" << left << "' y1='" << top << "' x2='" << left << "' y2='" << top + ph
     << "' stroke='#444'/><line x1='" << left << "' y1='" << top + ph << "' x2='" << left + pw
     << "' y2='" << top + ph << "' stroke='#444'/>";
   int ticks = c.log_y ? static_cast<int>(hi - lo) : 4;
-  if (c.integer_y) ticks = static_cast<int>(std::min(hi - lo, 5.0));
+  if (c.integer_y) ticks = static_cast<int>(std::lround(hi / count_step));
   const int step = c.log_y ? std::max(1, ticks / 8) : 1;
   for (int i = 0; i <= ticks; i += step) {
     double y = lo + (hi - lo) * i / std::max(ticks, 1);
@@ -167,10 +175,10 @@ std::string svg_bars(const BarChart& c) {
     s << "<text x='" << left + pw / 2 << "' y='" << h - 4 << "' font-size='10' "
       << "text-anchor='middle'>" << html_escape(c.x_label) << "</text>";
   // Legend for the marks that are not plain bars.
-  double lx = left + 220;
+  double lx = left;
   const auto key = [&](const char* color, const char* text) {
-    s << "<rect x='" << lx << "' y='7' width='10' height='10' fill='" << color << "'/><text x='"
-      << lx + 14 << "' y='16' font-size='10'>" << text << "</text>";
+    s << "<rect x='" << lx << "' y='23' width='10' height='10' fill='" << color << "'/><text x='"
+      << lx + 14 << "' y='32' font-size='10'>" << text << "</text>";
     lx += 14 + 6.0 * static_cast<double>(std::strlen(text)) + 14;
   };
   bool any_limit = false;
