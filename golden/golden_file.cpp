@@ -179,6 +179,19 @@ std::vector<T> allocate(hsize_t rows, hsize_t cols, const std::string& where) {
   }
 }
 
+// The name of a group's i-th link; a corrupt group (the length query fails) is an Error, not a
+// std::string of size_t(-1).
+std::string link_name(hid_t group, hsize_t i, const std::string& where) {
+  const ssize_t len =
+      H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+  if (len < 0) throw Error(where, "cannot read the name of entry " + std::to_string(i));
+  std::string name(static_cast<size_t>(len), '\0');
+  if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
+                         H5P_DEFAULT) < 0)
+    throw Error(where, "cannot read the name of entry " + std::to_string(i));
+  return name;
+}
+
 std::string rows_note(int64_t got, int64_t want) {
   return "has " + std::to_string(got) + " rows, the inputs have S*T = " + std::to_string(want);
 }
@@ -415,11 +428,7 @@ GoldenReader GoldenReader::open(const fs::path& path) {
   check(H5Gget_info(points.get(), &info), where, "cannot list points");
   std::vector<std::pair<int64_t, std::string>> order;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len = H5Lget_name_by_idx(points.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                           nullptr, 0, H5P_DEFAULT);
-    std::string name(static_cast<size_t>(len), '\0');
-    H5Lget_name_by_idx(points.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
-                       name.size() + 1, H5P_DEFAULT);
+    const std::string name = link_name(points.get(), i, where + ":points");
     const Hid ds = check(H5Dopen2(points.get(), name.c_str(), H5P_DEFAULT), H5Dclose, where,
                          "cannot open points/" + name);
     order.emplace_back(
@@ -500,11 +509,7 @@ std::vector<ActivationCodeStats> GoldenReader::activation_stats() const {
   check(H5Gget_info(qs.get(), &info), where, "cannot list quant_stats");
   std::vector<std::pair<int64_t, ActivationCodeStats>> rows;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len =
-        H5Lget_name_by_idx(qs.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-    std::string name(static_cast<size_t>(len), '\0');
-    H5Lget_name_by_idx(qs.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
-                       H5P_DEFAULT);
+    const std::string name = link_name(qs.get(), i, where + ":quant_stats");
     const std::string w = where + ":quant_stats/" + name;
     const Hid ds = check(H5Dopen2(qs.get(), name.c_str(), H5P_DEFAULT), H5Dclose, w, "cannot open");
     const auto dims = dataset_dims(ds.get(), w);
