@@ -394,6 +394,15 @@ void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, 
   }
 }
 
+void Engine::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
+                     const __nv_bfloat16* in, __nv_bfloat16* out, int64_t t, int64_t n, int64_t k,
+                     const char* label) {
+  if (quantized)
+    quantized->apply(in, out, t, stream_);
+  else
+    linear(in, w, out, false, t, n, k, nullptr, probe(label));
+}
+
 SkinnyGemmParams Engine::normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
                                        const __nv_bfloat16* w, void* y, int64_t t,
                                        int64_t n) const {
@@ -423,8 +432,9 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
   const GpuLayerWeights& w = m.layers[static_cast<size_t>(l)];
   const std::string p = lp(l);
   // Decode-sized batches: each norm runs inside the GEMM that consumes it.
+  // A quantized qkv or gate_up runs its own kernel after a separate norm.
   const bool fused = skinny_gemm_fits(t, hd);
-  if (fused) {
+  if (fused && !w.quantized_qkv()) {
     // The previous layer's MLP output (pending_residual) joins the residual stream here.
     SkinnyGemmParams g = normed_linear(pending_residual ? mlp_out_.get() : nullptr,
                                        w.input_norm.get(), w.qkv.get(), qkv_.get(), t, qkv_w);
@@ -446,15 +456,16 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
                       s);
     last_layer_ = l;
     capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-    gemm_->nt(h_.get(), w.qkv.get(), qkv_.get(), GemmOut::kBf16, t, qkv_w, hd, s);
+    if (!options_.ablate_linears)
+      project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), t, qkv_w, hd, "qkv");
   }
   capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
   attention(l, t, tr);
   if (!options_.ablate_linears)
-    linear(core_.get(), w.o_proj.get(), attn_out_.get(), false, t, hd, q, nullptr, probe("o_proj"));
+    project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), t, hd, q, "o_proj");
   capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
-  if (fused && !w.moe) {
+  if (fused && !w.moe && !w.quantized_gate_up()) {
     // post-attention add + norm, gate_up and SiLU-and-mul in one launch
     SkinnyGemmParams g =
         normed_linear(attn_out_.get(), w.post_norm.get(), w.gate_up.get(), act_.get(), t, 2 * in);
@@ -476,13 +487,15 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
       moe_layer(l, t, tr);
       return;
     }
-    gemm_->nt(h_.get(), w.gate_up.get(), gate_up_.get(), GemmOut::kBf16, t, 2 * in, hd, s);
+    if (!options_.ablate_linears)
+      project(w.gate_up_q.get(), w.gate_up.get(), h_.get(), gate_up_.get(), t, 2 * in, hd,
+              "gate_up");
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   }
   if (!options_.ablate_linears)
-    linear(act_.get(), w.down.get(), mlp_out_.get(), false, t, hd, in, nullptr, probe("down"));
+    project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), t, hd, in, "down");
   capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 

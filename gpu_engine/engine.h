@@ -136,6 +136,9 @@ class Engine {
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
               int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,
               KernelProbe* probe = nullptr);
+  // One decoder linear: its GPU method when quantized, else linear() on the bf16 weight w.
+  void project(const GpuLinearMethod* quantized, const __nv_bfloat16* w, const __nv_bfloat16* in,
+               __nv_bfloat16* out, int64_t t, int64_t n, int64_t k, const char* label);
   // A decode-sized linear over the residual stream with its RMSNorm fused into the skinny GEMM's
   // prologue: x = resid(), normalized by norm_weight into h_ (the capture point); with `add`,
   // the residual add first, its sum into resid_next() (the caller then flips cur_).

@@ -81,10 +81,10 @@ void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::G
   g.meta.architecture = std::string(arch_name(e.config().arch));
   g.meta.model_config_hash = golden::config_hash(model);
   g.meta.checkpoint_hash = golden::checkpoint_tensor_hash(model);
-  g.meta.scheme = "bf16";
-  g.meta.dialect = "ideal";
+  g.meta.scheme = e.model().scheme;
+  g.meta.dialect = std::string(reference::to_string(e.model().dialect));
   g.meta.precision_mode = "bf16-engine";
-  g.meta.model_dtype = "BF16";  // the engine runs unquantized checkpoints in bf16
+  g.meta.model_dtype = "BF16";  // activations and unquantized weights run in bf16
   g.meta.seed = seed;
   g.meta.input_set = input_set;
   g.meta.device = device_name();

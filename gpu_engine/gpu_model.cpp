@@ -1,15 +1,19 @@
 #include "gpu_engine/gpu_model.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <ostream>
+#include <set>
 
 #include "core/error.h"
+#include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/random_init.h"
+#include "gpu_engine/planned_model_loader.h"
 #include "gpu_engine/staged_upload.h"
-#include "reference_cpu/layers/rope.h"
 
 namespace qparity::gpu {
 
@@ -42,36 +46,45 @@ std::string shape_text(const std::vector<uint64_t>& s) {
   return t + "]";
 }
 
-bool looks_quantized(const std::string& name) {
-  for (const char* suffix : {"weight_scale", "weight_packed", "weight_zero_point", "input_scale",
-                             "weight_offset", "deq_scale", "quant_bias", "input_offset",
-                             "weight_shape", "weight_global_scale", "weight_scale_2"})
-    if (name.size() >= std::string_view(suffix).size() &&
-        name.compare(name.size() - std::string_view(suffix).size(), std::string::npos, suffix) == 0)
-      return true;
-  return false;
-}
-
 }  // namespace
 
-std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* progress) {
+std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* progress,
+                                         const GpuLoadOptions& options) {
+  ModelConfig cfg = load_model_config(dir / "config.json");
+  const std::string where = (dir / "config.json").string();
+  if (cfg.attention_bias || cfg.mlp_bias)
+    throw Error(where, "attention_bias / mlp_bias: the GPU engine has no bias path yet");
+  if (cfg.hidden_act != "silu")
+    throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
+  QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
+  if (plan_quantizes_anything(plan)) {
+    GpuLoadOptions o = options;
+    // The test-only switch for the planted fault that bisect must find (weight_only_gemm.h),
+    // reachable from the command line so that the whole chain can be shown; loud when on.
+    if (const char* f = std::getenv("QPARITY_TEST_FAULT")) {
+      if (std::string(f) != "weight-only-group-off-by-one")
+        throw Error("QPARITY_TEST_FAULT", "'" + std::string(f) +
+                                              "' is not a fault; the one planted fault is "
+                                              "weight-only-group-off-by-one");
+      o.methods.fault_group_off_by_one = true;
+      std::cerr << "qparity engine: WARNING: QPARITY_TEST_FAULT=" << f
+                << ": a deliberate fault is planted in the weight-only GEMM (tests only)\n";
+    }
+    return load_planned_gpu_model(dir, std::move(cfg), std::move(plan), o, progress);
+  }
+  auto m = load_bf16_gpu_model(dir, std::move(cfg), progress);
+  m->dialect = options.dialect;
+  return m;
+}
+
+std::unique_ptr<GpuModel> load_bf16_gpu_model(const fs::path& dir, ModelConfig cfg,
+                                              std::ostream* progress) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<GpuModel>();
   m->dir = dir;
-  m->cfg = load_model_config(dir / "config.json");
+  m->cfg = std::move(cfg);
   const ModelConfig& c = m->cfg;
-  const std::string where = (dir / "config.json").string();
-  if (c.attention_bias || c.mlp_bias)
-    throw Error(where, "attention_bias / mlp_bias: the GPU engine has no bias path yet");
-  if (c.hidden_act != "silu")
-    throw Error(where, "hidden_act '" + c.hidden_act + "': the GPU engine implements silu");
   const Checkpoint ck = Checkpoint::open(dir);
-  for (const auto& [name, ref] : ck.tensors())
-    if (looks_quantized(name))
-      throw Error(ck.root().string(),
-                  "tensor " + name +
-                      " belongs to a quantized checkpoint; the GPU engine runs "
-                      "unquantized (BF16 / F16 / F32) checkpoints in this version");
 
   // ---- structure: every buffer's parts, checked, then allocated ----
   const uint64_t h = static_cast<uint64_t>(c.hidden), q = static_cast<uint64_t>(c.q_size()),
@@ -119,6 +132,18 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
       plan.push_back({&l.down, {{p + "mlp.down_proj.weight", {h, inter}}}});
     }
   }
+  // Every checkpoint tensor has a consumer: anything else is not this model (or is a quantized
+  // checkpoint whose quantization config is missing), never silently dropped.
+  std::set<std::string> consumed;
+  for (const Pending& pb : plan)
+    for (const Part& part : pb.parts)
+      consumed.insert(part.name);
+  for (const auto& [name, ref] : ck.tensors())
+    if (!consumed.count(name))
+      throw Error(ck.root().string() + ": tensor '" + name + "'",
+                  "is not used by an unquantized " + std::string(arch_name(c.arch)) +
+                      " model (unexpected tensor; a quantized checkpoint needs its quantization "
+                      "config: quant_model_description.json or config.json quantization_config)");
   for (Pending& pb : plan) {
     uint64_t n = 0;
     for (const Part& part : pb.parts) {
@@ -133,9 +158,7 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
     m->weight_bytes += n * 2;
   }
   m->lm_head = tied ? m->embed.get() : m->lm_head_own.get();
-  const reference::Rope rope(c);
-  m->inv_freq = DeviceBuffer<double>(rope.inv_freq());
-  m->rope_scaling = rope.attention_scaling();
+  attach_rope(*m);
   if (progress)
     *progress << "qparity engine: " << dir.string() << ": " << plan.size() << " buffers, "
               << (m->weight_bytes >> 20) << " MiB of bf16 weights allocated\n";
@@ -196,9 +219,7 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed) 
       make(l.down, h * in, 0.f);
     }
   }
-  const reference::Rope rope(c);
-  m->inv_freq = DeviceBuffer<double>(rope.inv_freq());
-  m->rope_scaling = rope.attention_scaling();
+  attach_rope(*m);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   return m;
 }

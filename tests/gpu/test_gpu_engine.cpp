@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "../accuracy/accuracy_util.h"
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "golden/compare.h"
@@ -515,13 +517,19 @@ TEST_F(GpuEngine, PlantedFaultIsLocalToItsLayerInEngineReruns) {
   EXPECT_TRUE(verdict_of(1, "layers.1.attn.out")) << "layer 1 on clean inputs: INHERITED";
 }
 
-TEST(GpuEngineLoader, RefusesQuantizedCheckpointsByName) {
+TEST(GpuEngineLoader, RefusesTensorsNothingConsumes) {
+  // A compressed-tensors checkpoint whose quantization_config is gone: its plan quantizes
+  // nothing, so its weight_packed tensors have no consumer; the loader names one instead of
+  // dropping them (and reads no weight, so this runs without a device).
   const fs::path root =
       fs::temp_directory_path() / ("qparity_gpu_loader_" + std::to_string(test::test_seed()));
   fs::create_directories(root);
-  const fs::path q = test::tiny_checkpoint(root, "llama", "w8a16-ch", 3);
+  const fs::path q = test::tiny_checkpoint(root, "llama", "w4a16-g32", 3);
+  Json cfg = Json::parse(std::ifstream(q / "config.json"));
+  cfg.erase("quantization_config");
+  std::ofstream(q / "config.json") << cfg.dump(2);
   EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(q, nullptr); }),
-              HasSubstr("belongs to a quantized checkpoint"));
+              AllOf(HasSubstr("unexpected tensor"), HasSubstr("weight_packed")));
   fs::remove_all(root);
 }
 

@@ -3,7 +3,8 @@
 # builds sm_90a code here without a GPU. So: build here, carry the stripped binaries, run there.
 #   here:   bash tools/device/prebuilt.sh pack [BUILD_DIR]   (default build/) -> .devbin/
 #   there:  bash tools/device/prebuilt.sh run [STAGE...]     (device tool, carry [".devbin"])
-# Stages (default: tests sanitize ab bench; tp needs two GPUs, e.g. nvidia-h200-x2):
+# Stages (default: tests sanitize ab bench; tp needs two GPUs, e.g. nvidia-h200-x2; qbench and
+# qsanitize are the quantized linears' bench and sanitizer runs):
 #   tp        the NCCL tensor-parallel tests, three rounds of fresh seeds, then memcheck (memory
 #             errors only: NCCL's own probes return API errors it handles) and racecheck
 #   tests     every gpu suite (on a one-GPU machine the tp suite skips, saying why)
@@ -15,7 +16,8 @@
 # files come back from $OUT, so each stage writes one log.
 set -uo pipefail
 bins=(tests/gpu/test_gpu_kernels tests/gpu/test_gpu_engine tests/gpu/test_gpu_codecs
-      tests/gpu/test_gpu_tensor_parallel bench/bench_engine)
+      tests/gpu/test_gpu_tensor_parallel tests/gpu/test_gpu_quant_linears
+      tests/gpu/test_gpu_engine_quantized bench/bench_engine bench/bench_quant_linears)
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -41,7 +43,7 @@ run)
   nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv \
     | tee "$OUT/device.txt"
   rc=0
-  for b in "$B"/test_* "$B"/bench_engine; do
+  for b in "$B"/test_* "$B"/bench_*; do
     ldd "$b" | grep -q 'not found' && { echo "prebuilt: $b lacks libraries:"; ldd "$b" | grep 'not found'; rc=1; }
   done
   [ $rc -eq 0 ] || exit 1
@@ -92,6 +94,13 @@ run)
           echo "single_pass=$sp ${line:-no result (exit $src): $(tail -1 <<< "$out")}"
         done
       done | tee "$OUT/ab.log"
+      ;;
+    qsanitize)
+      sanitize "$OUT/qsanitizer.log" "$B/test_gpu_quant_linears"
+      ;;
+    qbench)
+      timeout 300 "$B/bench_quant_linears" > "$OUT/qbench.log" 2>&1 || rc=1
+      cat "$OUT/qbench.log"
       ;;
     bench)
       timeout 300 "$B/bench_engine" > "$OUT/bench.log" 2>&1 || rc=1

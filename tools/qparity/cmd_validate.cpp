@@ -34,6 +34,7 @@
 #ifdef QPARITY_HAS_ENGINE
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
 #endif
 
 namespace qparity::cli {
@@ -298,59 +299,98 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
 void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, const fs::path& work,
                              std::vector<std::string>& failed) {
 #ifdef QPARITY_HAS_ENGINE
-  // Engine against the reference, when a GPU is here: the bf16 model (the engine's quantized
-  // linear methods are not built yet), the reference golden in emulate mode, the engine policy.
+  // Engine against the reference, when a GPU is here: the bf16 model and every scheme the GPU
+  // runs, each against the reference golden of the same checkpoint in emulate mode, judged by that
+  // scheme's engine policy. MoE experts stay bf16 in the engine rows' checkpoints (quantized
+  // experts are not on the GPU yet); the row's report says so.
   std::string why;
   if (o_.no_engine) return;
   if (!gpu::query_device(0, &why)) {
     std::cerr << "qparity validate: no engine rows (no usable GPU: " << why << ")\n";
     return;
   }
-  const auto te = std::chrono::steady_clock::now();
-  golden::ReferenceRunOptions er;
-  er.point_precision = golden::PointPrecision::kF32;
-  er.mode = reference::PrecisionMode::kEmulate;
-  golden::Golden ref = golden::run_reference(t.dir, in, er, nullptr);
-  ref.meta.model = t.name;
-  const fs::path rfile = work / (t.name + ".bf16.emulate.h5");
-  write_golden(rfile, ref, OverwritePolicy::kReplace);
-  gpu::EngineOptions eo;
-  eo.max_tokens = std::max<int64_t>(o_.seq_len * o_.sequences, o_.seq_len);
-  eo.max_seqs = std::max<int64_t>(o_.sequences, 1);
-  eo.max_context = o_.seq_len + 1;
-  gpu::Engine e(gpu::load_gpu_model(t.dir, nullptr), eo);
-  const golden::Policy policy = golden::load_policy(policies_ / "bf16.json");
-  const auto ref_reader = golden::GoldenReader::open(rfile);
-  golden::CompareOptions co;
-  co.policy = &policy;
-  const auto row = [&](golden::Golden cand, const std::string& file, const std::string& scheme) {
-    cand.meta.model = t.name;
-    cand.meta.scheme = scheme;
-    cand.meta.point_precision = golden::PointPrecision::kF32;
-    write_golden(work / file, cand, OverwritePolicy::kReplace);
-    golden::CompareReport r =
-        golden::compare_goldens(ref_reader, golden::GoldenReader::open(work / file), co);
-    r.policy_source = "validate: " + (policies_ / "bf16.json").string();
-    golden::write_report(golden::report_json(r, "engine"), o_.out);
-    if (r.verdict == golden::Judgement::kFail)
-      failed.push_back(t.name + "/" + scheme + " engine (" + to_string(cand.meta.run_mode) +
-                       ") on " + cand.meta.device + ": " + r.failures.front());
-    return r;
-  };
-  // Layer-local: each layer on the reference's own inputs, judged point by point. Free run: the
-  // engine on its own from the tokens, judged end to end (the policy says which gates judge
-  // which run).
-  const auto local = row(gpu::engine_golden_local(e, ref_reader, "*", nullptr),
-                         t.name + ".engine-local.h5", "bf16");
-  const auto free =
-      row(gpu::engine_golden(e, in, "*", true, nullptr), t.name + ".engine.h5", "bf16-free-run");
-  std::cerr << "qparity validate: " << t.name << " bf16 on " << gpu::device_name()
-            << ": engine vs reference, layer-local " << golden::to_string(local.verdict)
-            << "; free run " << golden::to_string(free.verdict) << ", mean KLD "
-            << free.e2e.kld_mean.value << ", top-1 " << free.e2e.top1.value << " ("
-            << seconds_since(te) << " s)\n";
-  std::cerr << "qparity validate: the GPU engine runs unquantized checkpoints only; the "
-               "quantized schemes have format rows, no engine rows\n";
+  const ModelConfig cfg = load_model_config(t.dir / "config.json");
+  std::vector<std::string> schemes = {"bf16"};
+  for (const auto& scheme : t.schemes) {
+    const SchemeId id = parse_scheme_id(scheme);
+    if (scheme_family(id.kind) != SchemeFamily::kWeight) {
+      std::cerr << "qparity validate: " << t.name << " " << scheme
+                << ": no engine row (KV-cache schemes and transforms are not on the GPU yet)\n";
+      continue;
+    }
+    if (!gpu::gpu_supports_linear_scheme(id, &why)) {
+      std::cerr << "qparity validate: " << t.name << " " << scheme << ": no engine row (" << why
+                << ")\n";
+      continue;
+    }
+    schemes.push_back(scheme);
+  }
+  for (const std::string& scheme : schemes) {
+    const auto te = std::chrono::steady_clock::now();
+    fs::path dir = t.dir;
+    std::vector<std::string> notes;
+    if (scheme != "bf16") {
+      fixtures::QuantizeCheckpointOptions qo;
+      qo.ignore_unsupported = true;
+      if (cfg.num_experts > 0) {
+        qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
+        notes.push_back(
+            "the MoE experts stay bf16 in this engine row: quantized experts are not "
+            "on the GPU yet; the format row quantizes them");
+      }
+      dir = work / (t.name + "." + scheme + ".engine-ckpt");
+      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), reference::Dialect::kIdeal, dir,
+                                    {}, OverwritePolicy::kReplace, nullptr, qo);
+    }
+    golden::ReferenceRunOptions er;
+    er.point_precision = golden::PointPrecision::kF32;
+    er.mode = reference::PrecisionMode::kEmulate;
+    golden::Golden ref = golden::run_reference(dir, in, er, nullptr);
+    ref.meta.model = t.name;
+    ref.meta.scheme = scheme;
+    const fs::path rfile = work / (t.name + "." + scheme + ".emulate.h5");
+    write_golden(rfile, ref, OverwritePolicy::kReplace);
+    gpu::EngineOptions eo;
+    eo.max_tokens = std::max<int64_t>(o_.seq_len * o_.sequences, o_.seq_len);
+    eo.max_seqs = std::max<int64_t>(o_.sequences, 1);
+    eo.max_context = o_.seq_len + 1;
+    gpu::Engine e(gpu::load_gpu_model(dir, nullptr), eo);
+    const fs::path policy_file = policies_ / (scheme + ".json");
+    const golden::Policy policy = golden::load_policy(policy_file);
+    const auto ref_reader = golden::GoldenReader::open(rfile);
+    golden::CompareOptions co;
+    co.policy = &policy;
+    const auto row = [&](golden::Golden cand, const std::string& file, const std::string& name) {
+      cand.meta.model = t.name;
+      cand.meta.scheme = name;
+      cand.meta.point_precision = golden::PointPrecision::kF32;
+      write_golden(work / file, cand, OverwritePolicy::kReplace);
+      golden::CompareReport r =
+          golden::compare_goldens(ref_reader, golden::GoldenReader::open(work / file), co);
+      r.policy_source = "validate: " + policy_file.string();
+      Json rep = golden::report_json(r, "engine");
+      for (const auto& n : notes)
+        rep["summary"]["notes"].push_back(n);
+      golden::write_report(rep, o_.out);
+      if (r.verdict == golden::Judgement::kFail)
+        failed.push_back(t.name + "/" + name + " engine (" + to_string(cand.meta.run_mode) +
+                         ") on " + cand.meta.device + ": " + r.failures.front());
+      return r;
+    };
+    // Layer-local: each layer on the reference's own inputs, judged point by point. Free run: the
+    // engine on its own from the tokens, judged end to end (the policy says which gates judge
+    // which run).
+    const auto local = row(gpu::engine_golden_local(e, ref_reader, "*", nullptr),
+                           t.name + "." + scheme + ".engine-local.h5", scheme);
+    const auto free = row(gpu::engine_golden(e, in, "*", true, nullptr),
+                          t.name + "." + scheme + ".engine.h5", scheme + "-free-run");
+    std::cerr << "qparity validate: " << t.name << " " << scheme << " on " << gpu::device_name()
+              << ": engine vs reference, layer-local " << golden::to_string(local.verdict)
+              << "; free run " << golden::to_string(free.verdict) << ", mean KLD "
+              << free.e2e.kld_mean.value << ", top-1 " << free.e2e.top1.value << " ("
+              << seconds_since(te) << " s)\n";
+    if (!o_.keep_work && scheme != "bf16") fs::remove_all(dir);
+  }
 #else
   (void)t, (void)in, (void)work, (void)failed;
 #endif

@@ -1,0 +1,126 @@
+#include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/weight_only_gemm.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+constexpr int kWarps = 4;  // output rows per block, one warp each
+
+template <typename S>
+__device__ float load_scale(const void* s, int64_t i) {
+  if constexpr (sizeof(S) == 2)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(s)[i]);
+  else
+    return static_cast<const float*>(s)[i];
+}
+
+// One warp per output row n, kTokens tokens per block row of the grid. Each lane streams 16
+// bytes of codes per step (kCodes codes, all in one group), strided by the warp.
+template <int kBits, typename S, int kTokens>
+__global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnlyGemmParams p) {
+  constexpr int kCodes = kBits == 8 ? 16 : 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= p.n) return;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
+  const int64_t groups = p.k / p.group;
+  const int64_t row_bytes = p.k * kBits / 8;
+  const uint8_t* wrow = static_cast<const uint8_t*>(p.w) + n * row_bytes;
+  float acc[kTokens];
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j)
+    acc[j] = 0.f;
+  for (int64_t k0 = static_cast<int64_t>(lane) * kCodes; k0 < p.k; k0 += 32 * kCodes) {
+    int64_t g = k0 / p.group;
+    if (p.fault_group_off_by_one && g + 1 < groups) ++g;
+    const float s = load_scale<S>(p.scales, n * groups + g);
+    float z = 0.f;
+    if (p.zeros_f32) z = p.zeros_f32[n * groups + g];
+    if (p.zeros_i8) z = static_cast<float>(p.zeros_i8[n * groups + g]);
+    if constexpr (kBits == 4) z += 8.f;  // stored u = q + 8
+    const uint4 raw = *reinterpret_cast<const uint4*>(wrow + k0 * kBits / 8);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float w[kCodes];
+#pragma unroll
+    for (int i = 0; i < kCodes; ++i) {
+      int code;
+      if constexpr (kBits == 8)
+        code = static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xFF);
+      else
+        code = static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xF);
+      w[i] = (static_cast<float>(code) - z) * s;
+    }
+#pragma unroll
+    for (int j = 0; j < kTokens; ++j) {
+      if (j >= mt) break;
+      const uint4* xr = reinterpret_cast<const uint4*>(p.x + (m0 + j) * p.k + k0);
+#pragma unroll
+      for (int v = 0; v < kCodes / 8; ++v) {
+        const uint4 xv = xr[v];
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(h[e]);
+          acc[j] = fmaf(f.x, w[v * 8 + 2 * e], acc[j]);
+          acc[j] = fmaf(f.y, w[v * 8 + 2 * e + 1], acc[j]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j) {
+    float a = acc[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0 && j < mt) {
+      if (p.bias) a += p.bias[n];
+      p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
+    }
+  }
+}
+
+template <int kBits, typename S>
+void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
+  const dim3 block(kWarps * 32);
+  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
+  // The token tile only sets how often the weights are re-read; a token's sums are the same in
+  // every tile size.
+  if (p.m == 1) {
+    weight_only_gemm_kernel<kBits, S, 1><<<dim3(nb, 1), block, 0, stream>>>(p);
+  } else if (p.m <= 4) {
+    weight_only_gemm_kernel<kBits, S, 4><<<dim3(nb, 1), block, 0, stream>>>(p);
+  } else {
+    const unsigned mb = static_cast<unsigned>((p.m + 7) / 8);
+    weight_only_gemm_kernel<kBits, S, 8><<<dim3(nb, mb), block, 0, stream>>>(p);
+  }
+}
+
+}  // namespace
+
+void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream) {
+  constexpr const char* kn = "weight_only_gemm";
+  require(p.bits == 4 || p.bits == 8, kn, "bits must be 4 or 8, got " + std::to_string(p.bits));
+  require(p.x && p.w && p.scales && p.y, kn, "x, w, scales and y are required");
+  require(!(p.zeros_f32 && p.zeros_i8), kn, "zeros_f32 and zeros_i8 are exclusive");
+  require(p.m >= 0 && p.n > 0 && p.k > 0 && p.group > 0, kn, "m >= 0, n > 0, k > 0, group > 0");
+  const int64_t c = weight_only_codes_per_load(p.bits);
+  require(p.k % c == 0, kn,
+          "k " + std::to_string(p.k) + " must be a multiple of " + std::to_string(c) + " for int" +
+              std::to_string(p.bits) + " weights");
+  require(p.group % c == 0 && p.k % p.group == 0, kn,
+          "group " + std::to_string(p.group) + " must be a multiple of " + std::to_string(c) +
+              " and divide k " + std::to_string(p.k));
+  require(aligned(p.x, 16) && aligned(p.w, 16), kn, "x and w must be 16-byte aligned");
+  require(p.m <= 65535LL * 8, kn, "m too large for one launch");
+  if (p.m == 0) return;
+  if (p.bits == 8)
+    p.scale_bf16 ? launch_for<8, __nv_bfloat16>(p, stream) : launch_for<8, float>(p, stream);
+  else
+    p.scale_bf16 ? launch_for<4, __nv_bfloat16>(p, stream) : launch_for<4, float>(p, stream);
+  check_launch(kn);
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,196 @@
+#include "gpu_engine/planned_model_loader.h"
+
+#include <chrono>
+#include <ostream>
+#include <set>
+
+#include "core/codecs/float_format.h"
+#include "core/error.h"
+#include "core/safetensors/checkpoint.h"
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/staged_upload.h"
+#include "reference_cpu/layers/rope.h"
+#include "reference_cpu/models/model_loader.h"
+
+namespace qparity::gpu {
+
+namespace fs = std::filesystem;
+
+bool plan_quantizes_anything(const QuantPlan& plan) {
+  for (const PlanEntry& e : plan)
+    if (e.quantized() || (e.role == ModuleRole::kNorm && e.scheme)) return true;
+  return false;
+}
+
+std::string plan_scheme_summary(const QuantPlan& plan) {
+  std::set<std::string> schemes;
+  for (const PlanEntry& e : plan)
+    if (e.quantized() && e.role != ModuleRole::kExpertStack) schemes.insert(e.scheme_string());
+  if (schemes.empty()) return "bf16";
+  std::string out;
+  for (const auto& s : schemes)
+    out += (out.empty() ? "" : "+") + s;
+  return out;
+}
+
+void check_gpu_can_run(const QuantPlan& plan) {
+  for (const PlanEntry& e : plan) {
+    if (!e.scheme) continue;
+    const std::string scheme = e.scheme_string();
+    const std::string why_entry = e.why.file.empty() ? "" : " (from " + e.why.file + ")";
+    switch (e.role) {
+      case ModuleRole::kLinear: {
+        if (!e.quantized() || e.expert >= 0) break;  // experts: judged as their stack
+        if (e.prefix == "lm_head")
+          throw Error(e.prefix, "scheme " + scheme + why_entry +
+                                    ": a quantized lm_head is not on the GPU yet; the engine "
+                                    "never runs a quantized layer as bf16");
+        std::string why;
+        if (!gpu_supports_linear_scheme(*e.scheme, &why))
+          throw Error(e.prefix, "scheme " + scheme + why_entry + ": " + why +
+                                    "; the engine never runs a quantized layer as bf16");
+        break;
+      }
+      case ModuleRole::kExpertStack:
+        if (e.quantized())
+          throw Error(e.prefix, "scheme " + scheme + why_entry +
+                                    ": quantized MoE experts are not on the GPU yet (issue 26); "
+                                    "the engine never runs a quantized layer as bf16");
+        break;
+      case ModuleRole::kKvCache:
+        if (e.quantized())
+          throw Error(e.prefix, "KV-cache scheme " + scheme + why_entry +
+                                    ": a quantized KV cache is not on the GPU yet (issue 26); the "
+                                    "engine never runs a quantized cache as bf16");
+        break;
+      case ModuleRole::kNorm:
+        throw Error(e.prefix, "transform " + scheme + why_entry +
+                                  ": the folded norm weight and bias are not on the GPU yet");
+    }
+  }
+}
+
+void attach_rope(GpuModel& m) {
+  const reference::Rope rope(m.cfg);
+  m.inv_freq = DeviceBuffer<double>(rope.inv_freq());
+  m.rope_scaling = rope.attention_scaling();
+}
+
+namespace {
+
+// fp64 values as bf16 on the device, each rounded once (round to nearest even). Exact for the
+// values of a bf16 checkpoint; an F32 / F16 checkpoint's weights are rounded here, as the bf16
+// path rounds them at upload.
+void upload_values(Bf16Buffer& dst, const std::vector<double>& v, size_t offset = 0) {
+  std::vector<uint16_t> codes(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    codes[i] = codec::double_to_bf16(v[i]);
+  QPARITY_CUDA_CHECK(
+      cudaMemcpy(dst.get() + offset, codes.data(), codes.size() * 2, cudaMemcpyHostToDevice));
+}
+
+Bf16Buffer norm_buffer(const reference::NormWeights& w, const std::string& prefix) {
+  if (!w.bias.empty())
+    throw Error(prefix + ".bias", "an anti-outlier norm bias: not on the GPU yet");
+  Bf16Buffer b(w.weight.size());
+  upload_values(b, w.weight);
+  return b;
+}
+
+bool is_bf16_method(const reference::LinearMethod& lm) {
+  return lm.config().scheme.kind == SchemeKind::kBf16;
+}
+
+// The dense weight of an unquantized method, experts stacked in order.
+Bf16Buffer dense_buffer(const reference::LinearMethod& lm, size_t& bytes) {
+  const auto& s = lm.shape();
+  const size_t per = static_cast<size_t>(s.out_features() * s.in_features);
+  Bf16Buffer b(per * static_cast<size_t>(s.expert_count()));
+  for (int64_t e = 0; e < s.expert_count(); ++e)
+    upload_values(b, lm.dequantized_weight(e).data, per * static_cast<size_t>(e));
+  bytes += b.bytes();
+  return b;
+}
+
+// One dense-layer linear: bf16 buffer or GPU method.
+void place(const reference::LinearMethod& lm, Bf16Buffer& dense,
+           std::unique_ptr<GpuLinearMethod>& quant, const GpuMethodOptions& o, size_t& bytes) {
+  if (is_bf16_method(lm)) {
+    dense = dense_buffer(lm, bytes);
+    return;
+  }
+  quant = make_gpu_linear_method(lm, o);
+  bytes += quant->device_bytes();
+}
+
+}  // namespace
+
+std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfig cfg,
+                                                 QuantPlan plan, const GpuLoadOptions& options,
+                                                 std::ostream* progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_gpu_can_run(plan);
+  auto m = std::make_unique<GpuModel>();
+  m->dir = dir;
+  m->cfg = cfg;
+  m->scheme = plan_scheme_summary(plan);
+  m->dialect = options.dialect;
+  auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  // Steps 1-3 of the lifecycle, shared with the reference (every tensor routed, every shape and
+  // dtype checked, an unexpected tensor an Error naming it).
+  const std::unique_ptr<reference::CausalLm> host = reference::load_model(
+      ck, std::move(cfg), std::move(plan), options.dialect, reference::PrecisionMode::kExact);
+  const ModelConfig& c = m->cfg;
+  if (progress)
+    *progress << "qparity engine: " << dir.string() << ": plan " << m->scheme
+              << " loaded and processed on the host in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+              << " s\n";
+  {
+    const std::string name = "model.embed_tokens.weight";
+    const TensorRef& t = ck->at(name);
+    m->embed = Bf16Buffer(static_cast<size_t>(c.vocab * c.hidden));
+    StagedUploader up;
+    up.upload_bf16(m->embed.get(), t.bytes(), t.info->dtype, name);
+    up.finish();
+    m->weight_bytes += m->embed.bytes();
+  }
+  m->final_norm = norm_buffer(host->final_norm(), "model.norm");
+  const bool tied = c.tie_word_embeddings && !ck->contains("lm_head.weight");
+  if (tied) {
+    m->lm_head = m->embed.get();
+  } else {
+    m->lm_head_own = dense_buffer(*host->lm_head(), m->weight_bytes);
+    m->lm_head = m->lm_head_own.get();
+  }
+  m->layers.resize(host->layers().size());
+  for (const reference::DecoderLayer& hl : host->layers()) {
+    GpuLayerWeights& l = m->layers[static_cast<size_t>(hl.index)];
+    const std::string p = "model.layers." + std::to_string(hl.index);
+    l.input_norm = norm_buffer(hl.input_norm, p + ".input_layernorm");
+    l.post_norm = norm_buffer(hl.post_attention_norm, p + ".post_attention_layernorm");
+    if (hl.attn.q_norm) l.q_norm = norm_buffer(*hl.attn.q_norm, p + ".self_attn.q_norm");
+    if (hl.attn.k_norm) l.k_norm = norm_buffer(*hl.attn.k_norm, p + ".self_attn.k_norm");
+    place(*hl.attn.qkv, l.qkv, l.qkv_q, options.methods, m->weight_bytes);
+    place(*hl.attn.o_proj, l.o_proj, l.o_proj_q, options.methods, m->weight_bytes);
+    l.moe = hl.moe.has_value();
+    if (l.moe) {
+      l.router = dense_buffer(*hl.moe->router, m->weight_bytes);
+      l.w13 = dense_buffer(*hl.moe->w13, m->weight_bytes);
+      l.w2 = dense_buffer(*hl.moe->w2, m->weight_bytes);
+    } else {
+      place(*hl.mlp->gate_up, l.gate_up, l.gate_up_q, options.methods, m->weight_bytes);
+      place(*hl.mlp->down, l.down, l.down_q, options.methods, m->weight_bytes);
+    }
+  }
+  attach_rope(*m);
+  QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+  if (progress)
+    *progress << "qparity engine: " << (m->weight_bytes >> 20) << " MiB of weights (" << m->scheme
+              << ") on the device in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+              << " s\n";
+  return m;
+}
+
+}  // namespace qparity::gpu

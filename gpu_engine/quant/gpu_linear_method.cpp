@@ -1,0 +1,76 @@
+#include "gpu_engine/quant/gpu_linear_method.h"
+
+#include "core/error.h"
+#include "gpu_engine/quant/weight_only_int.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::gpu {
+
+bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
+  const auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  switch (s.kind) {
+    case SchemeKind::kBf16:  // the engine's own bf16 paths (no GpuLinearMethod)
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+    case SchemeKind::kW4A16G32:
+      return true;
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+    case SchemeKind::kW8A8Int8Dyn:
+      return no("int8 activation quantization and int8 GEMMs are not on the GPU yet (issue 25)");
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+      return no("fp8 activation quantization and fp8 GEMMs are not on the GPU yet (issue 25)");
+    case SchemeKind::kNvfp4:
+    case SchemeKind::kMxint4:
+    case SchemeKind::kMxfp4:
+    case SchemeKind::kMxfp8:
+      return no("the 4-bit and MX formats are not on the GPU yet (issue 26)");
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kKvInt8:
+    case SchemeKind::kKvFp8:
+    case SchemeKind::kSmoothQuant:
+      return no("not a linear weight scheme");
+  }
+  return no("unknown scheme");
+}
+
+std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearMethod& host,
+                                                        const GpuMethodOptions& options) {
+  const SchemeId& s = host.config().scheme;
+  std::string why;
+  if (!gpu_supports_linear_scheme(s, &why))
+    throw Error(host.shape().prefix, "scheme " + to_string(s) + ": " + why);
+  if (!host.processed())
+    throw Error(host.shape().prefix, "the reference method was not processed before the upload");
+  switch (s.kind) {
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+    case SchemeKind::kW4A16G32:
+      return std::make_unique<WeightOnlyIntMethod>(host, options);
+    case SchemeKind::kBf16:
+      throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+    case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+    case SchemeKind::kNvfp4:
+    case SchemeKind::kMxint4:
+    case SchemeKind::kMxfp4:
+    case SchemeKind::kMxfp8:
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kKvInt8:
+    case SchemeKind::kKvFp8:
+    case SchemeKind::kSmoothQuant:
+      break;
+  }
+  throw Error(host.shape().prefix, "scheme " + to_string(s) + " has no GPU method");
+}
+
+}  // namespace qparity::gpu

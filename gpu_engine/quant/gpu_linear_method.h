@@ -1,0 +1,67 @@
+#pragma once
+// The GPU side of the LinearMethod lifecycle (ARCHITECTURE.md, reference_cpu/quant/
+// linear_method.h). Steps 1-3 are shared with the reference literally: the same QuantPlan entry
+// makes the same reference::LinearMethod, which registers the checkpoint's tensors
+// (create_weights), takes them from the loader with every name, dtype and shape checked (load),
+// and converts them to the scheme's run-time form once (process_weights_after_loading: U8 shift,
+// offset and zero-point conventions, partition fusion, scale checks). The GPU method then takes
+// that processed form and builds its kernels' layout on the device (repacking codes, narrowing
+// scales where exact), and the host copy is dropped. Step 4, apply(), runs on the device.
+//
+// A scheme the GPU has no method for is an Error naming the layer and the scheme: no quantized
+// layer ever runs as bf16.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/quant/scheme_registry.h"
+
+namespace qparity::reference {
+class LinearMethod;
+}
+
+namespace qparity::gpu {
+
+class GpuLinearMethod {
+ public:
+  GpuLinearMethod(std::string prefix, SchemeId scheme, int64_t out_features, int64_t in_features)
+      : prefix_(std::move(prefix)), scheme_(std::move(scheme)), n_(out_features), k_(in_features) {}
+  virtual ~GpuLinearMethod() = default;
+  GpuLinearMethod(const GpuLinearMethod&) = delete;
+  GpuLinearMethod& operator=(const GpuLinearMethod&) = delete;
+
+  const std::string& prefix() const { return prefix_; }
+  const SchemeId& scheme() const { return scheme_; }
+  int64_t out_features() const { return n_; }
+  int64_t in_features() const { return k_; }
+
+  // y [t, n] = the layer applied to x [t, k], bf16 row-major device buffers, on `stream`.
+  virtual void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
+                     cudaStream_t stream) const = 0;
+  // Device bytes of the layer's run-time tensors.
+  virtual size_t device_bytes() const = 0;
+
+ private:
+  std::string prefix_;
+  SchemeId scheme_;
+  int64_t n_, k_;
+};
+
+// Whether the GPU has a method for `scheme` on a dense (non-expert) linear; when not, `why` says
+// what is missing.
+bool gpu_supports_linear_scheme(const SchemeId& scheme, std::string* why);
+
+struct GpuMethodOptions {
+  // Test-only fault injection (weight_only_gemm.h): the deliberate bug bisect must find.
+  bool fault_group_off_by_one = false;
+};
+
+// Step 3 on the device: the GPU method of a processed reference method. Throws naming the layer
+// (host.shape().prefix) and the scheme when the GPU cannot run it.
+std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearMethod& host,
+                                                        const GpuMethodOptions& options = {});
+
+}  // namespace qparity::gpu

@@ -1,0 +1,46 @@
+#pragma once
+// The weight-only integer family on the GPU: msModelSlim W8A16 (`w8a16-ch`, `w8a16-g<N>`, with
+// offsets; reference_cpu/quant/w8a16.h) and compressed-tensors pack-quantized INT4 / INT8
+// (`w4a16-g32`, symmetric or asymmetric; reference_cpu/quant/pack_quantized_int.h). Both are
+// w = (q - zero) * scale per group along K with bf16 activations, so one kernel family
+// (kernels/weight_only_gemm.h) serves them.
+//
+// Built from the processed reference method's IntWeightOnly (codes in column order, zeros in code
+// units, fp64 scales that are the checkpoint's own F32 / BF16 values) and repacked once:
+//   codes   int8 as is; int4 two a byte, low nibble first, u = q + 8;
+//   scales  bf16 when every scale is exactly a bf16 value (compressed-tensors stores them in the
+//           model dtype), else fp32 (msModelSlim's F32 scales), never rounded;
+//   zeros   absent when all zero (symmetric); int8 when all are integers in [-128, 127] and the
+//           codes are int4; else fp32 (msModelSlim's F32 offsets, kept exactly);
+//   bias    fp32, when the layer has a non-zero one.
+// The GPU cannot run: actorder=group (a column permutation; refused by the reference accessor),
+// bit widths other than 4 and 8, K or group not a multiple of 16 (int8) / 32 (int4). Each is an
+// Error naming the layer.
+#include <memory>
+
+#include "gpu_engine/device_buffer.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::gpu {
+
+class WeightOnlyIntMethod final : public GpuLinearMethod {
+ public:
+  WeightOnlyIntMethod(const reference::LinearMethod& host, const GpuMethodOptions& options);
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
+             cudaStream_t stream) const override;
+  size_t device_bytes() const override;
+  int bits() const { return bits_; }
+  int64_t group() const { return group_; }
+
+ private:
+  int bits_ = 8;
+  int64_t group_ = 0;
+  bool scale_bf16_ = false, fault_ = false;
+  DeviceBuffer<uint8_t> codes_;
+  DeviceBuffer<float> scales_f32_, zeros_f32_, bias_;
+  DeviceBuffer<__nv_bfloat16> scales_bf16_;
+  DeviceBuffer<int8_t> zeros_i8_;
+};
+
+}  // namespace qparity::gpu
