@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/capture/capture_points.h"
 #include "core/error.h"
 
 namespace qparity::golden {
@@ -106,6 +107,9 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     p.name = name;
     p.cols = a.cols;
     const bool ids = ends_with(name, ".topk_ids");
+    // Activation codes and their scales: the dialect fixes every bit, so they compare exactly
+    // (mismatches counted) besides the float metrics.
+    const bool exact = is_activation_code_point(name);
     const bool expert_out = ends_with(name, ".moe.expert_out");
     if (expert_out || ends_with(name, ".moe.topk_weights")) {
       // Per-slot values are compared per (token, expert) on the experts both sides chose, slots
@@ -130,7 +134,7 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       if (p.stats.first_nonfinite < 0) p.stats.first_nonfinite = raw.first_nonfinite;
       if (expert_out) r.experts.push_back({name, al.matched, al.unmatched, std::move(al.experts)});
     } else {
-      p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids);
+      p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids || exact);
     }
     if (ids) {
       const RouterFlips f = compare_router(a.data, b.data, a.rows, a.cols);

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "core/safetensors/checkpoint.h"
 #include "core/sha256.h"
@@ -158,6 +159,25 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
         q.stored_row(r, row);
         for (int64_t c : row)
           it->saturated += saturated_code(c, q.lattice);
+      }
+      // The dense linears' codes as points (what an engine's quantization kernel must match
+      // bit for bit); expert stacks (a routed subset of tokens each) and KV caches are not.
+      const std::string values = name + ".x_values", scales = name + ".x_scales";
+      if (is_activation_code_point(values) && trace.wants(values)) {
+        reference::Matrix v(q.rows, q.cols);
+        for (int64_t r = 0; r < q.rows; ++r)
+          for (int64_t c = 0; c < q.cols; ++c)
+            v(r, c) = static_cast<double>(q.code(r, c)) * q.lattice;
+        trace.record(values, v);
+      }
+      if (is_activation_code_point(scales) && trace.wants(scales)) {
+        // One row per token (a per-tensor or per-block scale repeated over its rows), as every
+        // point has.
+        reference::Matrix sc(q.rows, q.scales.cols);
+        for (int64_t r = 0; r < q.rows; ++r)
+          for (int64_t c = 0; c < q.scales.cols; ++c)
+            sc(r, c) = q.scales(std::min(r / q.block_rows, q.scales.rows - 1), c);
+        trace.record(scales, sc);
       }
       it->codes += q.rows * q.cols;
       it->scales += static_cast<int64_t>(q.scales.data.size());

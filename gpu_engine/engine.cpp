@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/codecs/float_format.h"
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
@@ -23,14 +24,14 @@ namespace qparity::gpu {
 
 namespace {
 
-enum class Elem { kBf16, kF32, kI32 };
+enum class Elem { kBf16, kF32, kI32, kI8, kE4m3 };
 
 // Copies a [rows, cols] view (row stride `stride` elements) of a device tensor to the trace as
 // doubles, when the trace wants that point. Synchronous: capture is for dumps, not serving.
 void capture(reference::Trace* trace, const std::string& name, const void* dev, Elem e,
              int64_t rows, int64_t cols, int64_t stride, cudaStream_t stream) {
   if (!trace || !trace->wants(name)) return;
-  const size_t es = e == Elem::kBf16 ? 2 : 4;
+  const size_t es = e == Elem::kBf16 ? 2 : (e == Elem::kI8 || e == Elem::kE4m3) ? 1 : 4;
   std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * es);
   QPARITY_CUDA_CHECK(cudaMemcpy2DAsync(
       host.data(), static_cast<size_t>(cols) * es, dev, static_cast<size_t>(stride) * es,
@@ -42,6 +43,10 @@ void capture(reference::Trace* trace, const std::string& name, const void* dev, 
       __nv_bfloat16 b;
       std::memcpy(&b, host.data() + 2 * i, 2);
       m.data[i] = static_cast<double>(__bfloat162float(b));
+    } else if (e == Elem::kI8) {
+      m.data[i] = static_cast<int8_t>(host[i]);
+    } else if (e == Elem::kE4m3) {
+      m.data[i] = codec::e4m3fn_to_double(host[i]);
     } else if (e == Elem::kF32) {
       float f;
       std::memcpy(&f, host.data() + 4 * i, 4);
@@ -91,6 +96,12 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   qk_normed_ = Bf16Buffer(t * static_cast<size_t>(c.q_size() + c.kv_size()));
   core_ = Bf16Buffer(t * static_cast<size_t>(c.q_size()));
   attn_out_ = Bf16Buffer(t * h);
+  size_t ws = 0;
+  for (const GpuLayerWeights& l : model_->layers)
+    for (const GpuLinearMethod* m :
+         {l.qkv_q.get(), l.o_proj_q.get(), l.gate_up_q.get(), l.down_q.get()})
+      if (m) ws = std::max(ws, m->workspace_bytes(o.max_tokens));
+  quant_workspace_ = DeviceBuffer<uint8_t>(ws);
   mlp_out_ = Bf16Buffer(t * h);
   const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
   gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
@@ -396,11 +407,21 @@ void Engine::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, 
 
 void Engine::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
                      const __nv_bfloat16* in, __nv_bfloat16* out, int64_t t, int64_t n, int64_t k,
-                     const char* label) {
-  if (quantized)
-    quantized->apply(in, out, t, stream_);
-  else
+                     const char* label, reference::Trace* tr, const std::string& layer_name) {
+  if (!quantized) {
     linear(in, w, out, false, t, n, k, nullptr, probe(label));
+    return;
+  }
+  quantized->apply(in, out, t, stream_, quant_workspace_.get());
+  // The activation codes the GEMM was fed, named as the reference names them.
+  const GpuLinearMethod::ActivationCodes codes =
+      quantized->activation_codes(quant_workspace_.get(), t);
+  if (!codes.values) return;
+  const bool fp8 = codes.kind == GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
+  capture(tr, layer_name + ".x_values", codes.values, fp8 ? Elem::kE4m3 : Elem::kI8, t, k, k,
+          stream_);
+  capture(tr, layer_name + ".x_scales", codes.scales, Elem::kF32, t, codes.scale_cols,
+          codes.scale_cols, stream_);
 }
 
 SkinnyGemmParams Engine::normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
@@ -457,12 +478,14 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     last_layer_ = l;
     capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
     if (!options_.ablate_linears)
-      project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), t, qkv_w, hd, "qkv");
+      project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), t, qkv_w, hd, "qkv", tr,
+              p + ".attn.qkv_proj");
   }
   capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s);
   attention(l, t, tr);
   if (!options_.ablate_linears)
-    project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), t, hd, q, "o_proj");
+    project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), t, hd, q, "o_proj", tr,
+            p + ".attn.o_proj");
   capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
   if (fused && !w.moe && !w.quantized_gate_up()) {
@@ -489,13 +512,14 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     }
     if (!options_.ablate_linears)
       project(w.gate_up_q.get(), w.gate_up.get(), h_.get(), gate_up_.get(), t, 2 * in, hd,
-              "gate_up");
+              "gate_up", tr, p + ".mlp.gate_up_proj");
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   }
   if (!options_.ablate_linears)
-    project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), t, hd, in, "down");
+    project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), t, hd, in, "down", tr,
+            p + ".mlp.down_proj");
   capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 

@@ -137,8 +137,10 @@ class Engine {
               int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,
               KernelProbe* probe = nullptr);
   // One decoder linear: its GPU method when quantized, else linear() on the bf16 weight w.
+  // Activation-quantized methods: their codes are captured as <layer_name>.x_values / .x_scales.
   void project(const GpuLinearMethod* quantized, const __nv_bfloat16* w, const __nv_bfloat16* in,
-               __nv_bfloat16* out, int64_t t, int64_t n, int64_t k, const char* label);
+               __nv_bfloat16* out, int64_t t, int64_t n, int64_t k, const char* label,
+               reference::Trace* tr, const std::string& layer_name);
   // A decode-sized linear over the residual stream with its RMSNorm fused into the skinny GEMM's
   // prologue: x = resid(), normalized by norm_weight into h_ (the capture point); with `add`,
   // the residual add first, its sum into resid_next() (the caller then flips cur_).
@@ -205,6 +207,9 @@ class Engine {
   DeviceBuffer<float> router_logits_, topk_weights_;
   DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_, moe_first_, moe_active_, moe_bad_;
   Bf16Buffer moe_x_, moe_gate_up_, moe_act_, moe_y_, moe_slots_;
+  // The workspace every quantized linear method borrows (activation codes), sized for the
+  // largest method at max_tokens.
+  DeviceBuffer<uint8_t> quant_workspace_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   // kernel_timeline: one probe per probed launch of a decode-sized forward, their labels per
   // batch size (a graph replays the labels of its capture), and the last probed size.

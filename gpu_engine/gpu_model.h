@@ -63,12 +63,14 @@ struct GpuModel {
   // What the dumps record: the plan's quantized scheme ("bf16" when none; schemes joined by "+"
   // when the plan mixes several) and the dialect the GPU methods follow.
   std::string scheme = "bf16";
-  reference::Dialect dialect = reference::Dialect::kIdeal;
+  reference::Dialect dialect = reference::Dialect::kVllm;
 };
 
 struct GpuLoadOptions {
   std::optional<std::string> override_scheme;  // --scheme
-  reference::Dialect dialect = reference::Dialect::kIdeal;
+  // The engine the GPU methods imitate, bit for bit where a scheme quantizes activations (vllm or
+  // sglang; weight-only schemes compute the same in every dialect).
+  reference::Dialect dialect = reference::Dialect::kVllm;
   GpuMethodOptions methods;  // test-only fault injection
 };
 

@@ -66,12 +66,48 @@ void check_capture_globs(const std::string& capture, const std::vector<std::stri
 }
 
 const std::vector<std::string>& all_layer_point_suffixes() {
-  static const std::vector<std::string> all = {
-      "input_norm",     "attn.qkv",         "attn.q_norm",    "attn.k_norm", "attn.rope_q",
-      "attn.rope_k",    "attn.k_cache",     "attn.v_cache",   "attn.core",   "attn.out",
-      "post_attn_norm", "mlp.gate_up",      "mlp.act",        "mlp.out",     "moe.router_logits",
-      "moe.topk_ids",   "moe.topk_weights", "moe.expert_out", "moe.out",     "residual"};
+  static const std::vector<std::string> all = {"input_norm",
+                                               "attn.qkv_proj.x_values",
+                                               "attn.qkv_proj.x_scales",
+                                               "attn.qkv",
+                                               "attn.q_norm",
+                                               "attn.k_norm",
+                                               "attn.rope_q",
+                                               "attn.rope_k",
+                                               "attn.k_cache",
+                                               "attn.v_cache",
+                                               "attn.core",
+                                               "attn.o_proj.x_values",
+                                               "attn.o_proj.x_scales",
+                                               "attn.out",
+                                               "post_attn_norm",
+                                               "mlp.gate_up_proj.x_values",
+                                               "mlp.gate_up_proj.x_scales",
+                                               "mlp.gate_up",
+                                               "mlp.act",
+                                               "mlp.down_proj.x_values",
+                                               "mlp.down_proj.x_scales",
+                                               "mlp.out",
+                                               "moe.router_logits",
+                                               "moe.topk_ids",
+                                               "moe.topk_weights",
+                                               "moe.expert_out",
+                                               "moe.out",
+                                               "residual"};
   return all;
+}
+
+const std::vector<std::string>& activation_code_linears() {
+  static const std::vector<std::string> v = {"attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj",
+                                             "mlp.down_proj"};
+  return v;
+}
+
+bool is_activation_code_point(const std::string& point) {
+  const std::string s = point_suffix(point);
+  for (const auto& l : activation_code_linears())
+    if (s == l + ".x_values" || s == l + ".x_scales") return true;
+  return false;
 }
 
 const std::vector<std::string>& points_before_layers() {

@@ -23,6 +23,13 @@ std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& s
 // points of a quantized cache), in execution order of a layer that had them all.
 const std::vector<std::string>& all_layer_point_suffixes();
 
+// The linears whose activation codes a dump may hold (activation-quantized schemes), as
+// "layers.<i>.<name>.x_values" (the codes fed to the GEMM, [T, K]) and ".x_scales" (their scale
+// grid): "attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj".
+const std::vector<std::string>& activation_code_linears();
+// Whether a point is one of those (compared exactly: a dialect fixes every bit).
+bool is_activation_code_point(const std::string& point);
+
 // Every capture point of a model, in execution order: what a full dump of it holds.
 std::vector<std::string> model_capture_points(const ModelConfig& cfg);
 

@@ -1,6 +1,7 @@
 #include "gpu_engine/quant/gpu_linear_method.h"
 
 #include "core/error.h"
+#include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/weight_only_int.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -16,11 +17,13 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
+    case SchemeKind::kW8A8Int8Dyn:
       return true;
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
-    case SchemeKind::kW8A8Int8Dyn:
-      return no("int8 activation quantization and int8 GEMMs are not on the GPU yet (issue 25)");
+      return no(
+          "msModelSlim's static int8 activations (input_scale / input_offset, quant_bias, "
+          "deq_scale) are not on the GPU yet (issue 25)");
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
@@ -52,11 +55,12 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
       return std::make_unique<WeightOnlyIntMethod>(host, options);
+    case SchemeKind::kW8A8Int8Dyn:
+      return std::make_unique<W8A8Int8Method>(host);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
-    case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:

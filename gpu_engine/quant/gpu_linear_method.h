@@ -39,10 +39,30 @@ class GpuLinearMethod {
   int64_t in_features() const { return k_; }
 
   // y [t, n] = the layer applied to x [t, k], bf16 row-major device buffers, on `stream`.
-  virtual void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
-                     cudaStream_t stream) const = 0;
+  // `workspace`: at least workspace_bytes(t) device bytes, 256-byte aligned, that the engine
+  // lends every method (activation codes live there until the next apply).
+  virtual void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+                     void* workspace) const = 0;
+  virtual size_t workspace_bytes(int64_t max_tokens) const {
+    (void)max_tokens;
+    return 0;
+  }
   // Device bytes of the layer's run-time tensors.
   virtual size_t device_bytes() const = 0;
+
+  // The activation codes the last apply() fed its GEMM (activation-quantized schemes): device
+  // pointers into `workspace`, [t, k] codes and [t, scale_cols] fp32 scales, for the dumps'
+  // <layer>.x_values / .x_scales points. Weight-only schemes: values == nullptr.
+  struct ActivationCodes {
+    enum class Kind : uint8_t { kInt8, kFp8E4m3 } kind = Kind::kInt8;
+    const void* values = nullptr;
+    const float* scales = nullptr;
+    int64_t scale_cols = 1;
+  };
+  virtual ActivationCodes activation_codes(const void* workspace, int64_t t) const {
+    (void)workspace, (void)t;
+    return {};
+  }
 
  private:
   std::string prefix_;

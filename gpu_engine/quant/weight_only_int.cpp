@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
+#include "gpu_engine/quant/upload_util.h"
 
 namespace qparity::gpu {
 
@@ -20,26 +21,6 @@ bool all_bf16_values(const std::vector<double>& v) {
   return true;
 }
 
-std::vector<float> to_f32(const std::vector<double>& v, const std::string& where) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    out[i] = static_cast<float>(v[i]);
-    if (static_cast<double>(out[i]) != v[i])
-      throw Error(where, "value " + std::to_string(v[i]) + " at element " + std::to_string(i) +
-                             " is not an fp32 value; the GPU kernels hold it in fp32");
-  }
-  return out;
-}
-
-reference::IntWeightOnly int_weight_of(const reference::LinearMethod& host) {
-  const std::string& where = host.shape().prefix;
-  if (host.shape().num_experts > 0)
-    throw Error(where, "a quantized expert stack: not on the GPU in this version (issue 26)");
-  auto w = host.int_weight_only();
-  if (!w) throw Error(where, "not a weight-only integer layer");
-  return std::move(*w);
-}
-
 }  // namespace
 
 WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
@@ -47,7 +28,7 @@ WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
     : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
                       host.shape().in_features),
       fault_(options.fault_group_off_by_one) {
-  const reference::IntWeightOnly w = int_weight_of(host);
+  const reference::ProcessedIntWeight w = processed_int_weight_of(host);
   const std::string& where = prefix();
   bits_ = w.bits;
   group_ = w.group;
@@ -91,7 +72,7 @@ WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
       s[i] = __float2bfloat16_rn(static_cast<float>(w.scale[i]));
     scales_bf16_ = DeviceBuffer<__nv_bfloat16>(s);
   } else {
-    scales_f32_ = DeviceBuffer<float>(to_f32(w.scale, where + ".weight_scale"));
+    scales_f32_ = DeviceBuffer<float>(exact_f32(w.scale, where + ".weight_scale"));
   }
   // Zeros.
   bool any = false, small_ints = true;
@@ -105,16 +86,16 @@ WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
       z[i] = static_cast<int8_t>(w.zero[i]);
     zeros_i8_ = DeviceBuffer<int8_t>(z);
   } else if (any) {
-    zeros_f32_ = DeviceBuffer<float>(to_f32(w.zero, where + " zero points"));
+    zeros_f32_ = DeviceBuffer<float>(exact_f32(w.zero, where + " zero points"));
   }
   if (!w.bias.empty()) {
     // fp32 bias: the reference adds it in fp64; an F32 / BF16 bias is exact in fp32.
-    bias_ = DeviceBuffer<float>(to_f32(w.bias, where + ".bias"));
+    bias_ = DeviceBuffer<float>(exact_f32(w.bias, where + ".bias"));
   }
 }
 
 void WeightOnlyIntMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
-                                cudaStream_t stream) const {
+                                cudaStream_t stream, void*) const {
   WeightOnlyGemmParams p;
   p.x = x;
   p.w = codes_.get();

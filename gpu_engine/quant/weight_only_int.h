@@ -5,8 +5,8 @@
 // w = (q - zero) * scale per group along K with bf16 activations, so one kernel family
 // (kernels/weight_only_gemm.h) serves them.
 //
-// Built from the processed reference method's IntWeightOnly (codes in column order, zeros in code
-// units, fp64 scales that are the checkpoint's own F32 / BF16 values) and repacked once:
+// Built from the processed reference method's ProcessedIntWeight (codes in column order, zeros in
+// code units, fp64 scales that are the checkpoint's own F32 / BF16 values) and repacked once:
 //   codes   int8 as is; int4 two a byte, low nibble first, u = q + 8;
 //   scales  bf16 when every scale is exactly a bf16 value (compressed-tensors stores them in the
 //           model dtype), else fp32 (msModelSlim's F32 scales), never rounded;
@@ -27,8 +27,8 @@ namespace qparity::gpu {
 class WeightOnlyIntMethod final : public GpuLinearMethod {
  public:
   WeightOnlyIntMethod(const reference::LinearMethod& host, const GpuMethodOptions& options);
-  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
-             cudaStream_t stream) const override;
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+             void* workspace) const override;
   size_t device_bytes() const override;
   int bits() const { return bits_; }
   int64_t group() const { return group_; }

@@ -63,13 +63,14 @@ struct ParamSpec {
   std::vector<std::vector<int64_t>> alt_shapes = {};
 };
 
-// A weight-only integer layer (msModelSlim W8A16, compressed-tensors pack-quantized INT) in one
-// engine-neutral form, columns in checkpoint order, for an engine to repack into its kernels'
-// layout: w[n, k] = (stored[n, k] - zero[n, k / group]) * scale[n, k / group]. `stored` are the
-// signed codes (U8 files already shifted by -128, pack-quantized u = q + 2^(b-1) already
-// decoded); `zero` is in the code's units (msModelSlim's weight_offset, compressed-tensors'
-// zero point), 0 when symmetric; the bias (if any) is the layer's fused [N] bias.
-struct IntWeightOnly {
+// An integer weight after processing (msModelSlim W8A16, compressed-tensors pack-quantized INT,
+// the int8 weights of w8a8-int8-dyn) in one engine-neutral form, columns in checkpoint order, for
+// an engine to repack into its kernels' layout: w[n, k] = (stored[n, k] - zero[n, k / group]) *
+// scale[n, k / group]. `stored` are the signed codes (U8 files already shifted by -128,
+// pack-quantized u = q + 2^(b-1) already decoded, SGLang's fp8 requantization already applied);
+// `zero` is in the code's units (msModelSlim's weight_offset, compressed-tensors' zero point), 0
+// when symmetric; the bias (if any) is the layer's fused [N] bias.
+struct ProcessedIntWeight {
   int64_t rows = 0, cols = 0, group = 0;  // group: columns per scale (cols for per channel)
   int bits = 8;
   std::vector<int8_t> stored;       // [rows * cols]
@@ -123,10 +124,10 @@ class LinearMethod {
   // their scales; nullopt for weight-only schemes. For bit-exact comparison with an engine's
   // activation quantization kernel.
   std::optional<QuantizedMatrix> quantize_input(const Matrix& x, int64_t expert = 0) const;
-  // The processed weight as an IntWeightOnly (weight-only integer schemes; nullopt for every
+  // The processed weight as a ProcessedIntWeight (integer-weight schemes; nullopt for every
   // other scheme). An Error naming the layer when the scheme's weight has no such form (an
   // actorder=group column permutation).
-  virtual std::optional<IntWeightOnly> int_weight_only(int64_t expert = 0) const {
+  virtual std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert = 0) const {
     (void)expert;
     return std::nullopt;
   }

@@ -584,13 +584,13 @@ Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) cons
   return y;
 }
 
-std::optional<IntWeightOnly> PackQuantizedLinearMethod::int_weight_only(int64_t expert) const {
+std::optional<ProcessedIntWeight> PackQuantizedLinearMethod::processed_int_weight(int64_t expert) const {
   const FusedIntWeight& f = fused_.at(sz(expert));
   if (!f.identity)
     throw Error(shape().prefix,
                 "actorder=group (a weight_g_idx column permutation) has no "
                 "column-order integer form; an engine must permute activations");
-  IntWeightOnly w;
+  ProcessedIntWeight w;
   w.rows = f.w.rows;
   w.cols = f.w.cols;
   w.group = group_size_;

@@ -155,7 +155,7 @@ class PackQuantizedLinearMethod final : public LinearMethod {
                             codec::CtPackLayout layout = codec::CtPackLayout::kDenseStream);
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
   TensorMap runtime_tensors() const override;
-  std::optional<IntWeightOnly> int_weight_only(int64_t expert) const override;
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
   const QuantArgs& args() const { return args_; }
 
  protected:

@@ -207,9 +207,9 @@ Matrix W8A16LinearMethod::do_dequantized_weight(int64_t expert) const {
   return w;
 }
 
-std::optional<IntWeightOnly> W8A16LinearMethod::int_weight_only(int64_t expert) const {
+std::optional<ProcessedIntWeight> W8A16LinearMethod::processed_int_weight(int64_t expert) const {
   const Expert& ex = experts_.at(static_cast<size_t>(expert));
-  IntWeightOnly w;
+  ProcessedIntWeight w;
   w.rows = ex.weight.rows;
   w.cols = ex.weight.cols;
   w.group = group_;

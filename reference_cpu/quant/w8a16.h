@@ -64,7 +64,7 @@ class W8A16LinearMethod final : public LinearMethod {
   W8A16LinearMethod(LinearShape shape, MethodConfig config);
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
   TensorMap runtime_tensors() const override;
-  std::optional<IntWeightOnly> int_weight_only(int64_t expert) const override;
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
   int64_t group_size() const { return group_; }  // K for per channel
 
  protected:

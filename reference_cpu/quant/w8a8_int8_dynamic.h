@@ -100,6 +100,8 @@ class W8A8Int8DynamicLinearMethod final : public LinearMethod {
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
   TensorMap runtime_tensors() const override;
   const Int8ActRules& act_rules() const { return act_; }
+  bool static_input() const { return static_input_ && !act_.ignores_static_input; }
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
 
  protected:
   void process() override;

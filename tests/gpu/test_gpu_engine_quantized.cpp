@@ -10,6 +10,7 @@
 #include "../accuracy/accuracy_util.h"
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
+#include "core/capture/capture_points.h"
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
@@ -46,7 +47,7 @@ class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
-  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32"}) {
+  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn"}) {
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
     golden::CompareOptions co;
@@ -65,6 +66,7 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
       gpu::Engine e(std::move(model), eo);
       golden::ReferenceRunOptions ro;
       ro.mode = reference::PrecisionMode::kEmulate;
+      ro.dialect = reference::Dialect::kVllm;  // the engine's default dialect
       for (const int64_t seq_len : {int64_t{32}, gpu::kSkinnyMaxM}) {
         SCOPED_TRACE("seq_len " + std::to_string(seq_len));
         const golden::TokenInputs in = golden::synthetic_inputs(3, seq_len, cfg.vocab, 5);
@@ -86,6 +88,18 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
         for (const auto& p : r.points)
           if (p.stats.rel_l2 > worst) worst = p.stats.rel_l2, where = p.name;
         std::cout << base << ": layer-local worst rel_l2 " << worst << " at " << where;
+        int64_t codes = 0, mismatches = 0, code_points = 0;
+        for (const auto& p : r.points)
+          if (is_activation_code_point(p.name)) {
+            ++code_points;
+            codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
+            mismatches += p.stats.mismatches;
+          }
+        if (scheme == "w8a8-int8-dyn") {
+          EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
+          std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
+                    << " in " << code_points << " points";
+        }
         // Free run, twice: bit-identical, and top-1 within the policy's end-to-end gate.
         const golden::Golden f1 = gpu::engine_golden(e, in, "*", true, nullptr);
         const golden::Golden f2 = gpu::engine_golden(e, in, "*", true, nullptr);
@@ -139,8 +153,8 @@ TEST(GpuEngineQuantizedLoader, RefusesWhatTheGpuCannotRunByName) {
     return test::error_of(
         [&] { gpu::load_gpu_model(test::tiny_checkpoint(root, arch, scheme, 3), nullptr); });
   };
-  EXPECT_THAT(refusal("llama", "w8a8-int8-dyn"),
-              AllOf(HasSubstr("model.layers.0.self_attn.q_proj"), HasSubstr("w8a8-int8-dyn"),
+  EXPECT_THAT(refusal("llama", "w8a8-static"),
+              AllOf(HasSubstr("model.layers.0.self_attn.q_proj"), HasSubstr("w8a8-static"),
                     HasSubstr("never runs a quantized layer as bf16")));
   EXPECT_THAT(refusal("llama", "fp8-block"),
               AllOf(HasSubstr("fp8-block"), HasSubstr("not on the GPU yet")));

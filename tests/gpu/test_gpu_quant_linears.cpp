@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -35,10 +36,12 @@ struct Case {
   bool symmetric = true;
   std::vector<int64_t> partitions;  // out_features of each fused partition
   int64_t k = 0;
+  reference::Dialect dialect = reference::Dialect::kIdeal;
 };
 
 std::string name_of(const Case& c) {
-  std::string n = c.scheme + (c.symmetric ? " sym" : " asym") + " N=[";
+  std::string n = c.scheme + (c.symmetric ? " sym" : " asym") + " " +
+                  std::string(reference::to_string(c.dialect)) + " N=[";
   for (int64_t p : c.partitions)
     n += std::to_string(p) + ",";
   return n + "] K=" + std::to_string(c.k);
@@ -47,7 +50,7 @@ std::string name_of(const Case& c) {
 // The processed reference method of one case, its weights from the reference quantizer.
 std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt19937_64& rng) {
   const SchemeId id = parse_scheme_id(c.scheme);
-  reference::MethodConfig mc = reference::method_config(id, reference::Dialect::kIdeal);
+  reference::MethodConfig mc = reference::method_config(id, c.dialect);
   if (mc.weights) mc.weights->symmetric = c.symmetric;
   reference::LinearShape shape;
   shape.prefix = "model.layers.0.self_attn";
@@ -64,6 +67,7 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
     for (double& w : r.weight.data)
       w = d(rng) + (c.symmetric ? 0.0 : 0.03);  // an offset range for the asymmetric cases
     r.weights = mc.weights;
+    r.input_activations = mc.input_activations;
     r.group_size = effective_group_size(id);
     m->load_all(reference::quantize_linear(id, r), static_cast<int64_t>(p));
   }
@@ -71,21 +75,48 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
   return m;
 }
 
-// The GPU method's output for x [t, k] (bf16 values), poisoned first.
-std::vector<double> run_gpu(const gpu::GpuLinearMethod& g, const std::vector<Bf16>& hx, int64_t t) {
+// The GPU method's output for x [t, k] (bf16 values), poisoned first, with the activation codes
+// and scales it fed its GEMM (activation-quantized schemes).
+struct GpuRun {
+  std::vector<double> y, codes, scales;
+};
+GpuRun run_gpu_full(const gpu::GpuLinearMethod& g, const std::vector<Bf16>& hx, int64_t t) {
   DeviceBuffer<Bf16> x(hx), y(static_cast<size_t>(t * g.out_features()));
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(g.workspace_bytes(t), 1));
   y.poison();
-  g.apply(x.get(), y.get(), t, nullptr);
+  ws.poison();
+  g.apply(x.get(), y.get(), t, nullptr, ws.get());
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
-  return test::to_doubles(y.download());
+  GpuRun r;
+  r.y = test::to_doubles(y.download());
+  const auto c = g.activation_codes(ws.get(), t);
+  if (c.values) {
+    std::vector<int8_t> q(static_cast<size_t>(t * g.in_features()));
+    QPARITY_CUDA_CHECK(cudaMemcpy(q.data(), c.values, q.size(), cudaMemcpyDeviceToHost));
+    r.codes.assign(q.begin(), q.end());
+    std::vector<float> s(static_cast<size_t>(t * c.scale_cols));
+    QPARITY_CUDA_CHECK(cudaMemcpy(s.data(), c.scales, s.size() * 4, cudaMemcpyDeviceToHost));
+    r.scales.assign(s.begin(), s.end());
+  }
+  return r;
+}
+
+std::vector<double> run_gpu(const gpu::GpuLinearMethod& g, const std::vector<Bf16>& hx, int64_t t) {
+  return run_gpu_full(g, hx, t).y;
 }
 
 std::vector<Case> cases() {
   return {
-      {"w8a16-ch", true, {192}, 512},     {"w8a16-ch", false, {192}, 512},
-      {"w8a16-g64", true, {128}, 384},    {"w8a16-g64", false, {96, 32, 32}, 256},
-      {"w8a16-g128", false, {256}, 1024}, {"w4a16-g32", true, {192}, 512},
-      {"w4a16-g32", false, {192}, 512},   {"w4a16-g32", true, {64, 32, 32}, 2048},
+      {"w8a16-ch", true, {192}, 512},
+      {"w8a16-ch", false, {192}, 512},
+      {"w8a16-g64", true, {128}, 384},
+      {"w8a16-g64", false, {96, 32, 32}, 256},
+      {"w8a16-g128", false, {256}, 1024},
+      {"w4a16-g32", true, {192}, 512},
+      {"w4a16-g32", false, {192}, 512},
+      {"w4a16-g32", true, {64, 32, 32}, 2048},
+      {"w8a8-int8-dyn", true, {192}, 512, reference::Dialect::kVllm},
+      {"w8a8-int8-dyn", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
   };
 }
 
@@ -140,13 +171,101 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
   EXPECT_GT(e, 100 * kFlipBound) << "the planted fault must be far outside the bound";
 }
 
-// No device needed below.
-TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
-  std::mt19937_64 rng{test::test_seed()};
-  const Case c{"w8a8-int8-dyn", true, {64}, 128};
+// Rows that stress the activation quantizer: exact ties (half-integers under a maximum of 127, so
+// that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
+// negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
+TEST_F(GpuQuantLinears, Int8ActivationCodesMatchTheDialectBitForBit) {
+  for (const auto dialect : {reference::Dialect::kVllm, reference::Dialect::kSglang}) {
+    const Case c{"w8a8-int8-dyn", true, {64}, 256, dialect};
+    SCOPED_TRACE(name_of(c));
+    const auto host = reference_method(c, rng);
+    const auto g = gpu::make_gpu_linear_method(*host);
+    const int64_t t = 70;
+    std::vector<double> xs(static_cast<size_t>(t * c.k));
+    std::normal_distribution<double> d(0.0, 1.0);
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t k = 0; k < c.k; ++k) {
+        double& v = xs[static_cast<size_t>(r * c.k + k)];
+        switch (r % 7) {
+          case 0:  // ties: half-integers, max 127
+            v = k == 0 ? 127.0 : std::min(126.5, static_cast<double>((k * 37) % 255) - 126.5);
+            break;
+          case 1:
+            v = 0.0;
+            break;
+          case 2:
+            v = -3.25;
+            break;
+          case 3:
+            v = d(rng) * 1e30;
+            break;
+          case 4:
+            v = d(rng) * 1e-30;
+            break;
+          case 5:
+            v = k == 5 ? -1000.0 : d(rng);
+            break;
+          default:
+            v = d(rng) * 3;
+        }
+        v = test::bf16_value(test::to_bf16(v));
+      }
+    std::vector<Bf16> hx(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i)
+      hx[i] = test::to_bf16(xs[i]);
+    Matrix x(t, c.k);
+    x.data = xs;
+    const GpuRun got = run_gpu_full(*g, hx, t);
+    const auto want = host->quantize_input(x);
+    ASSERT_TRUE(want.has_value());
+    ASSERT_EQ(got.codes.size(), xs.size());
+    int64_t code_mismatches = 0, scale_mismatches = 0, ties = 0;
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t k = 0; k < c.k; ++k) {
+        code_mismatches +=
+            got.codes[static_cast<size_t>(r * c.k + k)] != static_cast<double>(want->code(r, k));
+        ties += r % 7 == 0 && xs[static_cast<size_t>(r * c.k + k)] !=
+                                  std::floor(xs[static_cast<size_t>(r * c.k + k)]);
+      }
+      scale_mismatches += got.scales[static_cast<size_t>(r)] != want->scales(r, 0);
+    }
+    EXPECT_EQ(code_mismatches, 0);
+    EXPECT_EQ(scale_mismatches, 0);
+    EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
+    // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
+    for (int64_t r = 0; r < t; ++r) {
+      if (r % 7 == 3) continue;
+      Matrix xr(1, c.k);
+      std::copy(xs.begin() + r * c.k, xs.begin() + (r + 1) * c.k, xr.data.begin());
+      const auto want_y = test::round_bf16(host->apply(xr).data);
+      const std::vector<double> got_y(got.y.begin() + r * g->out_features(),
+                                      got.y.begin() + (r + 1) * g->out_features());
+      // All-zero rows, and sglang's tiny rows (below its 1e-10 maximum floor every code is 0):
+      // an exact zero output.
+      if (std::all_of(want_y.begin(), want_y.end(), [](double v) { return v == 0.0; })) {
+        EXPECT_EQ(got_y, want_y) << "zero row " << r;
+        continue;
+      }
+      EXPECT_LE(test::rel_l2(got_y, want_y), kFlipBound) << "row " << r;
+    }
+  }
+}
+
+TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
+  const Case c{"w8a8-int8-dyn", true, {64}, 128, reference::Dialect::kIdeal};
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
-              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("w8a8-int8-dyn"),
+              HasSubstr("run with --dialect vllm or --dialect sglang"));
+}
+
+// No device needed below.
+
+TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
+  std::mt19937_64 rng{test::test_seed()};
+  const Case c{"fp8-channel", true, {64}, 128, reference::Dialect::kVllm};
+  const auto host = reference_method(c, rng);
+  EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
+              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("fp8-channel"),
                     HasSubstr("not on the GPU yet")));
 }
 

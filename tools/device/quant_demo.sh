@@ -6,7 +6,7 @@
 set -u
 B=$PWD/.devbin
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-bash tools/device/prebuilt.sh run tests qsanitize qbench 2>&1 | tail -60
+bash tools/device/prebuilt.sh run ${STAGES:-tests qsanitize qbench} 2>&1 | tail -60
 Q=$B/qparity; W=/tmp/demo; mkdir -p $W
 echo "== bisect demo $(date +%T)"
 $Q make-fixture --arch qwen3 --seed 4 --out $W/fp > /dev/null 2>&1
@@ -19,4 +19,4 @@ echo "== without the fault"
 $Q engine run --model $W/q --local $W/ref.h5 --dump $W/good.h5 > /dev/null 2>&1
 $Q compare $W/ref.h5 $W/good.h5 2>&1 | tail -6
 echo "== validate $(date +%T)"
-$Q validate --schemes w8a16-ch,w8a16-g64,w4a16-g32,fp8-channel --out $W/reports --sequences 2 --seq-len 16 2>&1 | grep -E "engine|no engine row|FAIL|error" | head -40
+$Q validate --schemes w8a16-ch,w8a16-g64,w4a16-g32,w8a8-int8-dyn,fp8-channel --out $W/reports --sequences 2 --seq-len 16 2>&1 | grep -E "engine|no engine row|FAIL|error" | head -40

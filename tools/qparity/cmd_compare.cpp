@@ -271,7 +271,10 @@ int bisect(const CompareOptions& o) {
       eo.max_tokens = std::max<int64_t>(g.seq_len(), 64);
       eo.max_seqs = 1;
       eo.max_context = g.seq_len() + 1;
-      auto engine = std::make_shared<gpu::Engine>(gpu::load_gpu_model(o.model, nullptr), eo);
+      gpu::GpuLoadOptions glo;
+      glo.dialect =
+          r.candidate.dialect == "sglang" ? reference::Dialect::kSglang : reference::Dialect::kVllm;
+      auto engine = std::make_shared<gpu::Engine>(gpu::load_gpu_model(o.model, nullptr, glo), eo);
       own = golden::Runner{
           "the GPU engine",
           [engine](const golden::GoldenReader& source, const std::string& point,

@@ -43,16 +43,19 @@ void require_gpu() {
 }
 
 std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_tokens,
-                                         int64_t max_seqs, int64_t max_context) {
+                                         int64_t max_seqs, int64_t max_context,
+                                         const std::string& dialect = "vllm") {
+  gpu::GpuLoadOptions lo;
+  lo.dialect = reference::parse_dialect(dialect);
   gpu::EngineOptions eo;
   eo.max_tokens = max_tokens;
   eo.max_seqs = max_seqs;
   eo.max_context = max_context;
-  return std::make_unique<gpu::Engine>(gpu::load_gpu_model(model, &std::cerr), eo);
+  return std::make_unique<gpu::Engine>(gpu::load_gpu_model(model, &std::cerr, lo), eo);
 }
 
 struct RunOptions {
-  std::string model, tokens, token_ids, dump, capture = "*", local;
+  std::string model, tokens, token_ids, dump, capture = "*", local, dialect = "vllm";
   int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
   uint64_t seed = 1;
   bool force = false, f32 = false;
@@ -71,7 +74,7 @@ void run(const RunOptions& o) {
     in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
                       o.seed);
   require_gpu();
-  auto e = make_engine(o.model, o.max_tokens, 8, 4096);
+  auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect);
   if (!o.local.empty()) {
     const auto ref = golden::GoldenReader::open(o.local);
     golden::Golden g = gpu::engine_golden_local(*e, ref, o.capture, &std::cerr);
@@ -102,7 +105,9 @@ struct LayerOptions {
 int layer(const LayerOptions& o) {
   const auto gr = golden::GoldenReader::open(o.golden);
   require_gpu();
-  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096);
+  // The golden's dialect: the codes the engine must reproduce are that dialect's.
+  const std::string dialect = gr.meta().dialect == "sglang" ? "sglang" : "vllm";
+  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096, dialect);
   const std::vector<gpu::LayerPointStats> points = gpu::engine_rerun_layer(*e, gr, o.layer);
   const std::string input =
       o.layer == 0 ? "embed" : "layers." + std::to_string(o.layer - 1) + ".residual";
@@ -280,6 +285,10 @@ void add_engine_command(CLI::App& app, int& rc) {
   r->add_option("--local", ro->local,
                 "layer-local run: every layer on this golden's own inputs (its tokens too)");
   r->add_option("--capture", ro->capture, "capture-point globs")->capture_default_str();
+  r->add_option("--dialect", ro->dialect,
+                "the engine the GPU methods imitate bit for bit: vllm | sglang")
+      ->check(CLI::IsMember({"vllm", "sglang"}))
+      ->capture_default_str();
   r->add_option("--max-tokens", ro->max_tokens, "tokens per forward")->capture_default_str();
   r->add_flag("--f32", ro->f32, "store points as float32");
   r->add_flag("--force", ro->force, "replace an existing dump");

@@ -342,9 +342,12 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
       fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), reference::Dialect::kIdeal, dir,
                                     {}, OverwritePolicy::kReplace, nullptr, qo);
     }
+    // The engine imitates vLLM; where the scheme quantizes activations the reference golden
+    // takes the same dialect, so that the codes can match bit for bit.
     golden::ReferenceRunOptions er;
     er.point_precision = golden::PointPrecision::kF32;
     er.mode = reference::PrecisionMode::kEmulate;
+    er.dialect = reference::Dialect::kVllm;
     golden::Golden ref = golden::run_reference(dir, in, er, nullptr);
     ref.meta.model = t.name;
     ref.meta.scheme = scheme;

@@ -1,0 +1,115 @@
+#include "gpu_engine/kernels/int8_gemm.h"
+#include "gpu_engine/kernels/launch_check.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+constexpr int kQuantThreads = 256;
+
+__global__ void quantize_int8_kernel(QuantizeInt8Params p) {
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = p.x + row * p.k;
+  float amax = 0.f;
+  for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads)
+    amax = fmaxf(amax, fabsf(__bfloat162float(x[i])));
+  __shared__ float partial[kQuantThreads / 32];
+  for (int o = 16; o > 0; o >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.f;
+  for (int w = 0; w < kQuantThreads / 32; ++w)
+    amax = fmaxf(amax, partial[w]);  // max is exact in any order
+  int8_t* q = p.q + row * p.k;
+  if (p.dialect == Int8ActDialect::kSglang) amax = fmaxf(amax, 1e-10f);
+  if (amax == 0.f) {  // vllm: s = 0, q = 0
+    if (threadIdx.x == 0) p.scales[row] = 0.f;
+    for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads)
+      q[i] = 0;
+    return;
+  }
+  if (threadIdx.x == 0) p.scales[row] = __fdiv_rn(amax, 127.f);
+  const float mul = __fdiv_rn(127.f, amax);
+  for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads) {
+    const float v = __fmul_rn(__bfloat162float(x[i]), mul);
+    float r = p.dialect == Int8ActDialect::kVllm ? rintf(v) : roundf(v);
+    r = fminf(fmaxf(r, -128.f), 127.f);
+    q[i] = static_cast<int8_t>(r);
+  }
+}
+
+constexpr int kWarps = 4;
+
+// One warp per output column n (a weight row), kTokens tokens per grid row; each lane takes 16
+// codes a step (dp4a x 4), the int32 sums of the lanes added exactly.
+template <int kTokens>
+__global__ void __launch_bounds__(kWarps * 32) int8_gemm_kernel(Int8GemmParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= p.n) return;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
+  int acc[kTokens];
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j)
+    acc[j] = 0;
+  const int8_t* brow = p.b + n * p.k;
+  for (int64_t k0 = static_cast<int64_t>(lane) * 16; k0 < p.k; k0 += 32 * 16) {
+    const int4 w = *reinterpret_cast<const int4*>(brow + k0);
+#pragma unroll
+    for (int j = 0; j < kTokens; ++j) {
+      if (j >= mt) break;
+      const int4 a = *reinterpret_cast<const int4*>(p.a + (m0 + j) * p.k + k0);
+      acc[j] = __dp4a(a.x, w.x, acc[j]);
+      acc[j] = __dp4a(a.y, w.y, acc[j]);
+      acc[j] = __dp4a(a.z, w.z, acc[j]);
+      acc[j] = __dp4a(a.w, w.w, acc[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j) {
+    int a = acc[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0 && j < mt) {
+      float v = __fmul_rn(p.a_scales[m0 + j], __fmul_rn(p.b_scales[n], static_cast<float>(a)));
+      if (p.bias) v = __fadd_rn(v, p.bias[n]);
+      p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t stream) {
+  constexpr const char* kn = "quantize_int8_per_token";
+  require(p.x && p.q && p.scales, kn, "x, q and scales are required");
+  require(p.m >= 0 && p.k > 0, kn, "m >= 0, k > 0");
+  if (p.m == 0) return;
+  quantize_int8_kernel<<<static_cast<unsigned>(p.m), kQuantThreads, 0, stream>>>(p);
+  check_launch(kn);
+}
+
+void launch_int8_scaled_gemm(const Int8GemmParams& p, cudaStream_t stream) {
+  constexpr const char* kn = "int8_scaled_gemm";
+  require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
+          "a, a_scales, b, b_scales and y are required");
+  require(p.m >= 0 && p.n > 0 && p.k > 0, kn, "m >= 0, n > 0, k > 0");
+  require(p.k % 16 == 0, kn, "k " + std::to_string(p.k) + " must be a multiple of 16");
+  require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");
+  require(p.m <= 65535LL * 8, kn, "m too large for one launch");
+  if (p.m == 0) return;
+  const dim3 block(kWarps * 32);
+  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
+  if (p.m == 1)
+    int8_gemm_kernel<1><<<dim3(nb, 1), block, 0, stream>>>(p);
+  else if (p.m <= 4)
+    int8_gemm_kernel<4><<<dim3(nb, 1), block, 0, stream>>>(p);
+  else
+    int8_gemm_kernel<8><<<dim3(nb, static_cast<unsigned>((p.m + 7) / 8)), block, 0, stream>>>(p);
+  check_launch(kn);
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,47 @@
+#pragma once
+// INT8 activation quantization and the INT8 x INT8 scaled GEMM of `w8a8-int8-dyn`
+// (reference_cpu/quant/w8a8_int8_dynamic.h, FORMATS.md §3.3, §4.5).
+//
+// Per-token quantization, one dialect's arithmetic bit for bit (the reference's Int8ActRules):
+//   vllm    amax = max|x| (exact, fp32 of bf16); s = amax / 127 (fp32, RN); q = cvt.rni.sat(x *
+//           (127 / amax)) with 127 / amax and the product in fp32 (RN), round half to even,
+//           saturating to [-128, 127]; an all-zero token gets s = 0, q = 0.
+//   sglang  amax = max(max|x|, fp32(1e-10)); s, 127 / amax and x * (127 / amax) in fp32; round
+//           half away from zero (Triton's round), clamped to [-128, 127].
+// GEMM: acc[m, n] = sum_k a[m, k] * b[n, k] as an exact int32 (dp4a; no order dependence), then
+// y = bf16( s_a[m] * (s_b[n] * float(acc)) + bias[n] ) in fp32, CUTLASS's ScaledEpilogue order
+// (vLLM cutlass_scaled_mm): float(acc) is exact up to 2^24, then two products, each rounded once.
+// A token's row never depends on the batch: batch-invariant and deterministic bit for bit.
+// Constraints (checked): k a multiple of 16, 16-byte aligned rows.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+enum class Int8ActDialect : uint8_t { kVllm, kSglang };
+
+struct QuantizeInt8Params {
+  const __nv_bfloat16* x = nullptr;  // [m, k]
+  int8_t* q = nullptr;               // [m, k]
+  float* scales = nullptr;           // [m]
+  int64_t m = 0, k = 0;
+  Int8ActDialect dialect = Int8ActDialect::kVllm;
+};
+
+void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t stream);
+
+struct Int8GemmParams {
+  const int8_t* a = nullptr;        // [m, k] activation codes
+  const float* a_scales = nullptr;  // [m]
+  const int8_t* b = nullptr;        // [n, k] weight codes
+  const float* b_scales = nullptr;  // [n]
+  const float* bias = nullptr;      // optional [n]
+  __nv_bfloat16* y = nullptr;       // [m, n]
+  int64_t m = 0, n = 0, k = 0;
+};
+
+void launch_int8_scaled_gemm(const Int8GemmParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu

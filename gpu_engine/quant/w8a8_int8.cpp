@@ -1,0 +1,99 @@
+#include "gpu_engine/quant/w8a8_int8.h"
+
+#include "core/error.h"
+#include "gpu_engine/quant/upload_util.h"
+#include "reference_cpu/quant/w8a8_int8_dynamic.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+const reference::W8A8Int8DynamicLinearMethod& as_int8_dynamic(const reference::LinearMethod& h) {
+  const auto* m = dynamic_cast<const reference::W8A8Int8DynamicLinearMethod*>(&h);
+  if (!m) throw Error(h.shape().prefix, "not a w8a8-int8-dyn layer");
+  return *m;
+}
+
+}  // namespace
+
+W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
+    : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
+                      host.shape().in_features) {
+  const auto& m = as_int8_dynamic(host);
+  const std::string& where = prefix();
+  switch (m.dialect()) {
+    case reference::Dialect::kVllm:
+      dialect_ = Int8ActDialect::kVllm;
+      break;
+    case reference::Dialect::kSglang:
+      dialect_ = Int8ActDialect::kSglang;
+      break;
+    case reference::Dialect::kIdeal:
+    case reference::Dialect::kCompressedTensors:
+    case reference::Dialect::kMsModelSlim:
+      throw Error(where, "w8a8-int8-dyn in dialect " + std::string(to_string(m.dialect())) +
+                             ": the GPU's activation quantization follows vllm or sglang bit for "
+                             "bit; run with --dialect vllm or --dialect sglang");
+  }
+  if (m.static_input())
+    throw Error(where,
+                "static per-tensor input scales (input_scale): not on the GPU yet; the "
+                "sglang dialect ignores them and quantizes per token");
+  if (in_features() % 16 != 0)
+    throw Error(where, "in_features " + std::to_string(in_features()) +
+                           " must be a multiple of 16 for the GPU's int8 GEMM");
+  const reference::ProcessedIntWeight w = processed_int_weight_of(host);
+  for (double z : w.zero)
+    if (z != 0) throw Error(where, "w8a8-int8-dyn weights are symmetric; a zero point is not");
+  codes_ = DeviceBuffer<int8_t>(w.stored);
+  scales_ = DeviceBuffer<float>(exact_f32(w.scale, where + ".weight_scale"));
+  if (!w.bias.empty()) bias_ = DeviceBuffer<float>(exact_f32(w.bias, where + ".bias"));
+}
+
+size_t W8A8Int8Method::scales_offset(int64_t t) const {
+  return round_up(static_cast<size_t>(t * in_features()), 256);
+}
+
+size_t W8A8Int8Method::workspace_bytes(int64_t max_tokens) const {
+  return scales_offset(max_tokens) + round_up(static_cast<size_t>(max_tokens) * 4, 256);
+}
+
+void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+                           void* workspace) const {
+  if (!workspace) throw Error(prefix(), "w8a8-int8-dyn needs the engine's workspace");
+  auto* codes = static_cast<int8_t*>(workspace);
+  auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + scales_offset(t));
+  launch_quantize_int8_per_token({x, codes, scales, t, in_features(), dialect_}, stream);
+  Int8GemmParams g;
+  g.a = codes;
+  g.a_scales = scales;
+  g.b = codes_.get();
+  g.b_scales = scales_.get();
+  g.bias = bias_.get();
+  g.y = y;
+  g.m = t;
+  g.n = out_features();
+  g.k = in_features();
+  launch_int8_scaled_gemm(g, stream);
+}
+
+GpuLinearMethod::ActivationCodes W8A8Int8Method::activation_codes(const void* workspace,
+                                                                  int64_t t) const {
+  ActivationCodes c;
+  c.kind = ActivationCodes::Kind::kInt8;
+  c.values = workspace;
+  c.scales =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) + scales_offset(t));
+  c.scale_cols = 1;
+  return c;
+}
+
+size_t W8A8Int8Method::device_bytes() const {
+  return codes_.bytes() + scales_.bytes() + bias_.bytes();
+}
+
+}  // namespace qparity::gpu

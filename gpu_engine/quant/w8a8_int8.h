@@ -1,0 +1,36 @@
+#pragma once
+// `w8a8-int8-dyn` on the GPU (reference_cpu/quant/w8a8_int8_dynamic.h): int8 weights with one
+// fp32 scale per output row (channel strategy, or each fused partition's tensor scale per row,
+// SGLang's fp8 requantization already applied by the processed reference method), activations
+// quantized per token on the fly in the run's dialect, an exact int8 GEMM and an fp32 epilogue
+// (kernels/int8_gemm.h).
+//
+// Dialects: the activation codes follow vllm or sglang bit for bit (the reference's
+// Int8ActRules); a run in any other dialect is refused by name, as are static input scales
+// (compressed-tensors' static per-tensor inputs; SGLang ignores them and the sglang dialect
+// quantizes per token, which the GPU follows).
+#include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/int8_gemm.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::gpu {
+
+class W8A8Int8Method final : public GpuLinearMethod {
+ public:
+  explicit W8A8Int8Method(const reference::LinearMethod& host);
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+             void* workspace) const override;
+  size_t workspace_bytes(int64_t max_tokens) const override;
+  size_t device_bytes() const override;
+  ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
+
+ private:
+  // Workspace layout: codes [t, k] int8, then (256-byte aligned) scales [t] fp32.
+  size_t scales_offset(int64_t t) const;
+  Int8ActDialect dialect_ = Int8ActDialect::kVllm;
+  DeviceBuffer<int8_t> codes_;
+  DeviceBuffer<float> scales_, bias_;
+};
+
+}  // namespace qparity::gpu
