@@ -1,6 +1,7 @@
 #include "gpu_engine/quant/gpu_linear_method.h"
 
 #include "core/error.h"
+#include "gpu_engine/quant/fp8_linear.h"
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/weight_only_int.h"
 #include "reference_cpu/quant/linear_method.h"
@@ -18,16 +19,15 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
       return true;
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
       return no(
           "msModelSlim's static int8 activations (input_scale / input_offset, quant_bias, "
           "deq_scale) are not on the GPU yet (issue 25)");
-    case SchemeKind::kFp8Tensor:
-    case SchemeKind::kFp8Channel:
-    case SchemeKind::kFp8Block:
-      return no("fp8 activation quantization and fp8 GEMMs are not on the GPU yet (issue 25)");
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:
@@ -57,13 +57,14 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       return std::make_unique<WeightOnlyIntMethod>(host, options);
     case SchemeKind::kW8A8Int8Dyn:
       return std::make_unique<W8A8Int8Method>(host);
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+      return std::make_unique<Fp8LinearMethod>(host);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
-    case SchemeKind::kFp8Tensor:
-    case SchemeKind::kFp8Channel:
-    case SchemeKind::kFp8Block:
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:

@@ -206,6 +206,13 @@ class Fp8LinearBase : public LinearMethod {
   const Fp8Rules& rules() const { return rules_; }
   Fp8Act activation_mode() const { return act_; }
   Fp8File file() const { return file_; }
+  // For an engine's own layout: the processed fused weight of one expert (codes on the 2^-9
+  // lattice, the scale grid and its block shape), its bias (zeros when none), the activation
+  // rule of this dialect and the static input scale (kStatic).
+  const QuantizedMatrix& processed_weight(int64_t expert) const { return experts_.at(expert); }
+  const std::vector<double>& processed_bias(int64_t expert) const { return biases_.at(expert); }
+  Fp8ScaleRule activation_rule() const { return rules_.activation_rule(act_, shape().model_dtype); }
+  double static_input_scale() const { return static_input_scale_; }
 
  protected:
   Matrix do_apply(const Matrix& x, int64_t expert) const override;

@@ -15,6 +15,7 @@
 
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
+#include "core/codecs/float_format.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
@@ -68,6 +69,7 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
       w = d(rng) + (c.symmetric ? 0.0 : 0.03);  // an offset range for the asymmetric cases
     r.weights = mc.weights;
     r.input_activations = mc.input_activations;
+    r.activations = reference::ActivationStats{-4.0, 4.0, {}};  // static input scales
     r.group_size = effective_group_size(id);
     m->load_all(reference::quantize_linear(id, r), static_cast<int64_t>(p));
   }
@@ -91,9 +93,11 @@ GpuRun run_gpu_full(const gpu::GpuLinearMethod& g, const std::vector<Bf16>& hx, 
   r.y = test::to_doubles(y.download());
   const auto c = g.activation_codes(ws.get(), t);
   if (c.values) {
-    std::vector<int8_t> q(static_cast<size_t>(t * g.in_features()));
+    std::vector<uint8_t> q(static_cast<size_t>(t * g.in_features()));
     QPARITY_CUDA_CHECK(cudaMemcpy(q.data(), c.values, q.size(), cudaMemcpyDeviceToHost));
-    r.codes.assign(q.begin(), q.end());
+    const bool fp8 = c.kind == gpu::GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
+    for (uint8_t b : q)
+      r.codes.push_back(fp8 ? codec::e4m3fn_to_double(b) : static_cast<int8_t>(b));
     std::vector<float> s(static_cast<size_t>(t * c.scale_cols));
     QPARITY_CUDA_CHECK(cudaMemcpy(s.data(), c.scales, s.size() * 4, cudaMemcpyDeviceToHost));
     r.scales.assign(s.begin(), s.end());
@@ -117,6 +121,12 @@ std::vector<Case> cases() {
       {"w4a16-g32", true, {64, 32, 32}, 2048},
       {"w8a8-int8-dyn", true, {192}, 512, reference::Dialect::kVllm},
       {"w8a8-int8-dyn", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
+      {"fp8-tensor", true, {192}, 512, reference::Dialect::kVllm},
+      {"fp8-tensor", true, {128, 64, 64}, 256, reference::Dialect::kSglang},
+      {"fp8-channel", true, {192}, 512, reference::Dialect::kVllm},
+      {"fp8-channel", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
+      {"fp8-block", true, {200}, 384, reference::Dialect::kVllm},
+      {"fp8-block", true, {256, 128}, 512, reference::Dialect::kSglang},
   };
 }
 
@@ -174,81 +184,91 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // Rows that stress the activation quantizer: exact ties (half-integers under a maximum of 127, so
 // that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
-TEST_F(GpuQuantLinears, Int8ActivationCodesMatchTheDialectBitForBit) {
-  for (const auto dialect : {reference::Dialect::kVllm, reference::Dialect::kSglang}) {
-    const Case c{"w8a8-int8-dyn", true, {64}, 256, dialect};
-    SCOPED_TRACE(name_of(c));
-    const auto host = reference_method(c, rng);
-    const auto g = gpu::make_gpu_linear_method(*host);
-    const int64_t t = 70;
-    std::vector<double> xs(static_cast<size_t>(t * c.k));
-    std::normal_distribution<double> d(0.0, 1.0);
-    for (int64_t r = 0; r < t; ++r)
-      for (int64_t k = 0; k < c.k; ++k) {
-        double& v = xs[static_cast<size_t>(r * c.k + k)];
-        switch (r % 7) {
-          case 0:  // ties: half-integers, max 127
-            v = k == 0 ? 127.0 : std::min(126.5, static_cast<double>((k * 37) % 255) - 126.5);
-            break;
-          case 1:
-            v = 0.0;
-            break;
-          case 2:
-            v = -3.25;
-            break;
-          case 3:
-            v = d(rng) * 1e30;
-            break;
-          case 4:
-            v = d(rng) * 1e-30;
-            break;
-          case 5:
-            v = k == 5 ? -1000.0 : d(rng);
-            break;
-          default:
-            v = d(rng) * 3;
+TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
+  for (const std::string scheme : {"w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block"})
+    for (const auto dialect : {reference::Dialect::kVllm, reference::Dialect::kSglang}) {
+      const Case c{scheme, true, {64}, 384, dialect};
+      SCOPED_TRACE(name_of(c));
+      const bool fp8 = scheme != "w8a8-int8-dyn";
+      const auto host = reference_method(c, rng);
+      const auto g = gpu::make_gpu_linear_method(*host);
+      const int64_t t = 70;
+      std::vector<double> xs(static_cast<size_t>(t * c.k));
+      std::normal_distribution<double> d(0.0, 1.0);
+      for (int64_t r = 0; r < t; ++r)
+        for (int64_t k = 0; k < c.k; ++k) {
+          double& v = xs[static_cast<size_t>(r * c.k + k)];
+          switch (r % 7) {
+            case 0:  // ties: int8 half-integers under a maximum of 127; fp8 integers under 448
+              if (fp8)
+                v = k == 0 ? 448.0 : 16.0 + static_cast<double>((k * 7) % 432);
+              else
+                v = k == 0 ? 127.0 : std::min(126.5, static_cast<double>((k * 37) % 255) - 126.5);
+              break;
+            case 1:
+              v = 0.0;
+              break;
+            case 2:
+              v = -3.25;
+              break;
+            case 3:
+              v = d(rng) * 1e30;
+              break;
+            case 4:
+              v = d(rng) * 1e-30;
+              break;
+            case 5:
+              v = k == 5 ? -1000.0 : d(rng);
+              break;
+            default:
+              v = d(rng) * 3;
+          }
+          v = test::bf16_value(test::to_bf16(v));
         }
-        v = test::bf16_value(test::to_bf16(v));
+      std::vector<Bf16> hx(xs.size());
+      for (size_t i = 0; i < xs.size(); ++i)
+        hx[i] = test::to_bf16(xs[i]);
+      Matrix x(t, c.k);
+      x.data = xs;
+      const GpuRun got = run_gpu_full(*g, hx, t);
+      const auto want = host->quantize_input(x);
+      ASSERT_TRUE(want.has_value());
+      ASSERT_EQ(got.codes.size(), xs.size());
+      int64_t code_mismatches = 0, scale_mismatches = 0, ties = 0;
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t k = 0; k < c.k; ++k) {
+          code_mismatches += got.codes[static_cast<size_t>(r * c.k + k)] !=
+                             static_cast<double>(want->code(r, k)) * want->lattice;
+          ties += r % 7 == 0 && xs[static_cast<size_t>(r * c.k + k)] !=
+                                    std::floor(xs[static_cast<size_t>(r * c.k + k)]);
+        }
+        const int64_t sc = want->scales.cols;
+        ASSERT_EQ(got.scales.size(), static_cast<size_t>(t * sc));
+        for (int64_t j = 0; j < sc; ++j)
+          scale_mismatches +=
+              got.scales[static_cast<size_t>(r * sc + j)] !=
+              want->scales(std::min(r / want->block_rows, want->scales.rows - 1), j);
       }
-    std::vector<Bf16> hx(xs.size());
-    for (size_t i = 0; i < xs.size(); ++i)
-      hx[i] = test::to_bf16(xs[i]);
-    Matrix x(t, c.k);
-    x.data = xs;
-    const GpuRun got = run_gpu_full(*g, hx, t);
-    const auto want = host->quantize_input(x);
-    ASSERT_TRUE(want.has_value());
-    ASSERT_EQ(got.codes.size(), xs.size());
-    int64_t code_mismatches = 0, scale_mismatches = 0, ties = 0;
-    for (int64_t r = 0; r < t; ++r) {
-      for (int64_t k = 0; k < c.k; ++k) {
-        code_mismatches +=
-            got.codes[static_cast<size_t>(r * c.k + k)] != static_cast<double>(want->code(r, k));
-        ties += r % 7 == 0 && xs[static_cast<size_t>(r * c.k + k)] !=
-                                  std::floor(xs[static_cast<size_t>(r * c.k + k)]);
+      EXPECT_EQ(code_mismatches, 0);
+      EXPECT_EQ(scale_mismatches, 0);
+      if (!fp8) EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
+      // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
+      for (int64_t r = 0; r < t; ++r) {
+        if (r % 7 == 3) continue;
+        Matrix xr(1, c.k);
+        std::copy(xs.begin() + r * c.k, xs.begin() + (r + 1) * c.k, xr.data.begin());
+        const auto want_y = test::round_bf16(host->apply(xr).data);
+        const std::vector<double> got_y(got.y.begin() + r * g->out_features(),
+                                        got.y.begin() + (r + 1) * g->out_features());
+        // All-zero rows, and sglang's tiny rows (below its 1e-10 maximum floor every code is 0):
+        // an exact zero output.
+        if (std::all_of(want_y.begin(), want_y.end(), [](double v) { return v == 0.0; })) {
+          EXPECT_EQ(got_y, want_y) << "zero row " << r;
+          continue;
+        }
+        EXPECT_LE(test::rel_l2(got_y, want_y), kFlipBound) << "row " << r;
       }
-      scale_mismatches += got.scales[static_cast<size_t>(r)] != want->scales(r, 0);
     }
-    EXPECT_EQ(code_mismatches, 0);
-    EXPECT_EQ(scale_mismatches, 0);
-    EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
-    // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
-    for (int64_t r = 0; r < t; ++r) {
-      if (r % 7 == 3) continue;
-      Matrix xr(1, c.k);
-      std::copy(xs.begin() + r * c.k, xs.begin() + (r + 1) * c.k, xr.data.begin());
-      const auto want_y = test::round_bf16(host->apply(xr).data);
-      const std::vector<double> got_y(got.y.begin() + r * g->out_features(),
-                                      got.y.begin() + (r + 1) * g->out_features());
-      // All-zero rows, and sglang's tiny rows (below its 1e-10 maximum floor every code is 0):
-      // an exact zero output.
-      if (std::all_of(want_y.begin(), want_y.end(), [](double v) { return v == 0.0; })) {
-        EXPECT_EQ(got_y, want_y) << "zero row " << r;
-        continue;
-      }
-      EXPECT_LE(test::rel_l2(got_y, want_y), kFlipBound) << "row " << r;
-    }
-  }
 }
 
 TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
@@ -262,10 +282,10 @@ TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
 
 TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
   std::mt19937_64 rng{test::test_seed()};
-  const Case c{"fp8-channel", true, {64}, 128, reference::Dialect::kVllm};
+  const Case c{"nvfp4", true, {64}, 128, reference::Dialect::kVllm};
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
-              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("fp8-channel"),
+              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("nvfp4"),
                     HasSubstr("not on the GPU yet")));
 }
 

@@ -132,7 +132,7 @@ class Validation {
                   const fixtures::StatsProviders& stats, const golden::TokenInputs& in,
                   const fs::path& work, std::vector<std::string>& failed);
   void engine_rows(const Target& t, const golden::TokenInputs& in, const fs::path& work,
-                   std::vector<std::string>& failed);
+                   const fixtures::StatsProviders& stats, std::vector<std::string>& failed);
 
   const ValidateOptions& o_;
   fs::path policies_;
@@ -291,12 +291,13 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
   }
   for (const auto& [scheme, exclusions] : runnable)
     format_row(t, scheme, exclusions, base_reader, stats, in, work, failed);
-  engine_rows(t, in, work, failed);
+  engine_rows(t, in, work, stats, failed);
   progress(t.name + " done in " + std::to_string(static_cast<int64_t>(seconds_since(t0))) + " s");
   return failed;
 }
 
 void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, const fs::path& work,
+                             const fixtures::StatsProviders& stats,
                              std::vector<std::string>& failed) {
 #ifdef QPARITY_HAS_ENGINE
   // Engine against the reference, when a GPU is here: the bf16 model and every scheme the GPU
@@ -339,8 +340,18 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
             "on the GPU yet; the format row quantizes them");
       }
       dir = work / (t.name + "." + scheme + ".engine-ckpt");
-      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), reference::Dialect::kIdeal, dir,
-                                    {}, OverwritePolicy::kReplace, nullptr, qo);
+      // Produced under the engine's dialect, whose loader rules (fp8-block's partition
+      // alignment, ...) the engine then meets; the linears it cannot take stay bf16 and the row
+      // says which.
+      const fixtures::SchemeExclusions ex =
+          fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), reference::Dialect::kVllm);
+      if (!ex.modules.empty())
+        notes.push_back(std::to_string(ex.modules.size()) +
+                        " module(s) left bf16 in this engine row (dialect vllm cannot take them), "
+                        "first " +
+                        ex.modules.front().module + ": " + ex.modules.front().rule);
+      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), reference::Dialect::kVllm, dir,
+                                    stats, OverwritePolicy::kReplace, nullptr, qo);
     }
     // The engine imitates vLLM; where the scheme quantizes activations the reference golden
     // takes the same dialect, so that the codes can match bit for bit.
@@ -395,7 +406,7 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
     if (!o_.keep_work && scheme != "bf16") fs::remove_all(dir);
   }
 #else
-  (void)t, (void)in, (void)work, (void)failed;
+  (void)t, (void)in, (void)work, (void)stats, (void)failed;
 #endif
 }
 

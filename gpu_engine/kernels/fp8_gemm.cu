@@ -1,0 +1,195 @@
+#include <cuda_fp8.h>
+
+#include "gpu_engine/kernels/fp8_gemm.h"
+#include "gpu_engine/kernels/launch_check.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+__device__ float fp8_scale_of(const QuantizeFp8Params& p, float amax) {
+  if (p.amax_floor > 0) amax = fmaxf(amax, p.amax_floor);
+  float s = __fdiv_rn(amax, 448.f);
+  if (p.min_scale > 0) s = fmaxf(s, p.min_scale);
+  return s;
+}
+
+__device__ uint8_t fp8_code(const QuantizeFp8Params& p, float x, float s, float inv) {
+  if (s == 0.f) {
+    if (!p.zero_saturates) return 0;
+    return x < 0 ? 0xFE : 0x7E;  // -448 / +448
+  }
+  float t = p.multiply_reciprocal ? __fmul_rn(x, inv) : __fdiv_rn(x, s);
+  t = fmaxf(fminf(t, 448.f), -448.f);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(t, __NV_SATFINITE, __NV_E4M3));
+}
+
+// max |x| over [begin, end) of one row, reduced over the block (every thread gets it).
+__device__ float block_amax(const __nv_bfloat16* x, int64_t begin, int64_t end) {
+  float a = 0.f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    a = fmaxf(a, fabsf(__bfloat162float(x[i])));
+  __shared__ float partial[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1)
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+  __syncthreads();  // partial may still be read by a previous call
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = a;
+  __syncthreads();
+  a = 0.f;
+  for (int w = 0; w < kThreads / 32; ++w)
+    a = fmaxf(a, partial[w]);
+  return a;
+}
+
+// Dynamic per-tensor: the amax of everything, as the bits of a non-negative float (ordered like
+// unsigned integers), by atomicMax.
+__global__ void tensor_amax_kernel(QuantizeFp8Params p) {
+  const float a = block_amax(p.x + static_cast<int64_t>(blockIdx.x) * p.k, 0, p.k);
+  if (threadIdx.x == 0)
+    atomicMax(reinterpret_cast<unsigned int*>(p.tensor_amax), __float_as_uint(a));
+}
+
+// One block per token row.
+__global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = p.x + row * p.k;
+  uint8_t* q = p.q + row * p.k;
+  const int64_t group = p.mode == Fp8ActMode::kDynamicGroup ? p.group : p.k;
+  const int64_t groups = (p.k + group - 1) / group;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g * group, end = min(p.k, begin + group);
+    float s;
+    switch (p.mode) {
+      case Fp8ActMode::kStatic:
+        s = p.static_scale;
+        break;
+      case Fp8ActMode::kDynamicTensor:
+        s = fp8_scale_of(p, *p.tensor_amax);
+        break;
+      case Fp8ActMode::kDynamicToken:
+      case Fp8ActMode::kDynamicGroup:
+        s = fp8_scale_of(p, block_amax(x, begin, end));
+        break;
+    }
+    const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
+    if (threadIdx.x == 0) p.scales[row * groups + g] = s;
+    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+      q[i] = fp8_code(p, __bfloat162float(x[i]), s, inv);
+  }
+}
+
+__device__ __forceinline__ float fp8_to_float(uint32_t byte) {
+  __nv_fp8_e4m3 v;
+  v.__x = static_cast<__nv_fp8_storage_t>(byte);
+  return static_cast<float>(v);
+}
+
+constexpr int kWarps = 4;
+
+template <int kTokens>
+__global__ void __launch_bounds__(kWarps * 32) fp8_gemm_kernel(Fp8GemmParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= p.n) return;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
+  const int64_t a_cols = (p.k + p.a_group - 1) / p.a_group;
+  const int64_t b_cols = (p.k + p.b_block_cols - 1) / p.b_block_cols;
+  const float* b_scale_row = p.b_scales + (n / p.b_block_rows) * b_cols;
+  // One scale pair for the whole row when neither side's scale varies along K.
+  const bool per_chunk = a_cols > 1 || b_cols > 1;
+  float acc[kTokens];
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j)
+    acc[j] = 0.f;
+  const uint8_t* brow = p.b + n * p.k;
+  for (int64_t k0 = static_cast<int64_t>(lane) * 16; k0 < p.k; k0 += 32 * 16) {
+    const uint4 wraw = *reinterpret_cast<const uint4*>(brow + k0);
+    const uint32_t wv[4] = {wraw.x, wraw.y, wraw.z, wraw.w};
+    float w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      w[i] = fp8_to_float((wv[i / 4] >> (8 * (i % 4))) & 0xFF);
+    const float sb = per_chunk ? b_scale_row[k0 / p.b_block_cols] : 0.f;
+#pragma unroll
+    for (int j = 0; j < kTokens; ++j) {
+      if (j >= mt) break;
+      const uint4 araw = *reinterpret_cast<const uint4*>(p.a + (m0 + j) * p.k + k0);
+      const uint32_t av[4] = {araw.x, araw.y, araw.z, araw.w};
+      float chunk = 0.f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        chunk = fmaf(fp8_to_float((av[i / 4] >> (8 * (i % 4))) & 0xFF), w[i], chunk);
+      if (per_chunk)
+        acc[j] = fmaf(__fmul_rn(chunk, sb), p.a_scales[(m0 + j) * a_cols + k0 / p.a_group], acc[j]);
+      else
+        acc[j] += chunk;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j) {
+    float a = acc[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0 && j < mt) {
+      if (!per_chunk) a = __fmul_rn(__fmul_rn(a, b_scale_row[0]), p.a_scales[(m0 + j) * a_cols]);
+      if (p.bias) a = __fadd_rn(a, p.bias[n]);
+      p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t fp8_act_scale_cols(Fp8ActMode mode, int64_t k, int64_t group) {
+  return mode == Fp8ActMode::kDynamicGroup ? (k + group - 1) / group : 1;
+}
+
+void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
+  constexpr const char* kn = "quantize_fp8";
+  require(p.x && p.q && p.scales, kn, "x, q and scales are required");
+  require(p.m >= 0 && p.k > 0, kn, "m >= 0, k > 0");
+  require(p.mode != Fp8ActMode::kDynamicGroup || p.group > 0, kn, "group must be > 0");
+  require(p.mode != Fp8ActMode::kDynamicTensor || p.tensor_amax, kn,
+          "a dynamic per-tensor scale needs tensor_amax scratch");
+  require(p.mode != Fp8ActMode::kStatic || p.static_scale > 0, kn, "a static scale must be > 0");
+  if (p.m == 0) return;
+  if (p.mode == Fp8ActMode::kDynamicTensor) {
+    if (cudaMemsetAsync(p.tensor_amax, 0, sizeof(float), stream) != cudaSuccess)
+      throw_launch_error(kn, "memset of tensor_amax failed");
+    tensor_amax_kernel<<<static_cast<unsigned>(p.m), kThreads, 0, stream>>>(p);
+    check_launch(kn);
+  }
+  quantize_fp8_kernel<<<static_cast<unsigned>(p.m), kThreads, 0, stream>>>(p);
+  check_launch(kn);
+}
+
+void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
+  constexpr const char* kn = "fp8_scaled_gemm";
+  require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
+          "a, a_scales, b, b_scales and y are required");
+  require(p.m >= 0 && p.n > 0 && p.k > 0, kn, "m >= 0, n > 0, k > 0");
+  require(p.k % 16 == 0, kn, "k " + std::to_string(p.k) + " must be a multiple of 16");
+  require(p.a_group > 0 && (p.a_group % 16 == 0 || p.a_group >= p.k), kn,
+          "activation groups must be multiples of 16 columns");
+  require(p.b_block_rows > 0 && p.b_block_cols > 0 &&
+              (p.b_block_cols % 16 == 0 || p.b_block_cols >= p.k),
+          kn, "weight scale blocks must span multiples of 16 columns");
+  require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");
+  require(p.m <= 65535LL * 8, kn, "m too large for one launch");
+  if (p.m == 0) return;
+  const dim3 block(kWarps * 32);
+  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
+  if (p.m == 1)
+    fp8_gemm_kernel<1><<<dim3(nb, 1), block, 0, stream>>>(p);
+  else if (p.m <= 4)
+    fp8_gemm_kernel<4><<<dim3(nb, 1), block, 0, stream>>>(p);
+  else
+    fp8_gemm_kernel<8><<<dim3(nb, static_cast<unsigned>((p.m + 7) / 8)), block, 0, stream>>>(p);
+  check_launch(kn);
+}
+
+}  // namespace qparity::gpu

@@ -1,0 +1,63 @@
+#pragma once
+// FP8 E4M3 activation quantization and the FP8 x FP8 scaled GEMM of `fp8-tensor`,
+// `fp8-channel` and `fp8-block` (reference_cpu/quant/fp8_common.h, FORMATS.md §3.1, §3.2, §4.4).
+//
+// Quantization reproduces one dialect's rule bit for bit (the reference's Fp8ScaleRule with fp32
+// arithmetic, as vLLM and SGLang compute): amax = max|x| over the set (a token, a 1 x group
+// slice of a token, or every element for a dynamic per-tensor scale; exact), then
+//   s = max(amax, amax_floor) / 448 (fp32, RN), s = max(s, min_scale);  or the static scale;
+//   t = x / s, or x * (1 / s) with the reciprocal rounded first (multiply_reciprocal); fp32, RN;
+//   code = e4m3fn(clamp(t, -448, 448)), round half to even;
+//   s == 0: codes +448 / -448 by sign (zero_saturates, vLLM's x * (1/0) through fminf/fmaxf), else
+//   codes 0.
+// UE8M0 scale rounding is not implemented here (the reference's group_ue8m0 is off for vllm and
+// sglang; a rule asking for it is refused by the GPU method).
+// GEMM: each lane sums 16 products at a time (exact in fp32: e4m3 x e4m3 needs 8 significant
+// bits), then adds chunk * s_b * s_a when the scales vary along K (block scales, 1 x 128 groups)
+// or multiplies the whole sum once (y = (acc * s_b) * s_a, CUTLASS's ScaledEpilogue order); fp32
+// throughout, the bias in fp32, one rounding to bf16. Batch-invariant and deterministic.
+// Constraints (checked): k a multiple of 16, activation groups and weight block columns
+// multiples of 16, 16-byte aligned rows.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qparity::gpu {
+
+enum class Fp8ActMode : uint8_t { kStatic, kDynamicTensor, kDynamicToken, kDynamicGroup };
+
+struct QuantizeFp8Params {
+  const __nv_bfloat16* x = nullptr;  // [m, k]
+  uint8_t* q = nullptr;              // [m, k] e4m3fn codes
+  float* scales = nullptr;           // [m, scale_cols]: one per token (its group's, its tensor's)
+  float* tensor_amax = nullptr;      // kDynamicTensor: one float of device scratch
+  int64_t m = 0, k = 0;
+  Fp8ActMode mode = Fp8ActMode::kDynamicToken;
+  int64_t group = 128;     // kDynamicGroup
+  float static_scale = 0;  // kStatic
+  bool multiply_reciprocal = false;
+  float amax_floor = 0, min_scale = 0;
+  bool zero_saturates = false;
+};
+
+// Columns of the scale grid per token for a mode.
+int64_t fp8_act_scale_cols(Fp8ActMode mode, int64_t k, int64_t group);
+
+void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream);
+
+struct Fp8GemmParams {
+  const uint8_t* a = nullptr;       // [m, k] e4m3fn
+  const float* a_scales = nullptr;  // [m, a_scale_cols]
+  int64_t a_group = 0;              // columns per activation scale (k when one per token)
+  const uint8_t* b = nullptr;       // [n, k] e4m3fn
+  const float* b_scales = nullptr;  // [ceil(n / b_block_rows), ceil(k / b_block_cols)]
+  int64_t b_block_rows = 1, b_block_cols = 0;
+  const float* bias = nullptr;  // optional [n]
+  __nv_bfloat16* y = nullptr;   // [m, n]
+  int64_t m = 0, n = 0, k = 0;
+};
+
+void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream);
+
+}  // namespace qparity::gpu

@@ -1,0 +1,41 @@
+#pragma once
+// `fp8-tensor`, `fp8-channel` and `fp8-block` on the GPU (reference_cpu/quant/fp8_common.h,
+// fp8_tensor.h, fp8_channel.h, fp8_block.h): e4m3fn weights with their processed scale grid
+// (per tensor, per output row, or 128 x 128 blocks, ragged at the edges; fused partitions already
+// unified by the reference method as the dialect does it), activations quantized on the fly by
+// the dialect's rule (static per tensor, dynamic per tensor, per token, or per 1 x 128 group),
+// and the fp8 scaled GEMM (kernels/fp8_gemm.h).
+//
+// Dialects: vllm and sglang (fp32 rules, reproduced bit for bit); any other is refused by name,
+// as is UE8M0 scale rounding.
+#include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/fp8_gemm.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::gpu {
+
+class Fp8LinearMethod final : public GpuLinearMethod {
+ public:
+  explicit Fp8LinearMethod(const reference::LinearMethod& host);
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+             void* workspace) const override;
+  size_t workspace_bytes(int64_t max_tokens) const override;
+  size_t device_bytes() const override;
+  ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
+
+ private:
+  // Workspace: codes [t, k] e4m3, then (256-aligned) scales [t, scale_cols], then the per-tensor
+  // amax scratch.
+  size_t scales_offset(int64_t t) const;
+  size_t amax_offset(int64_t t) const;
+  int64_t scale_cols() const {
+    return fp8_act_scale_cols(quant_.mode, in_features(), quant_.group);
+  }
+  QuantizeFp8Params quant_;  // the rule; pointers filled per call
+  int64_t b_block_rows_ = 1, b_block_cols_ = 0;
+  DeviceBuffer<uint8_t> codes_;
+  DeviceBuffer<float> scales_, bias_;
+};
+
+}  // namespace qparity::gpu
