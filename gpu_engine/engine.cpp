@@ -368,7 +368,7 @@ std::vector<TimelineEntry> Engine::timeline() const {
 // The last layer's MLP output joins the residual stream inside the next norm (fused add):
 // x += mlp_out (bf16), out = norm(x) with `weight`. Captures layers.<last>.residual.
 void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16* weight,
-                            __nv_bfloat16* out) {
+                            __nv_bfloat16* out, const float* bias) {
   const ModelConfig& c = model_->cfg;
   const int64_t hd = c.hidden;
   RmsNormParams np{mlp_out_.get(),
@@ -382,6 +382,7 @@ void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16
                    hd,
                    static_cast<float>(c.rms_norm_eps)};
   np.probe = probe("residual_norm");
+  np.bias = bias;
   launch_rms_norm(np, stream_);
   capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, stream_);
 }
@@ -471,10 +472,12 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
   } else {
     if (pending_residual)
-      close_residual(t, tr, w.input_norm.get(), h_.get());
-    else
-      launch_rms_norm({resid(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps},
-                      s);
+      close_residual(t, tr, w.input_norm.get(), h_.get(), w.input_norm_bias.get());
+    else {
+      RmsNormParams np{resid(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps};
+      np.bias = w.input_norm_bias.get();
+      launch_rms_norm(np, s);
+    }
     last_layer_ = l;
     capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
     if (!options_.ablate_linears)
@@ -503,8 +506,10 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   } else {
-    launch_rms_norm(
-        {attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps}, s);
+    RmsNormParams np{attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd,
+                     eps};
+    np.bias = w.post_norm_bias.get();
+    launch_rms_norm(np, s);
     capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
     if (w.moe) {
       moe_layer(l, t, tr);
@@ -739,10 +744,10 @@ void Engine::forward_layer(int64_t layer, const std::vector<double>& input, cons
   upload_input(input, b, "engine layer");
   run_layer(layer, b.size(), capture_to, false);
   // The layer's residual output: the fused add with the next norm's weight into scratch.
-  const __nv_bfloat16* next = layer + 1 < c.num_layers
-                                  ? model_->layers[static_cast<size_t>(layer + 1)].input_norm.get()
-                                  : model_->final_norm.get();
-  close_residual(b.size(), capture_to, next, h_.get());
+  const bool last = layer + 1 >= c.num_layers;
+  const GpuLayerWeights* nl = last ? nullptr : &model_->layers[static_cast<size_t>(layer + 1)];
+  close_residual(b.size(), capture_to, last ? model_->final_norm.get() : nl->input_norm.get(),
+                 h_.get(), last ? nullptr : nl->input_norm_bias.get());
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   check_moe_ids();
 }

@@ -131,7 +131,7 @@ class Engine {
   void run(int64_t t, reference::Trace* capture);
   void run_layer(int64_t layer, int64_t t, reference::Trace* capture, bool pending_residual);
   void close_residual(int64_t t, reference::Trace* capture, const __nv_bfloat16* weight,
-                      __nv_bfloat16* out);
+                      __nv_bfloat16* out, const float* bias = nullptr);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
               int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,

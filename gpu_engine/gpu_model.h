@@ -41,12 +41,14 @@ struct GpuLayerWeights {
   Bf16Buffer gate_up, down;          // dense: [2I, H], [H, I]
   Bf16Buffer router;                 // MoE: [E, H]
   Bf16Buffer w13, w2;                // MoE: [E, 2I', H], [E, H, I']
+  // Norm biases (smooth-quant / anti-outlier folds; fp32, exact), empty when the norm has none.
+  DeviceBuffer<float> input_norm_bias, post_norm_bias;
   // Quantized linears (their bf16 buffer above is then empty).
   std::unique_ptr<GpuLinearMethod> qkv_q, o_proj_q, gate_up_q, down_q;
   // Whether the attention input or MLP input linears are quantized: the decode-sized fusions of
   // the RMSNorm into a bf16 GEMM's prologue then give way to a separate norm kernel.
-  bool quantized_qkv() const { return qkv_q != nullptr; }
-  bool quantized_gate_up() const { return gate_up_q != nullptr; }
+  bool quantized_qkv() const { return qkv_q != nullptr || input_norm_bias.size() > 0; }
+  bool quantized_gate_up() const { return gate_up_q != nullptr || post_norm_bias.size() > 0; }
 };
 
 struct GpuModel {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/cuda_check.h"
+#include "gpu_engine/quant/upload_util.h"
 #include "gpu_engine/staged_upload.h"
 #include "reference_cpu/layers/rope.h"
 #include "reference_cpu/models/model_loader.h"
@@ -25,7 +26,9 @@ bool plan_quantizes_anything(const QuantPlan& plan) {
 std::string plan_scheme_summary(const QuantPlan& plan) {
   std::set<std::string> schemes;
   for (const PlanEntry& e : plan)
-    if (e.quantized() && e.role != ModuleRole::kExpertStack) schemes.insert(e.scheme_string());
+    if ((e.quantized() && e.role != ModuleRole::kExpertStack) ||
+        (e.role == ModuleRole::kNorm && e.scheme))
+      schemes.insert(e.scheme_string());
   if (schemes.empty()) return "bf16";
   std::string out;
   for (const auto& s : schemes)
@@ -64,8 +67,9 @@ void check_gpu_can_run(const QuantPlan& plan) {
                                     "engine never runs a quantized cache as bf16");
         break;
       case ModuleRole::kNorm:
-        throw Error(e.prefix, "transform " + scheme + why_entry +
-                                  ": the folded norm weight and bias are not on the GPU yet");
+        // A folded transform (smoothquant): the norm's weight and bias run in the engine's
+        // RMSNorm (norm_buffer refuses a bias where the engine has none).
+        break;
     }
   }
 }
@@ -89,9 +93,16 @@ void upload_values(Bf16Buffer& dst, const std::vector<double>& v, size_t offset 
       cudaMemcpy(dst.get() + offset, codes.data(), codes.size() * 2, cudaMemcpyHostToDevice));
 }
 
-Bf16Buffer norm_buffer(const reference::NormWeights& w, const std::string& prefix) {
-  if (!w.bias.empty())
-    throw Error(prefix + ".bias", "an anti-outlier norm bias: not on the GPU yet");
+// A norm's weight as bf16; its bias (anti-outlier / smooth-quant folds) only where the engine
+// takes one (`bias` non-null: the decoder layers' input and post-attention norms), as fp32.
+Bf16Buffer norm_buffer(const reference::NormWeights& w, const std::string& prefix,
+                       DeviceBuffer<float>* bias = nullptr) {
+  if (!w.bias.empty()) {
+    if (!bias)
+      throw Error(prefix + ".bias", "a bias on this norm is not on the GPU (only the decoder "
+                                    "layers' input and post-attention norms take one)");
+    *bias = DeviceBuffer<float>(exact_f32(w.bias, prefix + ".bias"));
+  }
   Bf16Buffer b(w.weight.size());
   upload_values(b, w.weight);
   return b;
@@ -167,8 +178,9 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
   for (const reference::DecoderLayer& hl : host->layers()) {
     GpuLayerWeights& l = m->layers[static_cast<size_t>(hl.index)];
     const std::string p = "model.layers." + std::to_string(hl.index);
-    l.input_norm = norm_buffer(hl.input_norm, p + ".input_layernorm");
-    l.post_norm = norm_buffer(hl.post_attention_norm, p + ".post_attention_layernorm");
+    l.input_norm = norm_buffer(hl.input_norm, p + ".input_layernorm", &l.input_norm_bias);
+    l.post_norm =
+        norm_buffer(hl.post_attention_norm, p + ".post_attention_layernorm", &l.post_norm_bias);
     if (hl.attn.q_norm) l.q_norm = norm_buffer(*hl.attn.q_norm, p + ".self_attn.q_norm");
     if (hl.attn.k_norm) l.k_norm = norm_buffer(*hl.attn.k_norm, p + ".self_attn.k_norm");
     place(*hl.attn.qkv, l.qkv, l.qkv_q, options.methods, m->weight_bytes);

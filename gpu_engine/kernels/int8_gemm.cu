@@ -39,6 +39,19 @@ __global__ void quantize_int8_kernel(QuantizeInt8Params p) {
   }
 }
 
+__global__ void quantize_int8_static_kernel(QuantizeInt8StaticParams p) {
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = p.x + row * p.k;
+  int8_t* q = p.q + row * p.k;
+  if (threadIdx.x == 0) p.scales[row] = p.scale;
+  for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads) {
+    const float xv = __bfloat162float(x[i]);
+    const float v = p.divide ? __fdiv_rn(xv, p.scale) : __fmul_rn(xv, p.factor);
+    const float r = fminf(fmaxf(rintf(__fadd_rn(v, p.offset)), -128.f), 127.f);
+    q[i] = static_cast<int8_t>(r);
+  }
+}
+
 constexpr int kWarps = 4;
 
 // One warp per output column n (a weight row), kTokens tokens per grid row; each lane takes 16
@@ -74,7 +87,9 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemm_kernel(Int8GemmParams p
     for (int o = 16; o > 0; o >>= 1)
       a += __shfl_xor_sync(0xffffffffu, a, o);
     if (lane == 0 && j < mt) {
-      float v = __fmul_rn(p.a_scales[m0 + j], __fmul_rn(p.b_scales[n], static_cast<float>(a)));
+      if (p.acc_bias) a += p.acc_bias[n];
+      float v = __fmul_rn(p.b_scales[n], static_cast<float>(a));
+      if (p.a_scales) v = __fmul_rn(p.a_scales[m0 + j], v);
       if (p.bias) v = __fadd_rn(v, p.bias[n]);
       p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(v);
     }
@@ -92,10 +107,19 @@ void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t st
   check_launch(kn);
 }
 
+void launch_quantize_int8_static(const QuantizeInt8StaticParams& p, cudaStream_t stream) {
+  constexpr const char* kn = "quantize_int8_static";
+  require(p.x && p.q && p.scales, kn, "x, q and scales are required");
+  require(p.m >= 0 && p.k > 0, kn, "m >= 0, k > 0");
+  require(p.scale > 0 && (p.divide || p.factor > 0), kn, "scale (and factor) must be > 0");
+  if (p.m == 0) return;
+  quantize_int8_static_kernel<<<static_cast<unsigned>(p.m), kQuantThreads, 0, stream>>>(p);
+  check_launch(kn);
+}
+
 void launch_int8_scaled_gemm(const Int8GemmParams& p, cudaStream_t stream) {
   constexpr const char* kn = "int8_scaled_gemm";
-  require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
-          "a, a_scales, b, b_scales and y are required");
+  require(p.a && p.b && p.b_scales && p.y, kn, "a, b, b_scales and y are required");
   require(p.m >= 0 && p.n > 0 && p.k > 0, kn, "m >= 0, n > 0, k > 0");
   require(p.k % 16 == 0, kn, "k " + std::to_string(p.k) + " must be a multiple of 16");
   require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");

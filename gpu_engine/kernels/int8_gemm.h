@@ -9,7 +9,8 @@
 //   sglang  amax = max(max|x|, fp32(1e-10)); s, 127 / amax and x * (127 / amax) in fp32; round
 //           half away from zero (Triton's round), clamped to [-128, 127].
 // GEMM: acc[m, n] = sum_k a[m, k] * b[n, k] as an exact int32 (dp4a; no order dependence), then
-// y = bf16( s_a[m] * (s_b[n] * float(acc)) + bias[n] ) in fp32, CUTLASS's ScaledEpilogue order
+// y = bf16( s_a[m] * (s_b[n] * float(acc + acc_bias[n])) + bias[n] ) in fp32, CUTLASS's
+// ScaledEpilogue order
 // (vLLM cutlass_scaled_mm): float(acc) is exact up to 2^24, then two products, each rounded once.
 // A token's row never depends on the batch: batch-invariant and deterministic bit for bit.
 // Constraints (checked): k a multiple of 16, 16-byte aligned rows.
@@ -32,12 +33,30 @@ struct QuantizeInt8Params {
 
 void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t stream);
 
+// Static per-tensor quantization (msModelSlim W8A8 / W8A8S): q = clamp(rint(v + offset)) with
+// v = x * factor (the reciprocal as the dialect computed it) or x / scale, each step in fp32,
+// round half to even; the raw codes (offset included: the GEMM's quant_bias carries its
+// correction). scales[m] = scale for every token (what the dump's x_scales holds).
+struct QuantizeInt8StaticParams {
+  const __nv_bfloat16* x = nullptr;  // [m, k]
+  int8_t* q = nullptr;               // [m, k]
+  float* scales = nullptr;           // [m]
+  int64_t m = 0, k = 0;
+  float scale = 1.f, factor = 0.f, offset = 0.f;
+  bool divide = false;
+};
+
+void launch_quantize_int8_static(const QuantizeInt8StaticParams& p, cudaStream_t stream);
+
 struct Int8GemmParams {
   const int8_t* a = nullptr;        // [m, k] activation codes
   const float* a_scales = nullptr;  // [m]
   const int8_t* b = nullptr;        // [n, k] weight codes
   const float* b_scales = nullptr;  // [n]
   const float* bias = nullptr;      // optional [n]
+  // Optional [n] int32 terms added to the exact accumulator before the epilogue (msModelSlim's
+  // quant_bias); a_scales may then be null (1).
+  const int32_t* acc_bias = nullptr;
   __nv_bfloat16* y = nullptr;       // [m, n]
   int64_t m = 0, n = 0, k = 0;
 };

@@ -2,7 +2,7 @@
 // RMSNorm over bf16 vectors, optionally fused with the residual add before it:
 //   h   = bf16(x + residual)                      (the residual stream is a bf16 tensor)
 //   r   = 1 / sqrt(mean(float(h)^2) + eps)         (fp32 sum over the vector, fp32 rsqrt)
-//   out = bf16(float(weight) * float(h) * r)       (fp32, one rounding)
+//   out = bf16(float(weight) * float(h) * r [+ bias]) (fp32, one rounding)
 // One rounding per stored tensor is the reference's emulate-mode rule (and what fused engine
 // kernels do); HF eager also rounds h * r to bf16 before the weight, one extra rounding.
 // Vectors: `rows` rows of `vectors_per_row` vectors of `dim` values, vector v of row t at
@@ -29,6 +29,9 @@ struct RmsNormParams {
   int64_t row_stride = 0;  // elements between rows of x, residual and out
   float eps = 1e-6f;
   KernelProbe* probe = nullptr;  // optional timeline stamps (kernel_probe.h)
+  // Optional [dim] fp32 bias after the weight (msModelSlim's anti-outlier norms, smooth-quant):
+  // out = bf16(float(weight) * (h * r) + bias), the bias added in fp32.
+  const float* bias = nullptr;
 };
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);

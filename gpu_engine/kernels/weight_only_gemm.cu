@@ -32,39 +32,55 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
 #pragma unroll
   for (int j = 0; j < kTokens; ++j)
     acc[j] = 0.f;
-  for (int64_t k0 = static_cast<int64_t>(lane) * kCodes; k0 < p.k; k0 += 32 * kCodes) {
-    int64_t g = k0 / p.group;
-    if (p.fault_group_off_by_one && g + 1 < groups) ++g;
-    const float s = load_scale<S>(p.scales, n * groups + g);
-    float z = 0.f;
-    if (p.zeros_f32) z = p.zeros_f32[n * groups + g];
-    if (p.zeros_i8) z = static_cast<float>(p.zeros_i8[n * groups + g]);
-    if constexpr (kBits == 4) z += 8.f;  // stored u = q + 8
-    const uint4 raw = *reinterpret_cast<const uint4*>(wrow + k0 * kBits / 8);
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    float w[kCodes];
+  // kUnroll loads of 16 bytes in flight per lane before any is used (a decode-sized GEMV is
+  // bound by how many bytes are in flight); each lane still sums its chunks in ascending k.
+  constexpr int kUnroll = 4;
+  for (int64_t k0 = static_cast<int64_t>(lane) * kCodes; k0 < p.k;
+       k0 += 32 * kCodes * kUnroll) {
+    uint4 raw[kUnroll];
+    float s[kUnroll], z[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kCodes; ++i) {
-      int code;
-      if constexpr (kBits == 8)
-        code = static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xFF);
-      else
-        code = static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xF);
-      w[i] = (static_cast<float>(code) - z) * s;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k0 + static_cast<int64_t>(u) * 32 * kCodes;
+      if (kk >= p.k) break;
+      raw[u] = __ldg(reinterpret_cast<const uint4*>(wrow + kk * kBits / 8));
+      int64_t g = kk / p.group;
+      if (p.fault_group_off_by_one && g + 1 < groups) ++g;
+      s[u] = load_scale<S>(p.scales, n * groups + g);
+      z[u] = 0.f;
+      if (p.zeros_f32) z[u] = p.zeros_f32[n * groups + g];
+      if (p.zeros_i8) z[u] = static_cast<float>(p.zeros_i8[n * groups + g]);
+      if constexpr (kBits == 4) z[u] += 8.f;  // stored u = q + 8
     }
 #pragma unroll
-    for (int j = 0; j < kTokens; ++j) {
-      if (j >= mt) break;
-      const uint4* xr = reinterpret_cast<const uint4*>(p.x + (m0 + j) * p.k + k0);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k0 + static_cast<int64_t>(u) * 32 * kCodes;
+      if (kk >= p.k) break;
+      const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+      float w[kCodes];
 #pragma unroll
-      for (int v = 0; v < kCodes / 8; ++v) {
-        const uint4 xv = xr[v];
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&xv);
+      for (int i = 0; i < kCodes; ++i) {
+        int code;
+        if constexpr (kBits == 8)
+          code = static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xFF);
+        else
+          code = static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xF);
+        w[i] = (static_cast<float>(code) - z[u]) * s[u];
+      }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __bfloat1622float2(h[e]);
-          acc[j] = fmaf(f.x, w[v * 8 + 2 * e], acc[j]);
-          acc[j] = fmaf(f.y, w[v * 8 + 2 * e + 1], acc[j]);
+      for (int j = 0; j < kTokens; ++j) {
+        if (j >= mt) break;
+        const uint4* xr = reinterpret_cast<const uint4*>(p.x + (m0 + j) * p.k + kk);
+#pragma unroll
+        for (int v = 0; v < kCodes / 8; ++v) {
+          const uint4 xv = xr[v];
+          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __bfloat1622float2(h[e]);
+            acc[j] = fmaf(f.x, w[v * 8 + 2 * e], acc[j]);
+            acc[j] = fmaf(f.y, w[v * 8 + 2 * e + 1], acc[j]);
+          }
         }
       }
     }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "gpu_engine/quant/fp8_linear.h"
 #include "gpu_engine/quant/w8a8_int8.h"
+#include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -18,16 +19,13 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
       return true;
-    case SchemeKind::kW8A8Static:
-    case SchemeKind::kW8A8S:
-      return no(
-          "msModelSlim's static int8 activations (input_scale / input_offset, quant_bias, "
-          "deq_scale) are not on the GPU yet (issue 25)");
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:
@@ -55,6 +53,9 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
       return std::make_unique<WeightOnlyIntMethod>(host, options);
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+      return std::make_unique<W8A8StaticMethod>(host);
     case SchemeKind::kW8A8Int8Dyn:
       return std::make_unique<W8A8Int8Method>(host);
     case SchemeKind::kFp8Tensor:
@@ -63,8 +64,6 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       return std::make_unique<Fp8LinearMethod>(host);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
-    case SchemeKind::kW8A8Static:
-    case SchemeKind::kW8A8S:
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:

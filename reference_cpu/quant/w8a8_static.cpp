@@ -238,6 +238,43 @@ void W8A8StaticLinearMethod::process() {
   }
 }
 
+W8A8StaticLinearMethod::StaticActivation W8A8StaticLinearMethod::static_activation(
+    int64_t expert) const {
+  const Expert& ex = experts_.at(static_cast<size_t>(expert));
+  const auto& s = shape();
+  StaticActivation a;
+  a.scale = ex.input_scale;
+  a.offset = ex.input_offset;
+  a.divide = rules_.act_scale_use == ScaleUse::kDivide;
+  a.arith = rules_.act_arith;
+  if (!a.divide)
+    a.factor = rules_.input_scale_in_model_dtype
+                   ? div_in(arith_of(s.model_dtype, s.prefix), 1.0, ex.input_scale)
+                   : div_in(rules_.act_arith, 1.0, ex.input_scale);
+  return a;
+}
+
+std::optional<ProcessedIntWeight> W8A8StaticLinearMethod::processed_int_weight(
+    int64_t expert) const {
+  const Expert& ex = experts_.at(static_cast<size_t>(expert));
+  ProcessedIntWeight w;
+  w.rows = ex.weight.rows;
+  w.cols = ex.weight.cols;
+  w.group = w.cols;
+  w.bits = 8;
+  w.stored.resize(static_cast<size_t>(w.rows * w.cols));
+  std::vector<int64_t> q(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    ex.weight.row_codes(r, q);
+    for (int64_t c = 0; c < w.cols; ++c)
+      w.stored[static_cast<size_t>(r * w.cols + c)] = static_cast<int8_t>(q[static_cast<size_t>(c)]);
+  }
+  // The effective per-row weight scale: what the engine's epilogue multiplies is deq_scale.
+  w.scale = ex.deq_scale;
+  w.zero.assign(w.scale.size(), 0.0);
+  return w;
+}
+
 QuantizedMatrix W8A8StaticLinearMethod::quantize_codes(const Matrix& x, const Expert& ex) const {
   const auto& s = shape();
   QuantizedMatrix q;

@@ -93,6 +93,21 @@ class W8A8StaticLinearMethod final : public LinearMethod {
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
   TensorMap runtime_tensors() const override;
   const W8A8StaticRules& rules() const { return rules_; }
+  // For an engine's own kernels: how one expert's input is quantized (the scale as used, the
+  // reciprocal factor when the rule multiplies, the offset) and its int32 epilogue terms.
+  struct StaticActivation {
+    double scale = 1.0, factor = 0.0, offset = 0.0;
+    bool divide = false;  // x / scale, else x * factor
+    Arith arith = Arith::kFp32;
+  };
+  StaticActivation static_activation(int64_t expert) const;
+  const std::vector<int64_t>& quant_bias(int64_t expert) const {
+    return experts_.at(static_cast<size_t>(expert)).quant_bias;
+  }
+  const std::vector<double>& deq_scale(int64_t expert) const {
+    return experts_.at(static_cast<size_t>(expert)).deq_scale;
+  }
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
 
  protected:
   void process() override;

@@ -121,6 +121,8 @@ std::vector<Case> cases() {
       {"w4a16-g32", true, {64, 32, 32}, 2048},
       {"w8a8-int8-dyn", true, {192}, 512, reference::Dialect::kVllm},
       {"w8a8-int8-dyn", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
+      {"w8a8-static", true, {192}, 512, reference::Dialect::kVllm},
+      {"w8a8s", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
       {"fp8-tensor", true, {192}, 512, reference::Dialect::kVllm},
       {"fp8-tensor", true, {128, 64, 64}, 256, reference::Dialect::kSglang},
       {"fp8-channel", true, {192}, 512, reference::Dialect::kVllm},
@@ -185,11 +187,12 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
-  for (const std::string scheme : {"w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block"})
+  for (const std::string scheme :
+       {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block"})
     for (const auto dialect : {reference::Dialect::kVllm, reference::Dialect::kSglang}) {
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
-      const bool fp8 = scheme != "w8a8-int8-dyn";
+      const bool fp8 = scheme.rfind("fp8", 0) == 0;
       const auto host = reference_method(c, rng);
       const auto g = gpu::make_gpu_linear_method(*host);
       const int64_t t = 70;
@@ -251,7 +254,7 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
       }
       EXPECT_EQ(code_mismatches, 0);
       EXPECT_EQ(scale_mismatches, 0);
-      if (!fp8) EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
+      if (scheme == "w8a8-int8-dyn") EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
       // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
       for (int64_t r = 0; r < t; ++r) {
         if (r % 7 == 3) continue;

@@ -19,4 +19,4 @@ echo "== without the fault"
 $Q engine run --model $W/q --local $W/ref.h5 --dump $W/good.h5 > /dev/null 2>&1
 $Q compare $W/ref.h5 $W/good.h5 2>&1 | tail -6
 echo "== validate $(date +%T)"
-$Q validate --schemes w8a16-ch,w4a16-g32,w8a8-int8-dyn,fp8-tensor,fp8-channel,fp8-block,w8a8-static --out $W/reports --sequences 2 --seq-len 16 2>&1 | grep -E "engine|no engine row|FAIL|error" | head -40
+$Q validate --schemes all --out $W/reports --sequences 2 --seq-len 16 2>&1 | grep -E "engine|no engine row|FAIL|error" | head -90

@@ -111,6 +111,17 @@ def section_engine_default(scheme, family, half_step, desc):
     # engines will measure their own.
     step = 2 * half_step
     code_step = step if family in ("int8act", "fp8act") and step < 0.2 else 0.0
+    col = 2 * f + 2 * t + code_step
+    kld = max(1e-3, 4 * t * t * 1e2)
+    if scheme in STATIC_INT8:
+        # A static per-tensor step is absolute (the calibrated range / 255): for the many tokens
+        # far below that range one code is a large relative change. Measured on an H100, the
+        # qwen3-small fixture (seed 1), 2 x 16 tokens: one inherited bf16 flip in
+        # post_attn_norm moved gate_up codes (x_values rel_l2 8.2e-4), and layers.0.mlp.out
+        # channel 352 reached 0.0568 layer-local; the free run's mean KLD 9.4e-4 (upper 2.63e-3)
+        # with every code of its kernel bit-exact on identical inputs. Bounds: twice that.
+        col = max(col, 2 * 0.0568)
+        kld = max(kld, 2 * 2.63e-3)
     if family.endswith("act"):
         code_points = [
             {"match": "*.x_values", "max_rel_l2": round(t + f, 6),
@@ -129,7 +140,9 @@ def section_engine_default(scheme, family, half_step, desc):
         ]
     return {
         "derivation": deriv,
-        "provenance": "derived (tools/policies/make_policies.py); no GPU measurement folded in",
+        "provenance": "derived (tools/policies/make_policies.py); measurements folded in where "
+                      "the bounds say so: one NVIDIA H100 80GB HBM3 (sm_90), the tiny and small "
+                      "fixtures, 2-3 sequences of 16-32 tokens; not yet a spread over seeds",
         "point_gates_apply_to": ["layer-local"],
         "optional_points": OPTIONAL_POINTS,
         "points": code_points + [
@@ -138,7 +151,7 @@ def section_engine_default(scheme, family, half_step, desc):
                     "per layer and not tolerated silently"},
             {"match": "*", "max_rel_l2": round(t + f, 6), "max_median_row_rel_l2": round(t, 6),
              "min_cosine": round(1 - (t + f) ** 2 / 2 - 1e-6, 9),
-             "max_col_rel_l2": round(2 * f + 2 * t + code_step, 6),
+             "max_col_rel_l2": round(col, 6),
              "why": "rel_l2: the RMS bound plus one inherited dominant flip; the median token: "
                     "the RMS bound alone, so a systematic error of every token (a shifted tensor, "
                     "a wrong rounding mode) still fails; cosine = 1 - rel_l2^2/2 for a small "
@@ -152,11 +165,14 @@ def section_engine_default(scheme, family, half_step, desc):
                     "not diluted by the others"},
         ],
         "end_to_end": {
-            "max_kld_upper": round(max(1e-3, 4 * t * t * 1e2), 6),
+            "max_kld_upper": round(kld, 6),
             "min_top1_lower": 0.75,
             "why": "logit error rel_l2 e moves log-probs by ~e*|logit| (|logit| ~ 10): KLD ~ "
-                   "(10 e)^2/2; bound 4x that, floored at 1e-3. Top-1: an engine that agrees "
-                   "everywhere has a Wilson lower bound >= 0.75 from 12 positions on.",
+                   "(10 e)^2/2; bound 4x that, floored at 1e-3" +
+                   ("; static int8 activations: twice the measured 2.63e-3 (see the column gate)"
+                    if scheme in STATIC_INT8 else "") +
+                   ". Top-1: an engine that agrees everywhere has a Wilson lower bound >= 0.75 "
+                   "from 12 positions on.",
         },
     }
 
@@ -178,6 +194,9 @@ def section_cpu_reference(scheme):
                        "why": "identical logits give KLD 0; Wilson bound as in default"},
     }
 
+
+# Static per-tensor int8 activations (msModelSlim W8A8 / W8A8S): see section_engine_default.
+STATIC_INT8 = {"w8a8-static", "w8a8s"}
 
 # Points a candidate may leave out without failing (golden/SCHEMA.md): per-expert outputs, which
 # an engine whose grouped GEMM never materializes them cannot dump. Any other missing point fails.

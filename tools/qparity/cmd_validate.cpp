@@ -314,9 +314,13 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
   std::vector<std::string> schemes = {"bf16"};
   for (const auto& scheme : t.schemes) {
     const SchemeId id = parse_scheme_id(scheme);
-    if (scheme_family(id.kind) != SchemeFamily::kWeight) {
+    if (scheme_family(id.kind) == SchemeFamily::kKvCache) {
       std::cerr << "qparity validate: " << t.name << " " << scheme
-                << ": no engine row (KV-cache schemes and transforms are not on the GPU yet)\n";
+                << ": no engine row (quantized KV caches are not on the GPU yet)\n";
+      continue;
+    }
+    if (scheme_family(id.kind) == SchemeFamily::kTransform) {  // bf16 linears, folded norms
+      schemes.push_back(scheme);
       continue;
     }
     if (!gpu::gpu_supports_linear_scheme(id, &why)) {
@@ -333,7 +337,8 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
     if (scheme != "bf16") {
       fixtures::QuantizeCheckpointOptions qo;
       qo.ignore_unsupported = true;
-      if (cfg.num_experts > 0) {
+      if (cfg.num_experts > 0 && scheme_family(parse_scheme_id(scheme).kind) ==
+                                      SchemeFamily::kWeight) {
         qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
         notes.push_back(
             "the MoE experts stay bf16 in this engine row: quantized experts are not "
