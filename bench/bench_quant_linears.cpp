@@ -18,6 +18,7 @@
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/kernels/gemm.h"
+#include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 
@@ -137,6 +138,40 @@ int main() {
                   << " GB/s of packed bytes), speedup over cuBLASLt bf16 " << us_blas / us << "x\n";
       }
     }
+  }
+  // Large M: the int8 GEMM of w8a8 (cuBLASLt int8 -> int32, then the fp32 epilogue kernel) and
+  // bf16 cuBLASLt on M = 4096 (activation quantization not included; tools/device/
+  // bench_int_mm.py times torch._int_mm on the same shapes in the same device call).
+  for (const Shape& sh : shapes) {
+    const int64_t m = 4096;
+    gpu::Bf16Buffer w(static_cast<size_t>(sh.n * sh.k)), x(static_cast<size_t>(m * sh.k)),
+        y(static_cast<size_t>(m * sh.n));
+    gpu::DeviceBuffer<int8_t> a8(static_cast<size_t>(m * sh.k)),
+        b8(static_cast<size_t>(sh.n * sh.k));
+    gpu::DeviceBuffer<float> sa(static_cast<size_t>(m)), sb(static_cast<size_t>(sh.n));
+    gpu::DeviceBuffer<int32_t> acc(static_cast<size_t>(m * sh.n));
+    gpu::launch_fill_random_bf16(w.get(), static_cast<int64_t>(w.size()), 0.f, 0.02f, 7, s);
+    gpu::launch_fill_random_bf16(x.get(), static_cast<int64_t>(x.size()), 0.f, 1.f, 8, s);
+    gpu::launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(a8.get()),
+                                 static_cast<int64_t>(a8.size() / 2), 0.f, 1.f, 9, s);
+    gpu::launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(b8.get()),
+                                 static_cast<int64_t>(b8.size() / 2), 0.f, 1.f, 10, s);
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(sa.get(), 0x3c, sa.bytes(), s));
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(sb.get(), 0x3c, sb.bytes(), s));
+    const double us_blas = time(
+        [&](int) { gemm.nt(x.get(), w.get(), y.get(), gpu::GemmOut::kBf16, m, sh.n, sh.k, s); });
+    const double us_i8 = time([&](int) {
+      gpu::Int8GemmParams p;
+      p.a = a8.get(), p.a_scales = sa.get(), p.b = b8.get(), p.b_scales = sb.get();
+      p.y = y.get(), p.m = m, p.n = sh.n, p.k = sh.k;
+      gpu::int8_scaled_gemm(p, acc.get(), s);
+    });
+    const double flops =
+        2.0 * static_cast<double>(m) * static_cast<double>(sh.n) * static_cast<double>(sh.k);
+    std::cout << "llama3-8b " << sh.what << " M=" << m << " N=" << sh.n << " K=" << sh.k
+              << ": cuBLASLt bf16 " << us_blas << " us (" << flops / us_blas / 1e6
+              << " TFLOP/s); w8a8 int8 GEMM + epilogue " << us_i8 << " us (" << flops / us_i8 / 1e6
+              << " TOP/s), " << us_blas / us_i8 << "x bf16\n";
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -506,8 +506,8 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   } else {
-    RmsNormParams np{attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd,
-                     eps};
+    RmsNormParams np{
+        attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps};
     np.bias = w.post_norm_bias.get();
     launch_rms_norm(np, s);
     capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);

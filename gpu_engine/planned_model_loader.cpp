@@ -99,8 +99,9 @@ Bf16Buffer norm_buffer(const reference::NormWeights& w, const std::string& prefi
                        DeviceBuffer<float>* bias = nullptr) {
   if (!w.bias.empty()) {
     if (!bias)
-      throw Error(prefix + ".bias", "a bias on this norm is not on the GPU (only the decoder "
-                                    "layers' input and post-attention norms take one)");
+      throw Error(prefix + ".bias",
+                  "a bias on this norm is not on the GPU (only the decoder "
+                  "layers' input and post-attention norms take one)");
     *bias = DeviceBuffer<float>(exact_f32(w.bias, prefix + ".bias"));
   }
   Bf16Buffer b(w.weight.size());

@@ -23,12 +23,16 @@ BlasLtGemm::BlasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_byte
 }
 
 BlasLtGemm::~BlasLtGemm() {
-  for (auto& [key, p] : plans_) {
+  const auto destroy = [](Plan& p) {
     cublasLtMatrixLayoutDestroy(p.a);
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);
-  }
+  };
+  for (auto& [key, p] : plans_)
+    destroy(p);
+  for (auto& [key, p] : plans_i8_)
+    if (p) destroy(*p);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -76,6 +80,66 @@ const BlasLtGemm::Plan& BlasLtGemm::plan(int64_t m, int64_t n, int64_t k, GemmOu
                                        " N=" + std::to_string(n) + " K=" + std::to_string(k));
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
+}
+
+const BlasLtGemm::Plan* BlasLtGemm::plan_i8(int64_t m, int64_t n, int64_t k) {
+  const auto key = std::make_tuple(m, n, k);
+  if (auto it = plans_i8_.find(key); it != plans_i8_.end())
+    return it->second ? &*it->second : nullptr;
+  Plan p;
+  check_blas(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "MatmulDescCreate");
+  const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+  check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t),
+             "TRANSA");
+  check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn),
+             "TRANSB");
+  check_blas(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8I, static_cast<uint64_t>(k),
+                                        static_cast<uint64_t>(n), k),
+             "layout B");
+  check_blas(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8I, static_cast<uint64_t>(k),
+                                        static_cast<uint64_t>(m), k),
+             "layout A");
+  check_blas(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32I, static_cast<uint64_t>(n),
+                                        static_cast<uint64_t>(m), n),
+             "layout C");
+  cublasLtMatmulPreference_t pref;
+  check_blas(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace_bytes_, sizeof workspace_bytes_),
+             "workspace preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.op);
+    plans_i8_.emplace(key, std::nullopt);
+    return nullptr;
+  }
+  p.algo = result.algo;
+  return &*plans_i8_.emplace(key, p).first->second;
+}
+
+bool BlasLtGemm::nt_i8(const int8_t* a, const int8_t* b, int32_t* c, int64_t m, int64_t n,
+                       int64_t k, cudaStream_t stream) {
+  constexpr const char* kName = "gemm_i8_nt";
+  require(a && b && c, kName, "a, b and c are required");
+  require(m >= 0 && n > 0 && k > 0, kName, "M >= 0, N > 0, K > 0");
+  require(aligned(a, 16) && aligned(b, 16) && aligned(c, 16), kName,
+          "pointers must be 16-byte aligned");
+  if (k % 4 != 0 || n % 4 != 0) return false;
+  if (m == 0) return true;
+  const Plan* p = plan_i8(m, n, k);
+  if (!p) return false;
+  const int32_t alpha = 1, beta = 0;
+  check_blas(cublasLtMatmul(handle_, p->op, &alpha, b, p->a, a, p->b, &beta, c, p->c, c, p->c,
+                            &p->algo, workspace_, workspace_bytes_, stream),
+             "cublasLtMatmul (int8)");
+  return true;
 }
 
 void BlasLtGemm::nt(const __nv_bfloat16* a, const __nv_bfloat16* b, void* c, GemmOut out, int64_t m,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace qparity::gpu {
@@ -26,6 +27,12 @@ class BlasLtGemm {
   // Pointers 16-byte aligned, K a multiple of 8 (16-byte rows for cuBLASLt's tensor-core paths).
   void nt(const __nv_bfloat16* a, const __nv_bfloat16* b, void* c, GemmOut out, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream);
+  // The exact int8 product C[M, N] = A[M, K] · B[N, K]^T into int32 (CUBLAS_COMPUTE_32I: every
+  // sum exact, so any algorithm gives the same bits). Returns false, launching nothing, when
+  // cuBLASLt has no algorithm for the shape (the caller then uses its own kernel). K and N
+  // multiples of 4, pointers 16-byte aligned.
+  bool nt_i8(const int8_t* a, const int8_t* b, int32_t* c, int64_t m, int64_t n, int64_t k,
+             cudaStream_t stream);
 
  private:
   struct Plan {
@@ -34,11 +41,14 @@ class BlasLtGemm {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOut out);
+  // nullptr when cuBLASLt has no int8 algorithm for the shape.
+  const Plan* plan_i8(int64_t m, int64_t n, int64_t k);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t, int>, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::optional<Plan>> plans_i8_;
 };
 
 }  // namespace qparity::gpu

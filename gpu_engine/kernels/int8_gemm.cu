@@ -1,3 +1,4 @@
+#include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/kernels/launch_check.h"
 
@@ -96,7 +97,45 @@ __global__ void __launch_bounds__(kWarps * 32) int8_gemm_kernel(Int8GemmParams p
   }
 }
 
+// The epilogue alone, on cuBLASLt's exact int32 product: the same arithmetic as the dp4a
+// kernel's.
+__global__ void int8_epilogue_kernel(Int8GemmParams p, const int32_t* acc) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.m * p.n) return;
+  const int64_t m = i / p.n, n = i % p.n;
+  int a = acc[i];
+  if (p.acc_bias) a += p.acc_bias[n];
+  float v = __fmul_rn(p.b_scales[n], static_cast<float>(a));
+  if (p.a_scales) v = __fmul_rn(p.a_scales[m], v);
+  if (p.bias) v = __fadd_rn(v, p.bias[n]);
+  p.y[i] = __float2bfloat16_rn(v);
+}
+
+// One cuBLASLt handle (and its workspace) for every int8 layer of the process, made on first
+// use: a prefill-sized batch never runs inside a CUDA graph capture.
+BlasLtGemm& int8_blas() {
+  static BlasLtGemm gemm;
+  return gemm;
+}
+
 }  // namespace
+
+size_t int8_gemm_scratch_bytes(int64_t m, int64_t n) {
+  return m > kInt8BlasMinTokens ? static_cast<size_t>(m * n) * sizeof(int32_t) : 0;
+}
+
+void int8_scaled_gemm(const Int8GemmParams& p, int32_t* acc_scratch, cudaStream_t stream) {
+  if (p.m > kInt8BlasMinTokens && acc_scratch &&
+      int8_blas().nt_i8(p.a, p.b, acc_scratch, p.m, p.n, p.k, stream)) {
+    constexpr int kThreads = 256;
+    const int64_t total = p.m * p.n;
+    int8_epilogue_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0,
+                           stream>>>(p, acc_scratch);
+    check_launch("int8_epilogue");
+    return;
+  }
+  launch_int8_scaled_gemm(p, stream);
+}
 
 void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t stream) {
   constexpr const char* kn = "quantize_int8_per_token";

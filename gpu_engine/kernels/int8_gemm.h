@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace qparity::gpu {
@@ -57,10 +58,21 @@ struct Int8GemmParams {
   // Optional [n] int32 terms added to the exact accumulator before the epilogue (msModelSlim's
   // quant_bias); a_scales may then be null (1).
   const int32_t* acc_bias = nullptr;
-  __nv_bfloat16* y = nullptr;       // [m, n]
+  __nv_bfloat16* y = nullptr;  // [m, n]
   int64_t m = 0, n = 0, k = 0;
 };
 
 void launch_int8_scaled_gemm(const Int8GemmParams& p, cudaStream_t stream);
+
+// Batches above this many tokens take cuBLASLt's int8 tensor cores for the integer product (into
+// `acc_scratch`, [m, n] int32) and then the same epilogue as a separate kernel: the integer sums
+// are exact either way, so both paths give the same bits (batch invariance holds across the
+// threshold). Smaller batches, and shapes cuBLASLt has no int8 algorithm for, use the dp4a
+// kernel above.
+inline constexpr int64_t kInt8BlasMinTokens = 16;
+// Bytes of int32 scratch int8_scaled_gemm needs for m tokens of n outputs (0 at or below the
+// threshold).
+size_t int8_gemm_scratch_bytes(int64_t m, int64_t n);
+void int8_scaled_gemm(const Int8GemmParams& p, int32_t* acc_scratch, cudaStream_t stream);
 
 }  // namespace qparity::gpu

@@ -35,8 +35,7 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
   // kUnroll loads of 16 bytes in flight per lane before any is used (a decode-sized GEMV is
   // bound by how many bytes are in flight); each lane still sums its chunks in ascending k.
   constexpr int kUnroll = 4;
-  for (int64_t k0 = static_cast<int64_t>(lane) * kCodes; k0 < p.k;
-       k0 += 32 * kCodes * kUnroll) {
+  for (int64_t k0 = static_cast<int64_t>(lane) * kCodes; k0 < p.k; k0 += 32 * kCodes * kUnroll) {
     uint4 raw[kUnroll];
     float s[kUnroll], z[kUnroll];
 #pragma unroll

@@ -59,7 +59,11 @@ size_t W8A8Int8Method::scales_offset(int64_t t) const {
 }
 
 size_t W8A8Int8Method::workspace_bytes(int64_t max_tokens) const {
-  return scales_offset(max_tokens) + round_up(static_cast<size_t>(max_tokens) * 4, 256);
+  return acc_offset(max_tokens) + int8_gemm_scratch_bytes(max_tokens, out_features());
+}
+
+size_t W8A8Int8Method::acc_offset(int64_t t) const {
+  return scales_offset(t) + round_up(static_cast<size_t>(t) * 4, 256);
 }
 
 void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
@@ -78,7 +82,8 @@ void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, 
   g.m = t;
   g.n = out_features();
   g.k = in_features();
-  launch_int8_scaled_gemm(g, stream);
+  int8_scaled_gemm(g, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + acc_offset(t)),
+                   stream);
 }
 
 GpuLinearMethod::ActivationCodes W8A8Int8Method::activation_codes(const void* workspace,

@@ -28,6 +28,8 @@ class W8A8Int8Method final : public GpuLinearMethod {
  private:
   // Workspace layout: codes [t, k] int8, then (256-byte aligned) scales [t] fp32.
   size_t scales_offset(int64_t t) const;
+  // Then (256-aligned) the int32 product of prefill-sized batches (int8_scaled_gemm).
+  size_t acc_offset(int64_t t) const;
   Int8ActDialect dialect_ = Int8ActDialect::kVllm;
   DeviceBuffer<int8_t> codes_;
   DeviceBuffer<float> scales_, bias_;

@@ -55,7 +55,11 @@ size_t W8A8StaticMethod::scales_offset(int64_t t) const {
 }
 
 size_t W8A8StaticMethod::workspace_bytes(int64_t max_tokens) const {
-  return scales_offset(max_tokens) + round_up(static_cast<size_t>(max_tokens) * 4, 256);
+  return acc_offset(max_tokens) + int8_gemm_scratch_bytes(max_tokens, out_features());
+}
+
+size_t W8A8StaticMethod::acc_offset(int64_t t) const {
+  return scales_offset(t) + round_up(static_cast<size_t>(t) * 4, 256);
 }
 
 void W8A8StaticMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
@@ -78,15 +82,16 @@ void W8A8StaticMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t
   g.m = t;
   g.n = out_features();
   g.k = in_features();
-  launch_int8_scaled_gemm(g, stream);
+  int8_scaled_gemm(g, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + acc_offset(t)),
+                   stream);
 }
 
 GpuLinearMethod::ActivationCodes W8A8StaticMethod::activation_codes(const void* workspace,
                                                                     int64_t t) const {
   ActivationCodes c;
   c.values = workspace;
-  c.scales = reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) +
-                                            scales_offset(t));
+  c.scales =
+      reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) + scales_offset(t));
   return c;
 }
 

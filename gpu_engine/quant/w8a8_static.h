@@ -23,6 +23,8 @@ class W8A8StaticMethod final : public GpuLinearMethod {
 
  private:
   size_t scales_offset(int64_t t) const;
+  // Then (256-aligned) the int32 product of prefill-sized batches (int8_scaled_gemm).
+  size_t acc_offset(int64_t t) const;
   QuantizeInt8StaticParams quant_;  // the rule; pointers filled per call
   DeviceBuffer<int8_t> codes_;
   DeviceBuffer<float> deq_scale_;

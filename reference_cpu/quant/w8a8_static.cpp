@@ -267,7 +267,8 @@ std::optional<ProcessedIntWeight> W8A8StaticLinearMethod::processed_int_weight(
   for (int64_t r = 0; r < w.rows; ++r) {
     ex.weight.row_codes(r, q);
     for (int64_t c = 0; c < w.cols; ++c)
-      w.stored[static_cast<size_t>(r * w.cols + c)] = static_cast<int8_t>(q[static_cast<size_t>(c)]);
+      w.stored[static_cast<size_t>(r * w.cols + c)] =
+          static_cast<int8_t>(q[static_cast<size_t>(c)]);
   }
   // The effective per-row weight scale: what the engine's epilogue multiplies is deq_scale.
   w.scale = ex.deq_scale;

@@ -100,6 +100,7 @@ run)
       ;;
     qbench)
       timeout 300 "$B/bench_quant_linears" > "$OUT/qbench.log" 2>&1 || rc=1
+      timeout 120 python3 tools/device/bench_int_mm.py >> "$OUT/qbench.log" 2>&1 || rc=1
       cat "$OUT/qbench.log"
       ;;
     bench)

@@ -337,8 +337,8 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
     if (scheme != "bf16") {
       fixtures::QuantizeCheckpointOptions qo;
       qo.ignore_unsupported = true;
-      if (cfg.num_experts > 0 && scheme_family(parse_scheme_id(scheme).kind) ==
-                                      SchemeFamily::kWeight) {
+      if (cfg.num_experts > 0 &&
+          scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight) {
         qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
         notes.push_back(
             "the MoE experts stay bf16 in this engine row: quantized experts are not "
