@@ -2,6 +2,7 @@
 
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/token_tiles.cuh"
 
 namespace qparity::gpu {
 
@@ -181,14 +182,8 @@ void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
   require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
-  const dim3 block(kWarps * 32);
-  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-  if (p.m == 1)
-    fp8_gemm_kernel<1><<<dim3(nb, 1), block, 0, stream>>>(p);
-  else if (p.m <= 4)
-    fp8_gemm_kernel<4><<<dim3(nb, 1), block, 0, stream>>>(p);
-  else
-    fp8_gemm_kernel<8><<<dim3(nb, static_cast<unsigned>((p.m + 7) / 8)), block, 0, stream>>>(p);
+  launch_token_tiled(&fp8_gemm_kernel<1>, &fp8_gemm_kernel<4>, &fp8_gemm_kernel<8>, p, p.m, p.n,
+                     kWarps, stream);
   check_launch(kn);
 }
 

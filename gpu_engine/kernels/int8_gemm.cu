@@ -1,6 +1,7 @@
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/token_tiles.cuh"
 
 namespace qparity::gpu {
 
@@ -164,14 +165,8 @@ void launch_int8_scaled_gemm(const Int8GemmParams& p, cudaStream_t stream) {
   require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
-  const dim3 block(kWarps * 32);
-  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-  if (p.m == 1)
-    int8_gemm_kernel<1><<<dim3(nb, 1), block, 0, stream>>>(p);
-  else if (p.m <= 4)
-    int8_gemm_kernel<4><<<dim3(nb, 1), block, 0, stream>>>(p);
-  else
-    int8_gemm_kernel<8><<<dim3(nb, static_cast<unsigned>((p.m + 7) / 8)), block, 0, stream>>>(p);
+  launch_token_tiled(&int8_gemm_kernel<1>, &int8_gemm_kernel<4>, &int8_gemm_kernel<8>, p, p.m, p.n,
+                     kWarps, stream);
   check_launch(kn);
 }
 

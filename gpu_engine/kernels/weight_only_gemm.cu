@@ -1,4 +1,5 @@
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/token_tiles.cuh"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 
 namespace qparity::gpu {
@@ -99,18 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
 
 template <int kBits, typename S>
 void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
-  const dim3 block(kWarps * 32);
-  const unsigned nb = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-  // The token tile only sets how often the weights are re-read; a token's sums are the same in
-  // every tile size.
-  if (p.m == 1) {
-    weight_only_gemm_kernel<kBits, S, 1><<<dim3(nb, 1), block, 0, stream>>>(p);
-  } else if (p.m <= 4) {
-    weight_only_gemm_kernel<kBits, S, 4><<<dim3(nb, 1), block, 0, stream>>>(p);
-  } else {
-    const unsigned mb = static_cast<unsigned>((p.m + 7) / 8);
-    weight_only_gemm_kernel<kBits, S, 8><<<dim3(nb, mb), block, 0, stream>>>(p);
-  }
+  launch_token_tiled(&weight_only_gemm_kernel<kBits, S, 1>, &weight_only_gemm_kernel<kBits, S, 4>,
+                     &weight_only_gemm_kernel<kBits, S, 8>, p, p.m, p.n, kWarps, stream);
 }
 
 }  // namespace

@@ -11,10 +11,6 @@ namespace qparity::gpu {
 
 namespace {
 
-size_t round_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
-
 const reference::Fp8LinearBase& as_fp8(const reference::LinearMethod& h) {
   const auto* m = dynamic_cast<const reference::Fp8LinearBase*>(&h);
   if (!m) throw Error(h.shape().prefix, "not an fp8 linear layer");
@@ -57,6 +53,10 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host)
       quant_.group = reference::kFp8BlockSize;
       break;
   }
+  ws_.k = in_features();
+  ws_.n = out_features();
+  ws_.scale_cols = fp8_act_scale_cols(quant_.mode, in_features(), quant_.group);
+  ws_.extra_bytes = sizeof(float);
   quant_.multiply_reciprocal = rule.use == reference::ScaleUse::kMultiplyReciprocal;
   quant_.amax_floor = static_cast<float>(rule.amax_floor);
   quant_.min_scale = static_cast<float>(rule.min_scale);
@@ -90,16 +90,8 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host)
     bias_ = DeviceBuffer<float>(exact_f32(b, where + ".bias"));
 }
 
-size_t Fp8LinearMethod::scales_offset(int64_t t) const {
-  return round_up(static_cast<size_t>(t * in_features()), 256);
-}
-
-size_t Fp8LinearMethod::amax_offset(int64_t t) const {
-  return scales_offset(t) + round_up(static_cast<size_t>(t * scale_cols()) * 4, 256);
-}
-
 size_t Fp8LinearMethod::workspace_bytes(int64_t max_tokens) const {
-  return amax_offset(max_tokens) + 256;
+  return ws_.bytes(max_tokens);
 }
 
 void Fp8LinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
@@ -109,8 +101,8 @@ void Fp8LinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
   QuantizeFp8Params q = quant_;
   q.x = x;
   q.q = base;
-  q.scales = reinterpret_cast<float*>(base + scales_offset(t));
-  q.tensor_amax = reinterpret_cast<float*>(base + amax_offset(t));
+  q.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
+  q.tensor_amax = ActivationWorkspace::at<float>(workspace, ws_.extra_offset(t));
   q.m = t;
   q.k = in_features();
   launch_quantize_fp8(q, stream);
@@ -135,9 +127,8 @@ GpuLinearMethod::ActivationCodes Fp8LinearMethod::activation_codes(const void* w
   ActivationCodes c;
   c.kind = ActivationCodes::Kind::kFp8E4m3;
   c.values = workspace;
-  c.scales =
-      reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) + scales_offset(t));
-  c.scale_cols = scale_cols();
+  c.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
+  c.scale_cols = ws_.scale_cols;
   return c;
 }
 

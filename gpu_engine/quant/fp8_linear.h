@@ -10,6 +10,7 @@
 // as is UE8M0 scale rounding.
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/fp8_gemm.h"
+#include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -25,13 +26,7 @@ class Fp8LinearMethod final : public GpuLinearMethod {
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
 
  private:
-  // Workspace: codes [t, k] e4m3, then (256-aligned) scales [t, scale_cols], then the per-tensor
-  // amax scratch.
-  size_t scales_offset(int64_t t) const;
-  size_t amax_offset(int64_t t) const;
-  int64_t scale_cols() const {
-    return fp8_act_scale_cols(quant_.mode, in_features(), quant_.group);
-  }
+  ActivationWorkspace ws_;  // extra: the per-tensor amax
   QuantizeFp8Params quant_;  // the rule; pointers filled per call
   int64_t b_block_rows_ = 1, b_block_cols_ = 0;
   DeviceBuffer<uint8_t> codes_;

@@ -8,10 +8,6 @@ namespace qparity::gpu {
 
 namespace {
 
-size_t round_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
-
 const reference::W8A8Int8DynamicLinearMethod& as_int8_dynamic(const reference::LinearMethod& h) {
   const auto* m = dynamic_cast<const reference::W8A8Int8DynamicLinearMethod*>(&h);
   if (!m) throw Error(h.shape().prefix, "not a w8a8-int8-dyn layer");
@@ -23,6 +19,9 @@ const reference::W8A8Int8DynamicLinearMethod& as_int8_dynamic(const reference::L
 W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
     : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
                       host.shape().in_features) {
+  ws_.k = in_features();
+  ws_.n = out_features();
+  ws_.int8_product = true;
   const auto& m = as_int8_dynamic(host);
   const std::string& where = prefix();
   switch (m.dialect()) {
@@ -54,23 +53,15 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
   if (!w.bias.empty()) bias_ = DeviceBuffer<float>(exact_f32(w.bias, where + ".bias"));
 }
 
-size_t W8A8Int8Method::scales_offset(int64_t t) const {
-  return round_up(static_cast<size_t>(t * in_features()), 256);
-}
-
 size_t W8A8Int8Method::workspace_bytes(int64_t max_tokens) const {
-  return acc_offset(max_tokens) + int8_gemm_scratch_bytes(max_tokens, out_features());
-}
-
-size_t W8A8Int8Method::acc_offset(int64_t t) const {
-  return scales_offset(t) + round_up(static_cast<size_t>(t) * 4, 256);
+  return ws_.bytes(max_tokens);
 }
 
 void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
                            void* workspace) const {
   if (!workspace) throw Error(prefix(), "w8a8-int8-dyn needs the engine's workspace");
   auto* codes = static_cast<int8_t*>(workspace);
-  auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + scales_offset(t));
+  auto* scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
   launch_quantize_int8_per_token({x, codes, scales, t, in_features(), dialect_}, stream);
   Int8GemmParams g;
   g.a = codes;
@@ -82,8 +73,7 @@ void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, 
   g.m = t;
   g.n = out_features();
   g.k = in_features();
-  int8_scaled_gemm(g, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + acc_offset(t)),
-                   stream);
+  int8_scaled_gemm(g, ActivationWorkspace::at<int32_t>(workspace, ws_.product_offset(t)), stream);
 }
 
 GpuLinearMethod::ActivationCodes W8A8Int8Method::activation_codes(const void* workspace,
@@ -91,8 +81,7 @@ GpuLinearMethod::ActivationCodes W8A8Int8Method::activation_codes(const void* wo
   ActivationCodes c;
   c.kind = ActivationCodes::Kind::kInt8;
   c.values = workspace;
-  c.scales =
-      reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) + scales_offset(t));
+  c.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
   c.scale_cols = 1;
   return c;
 }

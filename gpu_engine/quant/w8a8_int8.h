@@ -11,6 +11,7 @@
 // quantizes per token, which the GPU follows).
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/int8_gemm.h"
+#include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -26,10 +27,7 @@ class W8A8Int8Method final : public GpuLinearMethod {
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
 
  private:
-  // Workspace layout: codes [t, k] int8, then (256-byte aligned) scales [t] fp32.
-  size_t scales_offset(int64_t t) const;
-  // Then (256-aligned) the int32 product of prefill-sized batches (int8_scaled_gemm).
-  size_t acc_offset(int64_t t) const;
+  ActivationWorkspace ws_;
   Int8ActDialect dialect_ = Int8ActDialect::kVllm;
   DeviceBuffer<int8_t> codes_;
   DeviceBuffer<float> scales_, bias_;

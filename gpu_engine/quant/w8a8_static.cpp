@@ -8,17 +8,12 @@
 
 namespace qparity::gpu {
 
-namespace {
-
-size_t round_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
-
-}  // namespace
-
 W8A8StaticMethod::W8A8StaticMethod(const reference::LinearMethod& host)
     : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
                       host.shape().in_features) {
+  ws_.k = in_features();
+  ws_.n = out_features();
+  ws_.int8_product = true;
   const std::string& where = prefix();
   const auto* m = dynamic_cast<const reference::W8A8StaticLinearMethod*>(&host);
   if (!m) throw Error(where, "not a w8a8-static layer");
@@ -50,16 +45,8 @@ W8A8StaticMethod::W8A8StaticMethod(const reference::LinearMethod& host)
   quant_bias_ = DeviceBuffer<int32_t>(qb);
 }
 
-size_t W8A8StaticMethod::scales_offset(int64_t t) const {
-  return round_up(static_cast<size_t>(t * in_features()), 256);
-}
-
 size_t W8A8StaticMethod::workspace_bytes(int64_t max_tokens) const {
-  return acc_offset(max_tokens) + int8_gemm_scratch_bytes(max_tokens, out_features());
-}
-
-size_t W8A8StaticMethod::acc_offset(int64_t t) const {
-  return scales_offset(t) + round_up(static_cast<size_t>(t) * 4, 256);
+  return ws_.bytes(max_tokens);
 }
 
 void W8A8StaticMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
@@ -69,7 +56,7 @@ void W8A8StaticMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t
   QuantizeInt8StaticParams q = quant_;
   q.x = x;
   q.q = codes;
-  q.scales = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + scales_offset(t));
+  q.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
   q.m = t;
   q.k = in_features();
   launch_quantize_int8_static(q, stream);
@@ -82,16 +69,14 @@ void W8A8StaticMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t
   g.m = t;
   g.n = out_features();
   g.k = in_features();
-  int8_scaled_gemm(g, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) + acc_offset(t)),
-                   stream);
+  int8_scaled_gemm(g, ActivationWorkspace::at<int32_t>(workspace, ws_.product_offset(t)), stream);
 }
 
 GpuLinearMethod::ActivationCodes W8A8StaticMethod::activation_codes(const void* workspace,
                                                                     int64_t t) const {
   ActivationCodes c;
   c.values = workspace;
-  c.scales =
-      reinterpret_cast<const float*>(static_cast<const uint8_t*>(workspace) + scales_offset(t));
+  c.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
   return c;
 }
 

@@ -7,6 +7,7 @@
 // folded into quant_bias (the reference's contract).
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/int8_gemm.h"
+#include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -22,9 +23,7 @@ class W8A8StaticMethod final : public GpuLinearMethod {
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
 
  private:
-  size_t scales_offset(int64_t t) const;
-  // Then (256-aligned) the int32 product of prefill-sized batches (int8_scaled_gemm).
-  size_t acc_offset(int64_t t) const;
+  ActivationWorkspace ws_;
   QuantizeInt8StaticParams quant_;  // the rule; pointers filled per call
   DeviceBuffer<int8_t> codes_;
   DeviceBuffer<float> deq_scale_;
