@@ -91,6 +91,11 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
   const PolicySection& gates = section ? *section : kNoGates;
   for (const auto& name : c.point_names())
     if (!g.has_point(name)) r.extra_in_candidate.push_back(name);
+  if (!r.golden.model_dtype.empty() && !r.candidate.model_dtype.empty() &&
+      r.golden.model_dtype != r.candidate.model_dtype)
+    r.warnings.push_back("weight dtype: the golden ran the weights in " + r.golden.model_dtype +
+                         ", the candidate in " + r.candidate.model_dtype +
+                         ": rounding the weights is part of every difference below");
   std::vector<double> kv_sum(static_cast<size_t>(g.seq_len()), 0.0);
   int64_t kv_layers = 0;
   for (const auto& name : g.point_names()) {
@@ -340,6 +345,7 @@ Json to_json(const CompareReport& r) {
           {"missing_in_candidate", r.missing_in_candidate},
           {"missing_failures", r.missing_failures},
           {"extra_in_candidate", r.extra_in_candidate},
+          {"warnings", r.warnings},
           {"points", points},
           {"end_to_end",
            {{"positions", e.positions},
@@ -425,6 +431,8 @@ std::string to_text(const CompareReport& r) {
     o << "  only in the candidate (not compared): " << m << "\n";
   for (const auto& g : r.unused_gates)
     o << "  gate '" << g << "' matches no compared point\n";
+  for (const auto& w : r.warnings)
+    o << "  warning: " << w << "\n";
   for (const auto& n : r.nonfinite)
     o << "  NaN/Inf: " << n << "\n";
   const EndToEnd& e = r.e2e;

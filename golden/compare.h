@@ -55,6 +55,9 @@ struct CompareReport {
   std::vector<std::string> missing_failures;      // of those, the ones the policy does not allow
   std::vector<std::string> extra_in_candidate;    // candidate points the golden lacks
   std::vector<std::string> unused_gates;          // the section's globs matching no common point
+  // Differences of what the two files ran that the numbers alone do not show (the weight dtype:
+  // an fp32 checkpoint's golden against an engine that ran its weights in bf16), one line each.
+  std::vector<std::string> warnings;
   // Whether the section's per-point gates judge this candidate's run (policy.h: a free run of an
   // engine is judged end to end; its points are still measured against the gates and shown).
   bool point_gates_judge = false;

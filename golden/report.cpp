@@ -294,7 +294,7 @@ Json report_json(const CompareReport& r, const std::string& role) {
       {"budget_check",
        r.has_budget ? Json(r.budget_verdict.pass ? "within" : "EXCEEDED") : Json(nullptr)},
       {"budget_source", r.has_budget ? Json(r.budget_source) : Json(nullptr)},
-      {"notes", Json::array()},
+      {"notes", r.warnings},  // compare's warnings lead; callers append their own notes
       {"positions", e.positions},
       {"kld_mean", number(e.kld_mean.value)},
       {"kld_mean_hi", number(e.kld_mean.hi)},

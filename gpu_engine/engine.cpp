@@ -371,19 +371,18 @@ void Engine::close_residual(int64_t t, reference::Trace* tr, const __nv_bfloat16
                             __nv_bfloat16* out, const float* bias) {
   const ModelConfig& c = model_->cfg;
   const int64_t hd = c.hidden;
-  RmsNormParams np{mlp_out_.get(),
-                   resid(),
-                   resid(),
-                   weight,
-                   out,
-                   t,
-                   1,
-                   hd,
-                   hd,
-                   static_cast<float>(c.rms_norm_eps)};
-  np.probe = probe("residual_norm");
-  np.bias = bias;
-  launch_rms_norm(np, stream_);
+  launch_rms_norm({.x = mlp_out_.get(),
+                   .residual = resid(),
+                   .residual_out = resid(),
+                   .weight = weight,
+                   .out = out,
+                   .rows = t,
+                   .dim = hd,
+                   .row_stride = hd,
+                   .eps = static_cast<float>(c.rms_norm_eps),
+                   .probe = probe("residual_norm"),
+                   .bias = bias},
+                  stream_);
   capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, stream_);
 }
 
@@ -474,9 +473,15 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     if (pending_residual)
       close_residual(t, tr, w.input_norm.get(), h_.get(), w.input_norm_bias.get());
     else {
-      RmsNormParams np{resid(), nullptr, nullptr, w.input_norm.get(), h_.get(), t, 1, hd, hd, eps};
-      np.bias = w.input_norm_bias.get();
-      launch_rms_norm(np, s);
+      launch_rms_norm({.x = resid(),
+                       .weight = w.input_norm.get(),
+                       .out = h_.get(),
+                       .rows = t,
+                       .dim = hd,
+                       .row_stride = hd,
+                       .eps = eps,
+                       .bias = w.input_norm_bias.get()},
+                      s);
     }
     last_layer_ = l;
     capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
@@ -506,10 +511,17 @@ void Engine::run_layer(int64_t l, int64_t t, reference::Trace* tr, bool pending_
     capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s);
     capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s);
   } else {
-    RmsNormParams np{
-        attn_out_.get(), resid(), resid(), w.post_norm.get(), h_.get(), t, 1, hd, hd, eps};
-    np.bias = w.post_norm_bias.get();
-    launch_rms_norm(np, s);
+    launch_rms_norm({.x = attn_out_.get(),
+                     .residual = resid(),
+                     .residual_out = resid(),
+                     .weight = w.post_norm.get(),
+                     .out = h_.get(),
+                     .rows = t,
+                     .dim = hd,
+                     .row_stride = hd,
+                     .eps = eps,
+                     .bias = w.post_norm_bias.get()},
+                    s);
     capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
     if (w.moe) {
       moe_layer(l, t, tr);
@@ -578,25 +590,25 @@ void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
     return;
   }
   // Larger batches: q/k norm, RoPE and the cache write in one launch, then attention.
-  AttentionPrologueParams pro{qp,
-                              qkv_w,
-                              c.has_qk_norm ? w.q_norm.get() : nullptr,
-                              c.has_qk_norm ? w.k_norm.get() : nullptr,
-                              eps,
-                              want_normed ? qk_normed_.get() : nullptr,
-                              positions_dev(t),
-                              m.inv_freq.get(),
-                              m.rope_scaling,
-                              cache_->k(l),
-                              cache_->v(l),
-                              cache_->block_table(),
-                              slots_dev(t),
-                              t,
-                              c.num_heads,
-                              c.num_kv_heads,
-                              c.head_dim,
-                              ks.block_size,
-                              ks.max_blocks_per_seq};
+  const AttentionPrologueParams pro{.qkv = qp,
+                                    .row_stride = qkv_w,
+                                    .q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr,
+                                    .k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr,
+                                    .eps = eps,
+                                    .normed_out = want_normed ? qk_normed_.get() : nullptr,
+                                    .positions = positions_dev(t),
+                                    .inv_freq = m.inv_freq.get(),
+                                    .rope_scaling = m.rope_scaling,
+                                    .k_cache = cache_->k(l),
+                                    .v_cache = cache_->v(l),
+                                    .block_table = cache_->block_table(),
+                                    .seq = slots_dev(t),
+                                    .tokens = t,
+                                    .num_heads = c.num_heads,
+                                    .num_kv_heads = c.num_kv_heads,
+                                    .head_dim = c.head_dim,
+                                    .block_size = ks.block_size,
+                                    .max_blocks_per_seq = ks.max_blocks_per_seq};
   if (!options_.ablate_attention) launch_attention_prologue(pro, s);
   if (want_normed) {
     capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s);
@@ -604,22 +616,22 @@ void Engine::attention(int64_t l, int64_t t, reference::Trace* tr) {
   }
   capture(tr, p + ".attn.rope_q", qp, Elem::kBf16, t, q, qkv_w, s);
   capture(tr, p + ".attn.rope_k", kp, Elem::kBf16, t, kv, qkv_w, s);
-  PagedAttentionParams ap{qp,
-                          qkv_w,
-                          cache_->k(l),
-                          cache_->v(l),
-                          cache_->block_table(),
-                          slots_dev(t),
-                          positions_dev(t),
-                          core_.get(),
-                          q,
-                          t,
-                          c.num_heads,
-                          c.num_kv_heads,
-                          c.head_dim,
-                          ks.block_size,
-                          ks.max_blocks_per_seq,
-                          scale};
+  PagedAttentionParams ap{.q = qp,
+                          .q_stride = qkv_w,
+                          .k_cache = cache_->k(l),
+                          .v_cache = cache_->v(l),
+                          .block_table = cache_->block_table(),
+                          .seq = slots_dev(t),
+                          .pos = positions_dev(t),
+                          .out = core_.get(),
+                          .out_stride = q,
+                          .tokens = t,
+                          .num_heads = c.num_heads,
+                          .num_kv_heads = c.num_kv_heads,
+                          .head_dim = c.head_dim,
+                          .block_size = ks.block_size,
+                          .max_blocks_per_seq = ks.max_blocks_per_seq,
+                          .scale = scale};
   if (options_.ablate_attention) {
     // a timing study: no attention
   } else if (tiled_attention_) {
@@ -784,8 +796,13 @@ void Engine::forward_final(const std::vector<double>& input, const Batch& b,
   const ModelConfig& c = model_->cfg;
   upload_input(input, b, "engine final");
   const int64_t t = b.size(), hd = c.hidden;
-  launch_rms_norm({resid(), nullptr, nullptr, model_->final_norm.get(), h_.get(), t, 1, hd, hd,
-                   static_cast<float>(c.rms_norm_eps)},
+  launch_rms_norm({.x = resid(),
+                   .weight = model_->final_norm.get(),
+                   .out = h_.get(),
+                   .rows = t,
+                   .dim = hd,
+                   .row_stride = hd,
+                   .eps = static_cast<float>(c.rms_norm_eps)},
                   stream_);
   capture(capture_to, "final_norm", h_.get(), Elem::kBf16, t, hd, hd, stream_);
   linear(h_.get(), model_->lm_head, logits_.get(), true, t, c.vocab, hd);

@@ -200,6 +200,26 @@ TEST_F(PlantedFaults, EveryFormatGateFailsAtItsPoint) {
 
 // MoE: an engine may list a token's experts in another slot order (passes); one expert whose
 // output is off by 1.25 fails at that layer's expert_out, and the per-expert table names it.
+// An engine that ran an fp32 checkpoint's weights in bf16 is compared against a golden that did
+// not: compare says so by name, whatever the numbers; equal dtypes give no such line.
+TEST_F(PlantedFaults, AWeightDtypeMismatchIsNamed) {
+  const fs::path ckpt = test::tiny_checkpoint(root_, "llama", "bf16", 11);
+  Golden g = golden_of(ckpt);
+  g.meta.model_dtype = "F32";
+  const fs::path gfile = root_ / "dtype.golden.h5";
+  write_golden(gfile, g, OverwritePolicy::kReplace);
+  const Policy policy = load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
+  Golden c = g;
+  c.meta.model_dtype = "BF16";
+  CompareReport r = judge(gfile, c, policy);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("the golden ran the weights in F32, the candidate in BF16"),
+            std::string::npos);
+  EXPECT_NE(to_text(r).find("warning: weight dtype"), std::string::npos);
+  c.meta.model_dtype = "F32";
+  EXPECT_TRUE(judge(gfile, c, policy).warnings.empty());
+}
+
 TEST_F(PlantedFaults, OneFaultyExpertIsNamedAndSlotOrderIsFree) {
   const Policy policy = load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
   const fs::path ckpt = test::tiny_checkpoint(root_, "qwen3-moe", "bf16", 11);
