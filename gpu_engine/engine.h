@@ -1,5 +1,6 @@
 #pragma once
-// The GPU engine's forward pass over a paged KV cache. One forward takes any mix of tokens from
+// The GPU engine's runner: batching over a paged KV cache, CUDA graphs, sampling; what a forward
+// computes is the decoder composition's (decoder.h). One forward takes any mix of tokens from
 // any sequences (a prefill chunk, decode steps of many sequences, both): token i belongs to
 // sequence slot slots[i] at position positions[i] and attends to that slot's positions
 // 0..positions[i] (its own K/V written first). So prefill, decode and continuous batching are all
@@ -31,9 +32,10 @@
 #include <string>
 #include <vector>
 
+#include "gpu_engine/decoder.h"
+#include "gpu_engine/engine_options.h"
 #include "gpu_engine/gpu_model.h"
-#include "gpu_engine/kernels/gemm.h"
-#include "gpu_engine/kernels/skinny_gemm.h"
+#include "gpu_engine/kernel_timeline.h"
 #include "gpu_engine/kv_cache.h"
 
 namespace qparity::reference {
@@ -41,34 +43,6 @@ class Trace;
 }
 
 namespace qparity::gpu {
-
-struct EngineOptions {
-  int64_t max_tokens = 2048;  // tokens per forward (longer prefills go in chunks)
-  int64_t max_seqs = 64;
-  int64_t max_context = 4096;
-  int64_t block_size = 16;
-  // Timing studies only (bench_engine --ablate): leave these kernels out of every forward, to
-  // measure what they cost inside a decode step. The results are then meaningless.
-  // Keys per block of the decode attention (decode_attention.h), a multiple of 64.
-  int64_t decode_attention_chunk = 64;
-  bool ablate_attention = false, ablate_linears = false;
-  // Decode-sized forwards stamp their main kernels' start, wait release and end (kernel_probe.h),
-  // read back by timeline(): where a step's time goes inside its CUDA graph.
-  bool kernel_timeline = false;
-  // Decode-sized forwards stamp the decode attention's stages per block (decode_attention.h);
-  // the last layer's are read with read_decode_attention_stages().
-  bool attention_stages = false;
-};
-
-// One probed kernel of a decode-sized forward, times in microseconds from the forward's first
-// probed start: its first block's start, its first block's release from pdl_wait() and its last
-// block's end.
-struct TimelineEntry {
-  std::string kernel;
-  double start_us = 0, release_us = 0, end_us = 0;
-  // The last block's start and release (a block that exits without waiting stamps no release).
-  double last_start_us = 0, last_release_us = 0;
-};
 
 struct Batch {
   std::vector<int32_t> tokens, slots, positions;  // one entry per token
@@ -115,9 +89,9 @@ class Engine {
 
   // The last decode-sized forward's probed kernels in launch order (kernel_timeline on; else
   // empty). Synchronous.
-  std::vector<TimelineEntry> timeline() const;
+  std::vector<TimelineEntry> timeline() const { return timeline_.read(stream_); }
 
-  const float* logits() const { return logits_.get(); }
+  const float* logits() const { return decoder_->logits(); }
   std::vector<float> logits_host(int64_t rows) const;
   // argmax of each of the last forward's first `rows` logit rows: read from the argmax fused
   // into the lm_head GEMM when the forward ran it (decode-sized batches; copied to the host
@@ -126,99 +100,32 @@ class Engine {
   std::vector<int32_t> greedy(int64_t rows);
 
  private:
+  // Checks the batch, reserves its cache blocks, uploads it, and hands it to the decoder.
   void prepare(const Batch& b);
+  // The prepared batch as the decoder reads it (device pointers into inputs_).
+  StepInputs step_inputs(int64_t t) const;
   void upload_input(const std::vector<double>& input, const Batch& b, const char* what);
+  // The decoder's whole forward, probed when decode-sized and kernel_timeline is on.
   void run(int64_t t, reference::Trace* capture);
-  void run_layer(int64_t layer, int64_t t, reference::Trace* capture, bool pending_residual);
-  void close_residual(int64_t t, reference::Trace* capture, const __nv_bfloat16* weight,
-                      __nv_bfloat16* out, const float* bias = nullptr);
-  // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
-  void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
-              int64_t n, int64_t k, unsigned long long* argmax_keys = nullptr,
-              KernelProbe* probe = nullptr);
-  // One decoder linear: its GPU method when quantized, else linear() on the bf16 weight w.
-  // Activation-quantized methods: their codes are captured as <layer_name>.x_values / .x_scales.
-  void project(const GpuLinearMethod* quantized, const __nv_bfloat16* w, const __nv_bfloat16* in,
-               __nv_bfloat16* out, int64_t t, int64_t n, int64_t k, const char* label,
-               reference::Trace* tr, const std::string& layer_name);
-  // A decode-sized linear over the residual stream with its RMSNorm fused into the skinny GEMM's
-  // prologue: x = resid(), normalized by norm_weight into h_ (the capture point); with `add`,
-  // the residual add first, its sum into resid_next() (the caller then flips cur_).
-  SkinnyGemmParams normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
-                                 const __nv_bfloat16* w, void* y, int64_t t, int64_t n) const;
-  // The probe for the next kernel of a decode-sized forward when kernel_timeline is on (null
-  // otherwise), labelled `kernel`.
-  KernelProbe* probe(const char* kernel);
-  void attention(int64_t layer, int64_t t, reference::Trace* capture);
-  void moe_layer(int64_t layer, int64_t t, reference::Trace* capture);
-  void moe_experts_via_host(int64_t layer, int64_t t, cudaStream_t s);
-  // Whether t tokens' MoE layers run on the device alone (grouping + grouped skinny GEMMs).
-  bool moe_on_device(int64_t t) const;
-  // Whether a forward of t tokens fuses the greedy argmax into its lm_head GEMM.
-  bool fused_argmax(int64_t t) const {
-    return skinny_gemm_fits(t, model_->cfg.hidden) && !options_.ablate_linears;
-  }
-  // After a synchronized forward: refuses its result if a router returned an id outside the
-  // experts (NaN router logits), naming the first such layer.
-  void check_moe_ids();
 
   std::unique_ptr<GpuModel> model_;
   EngineOptions options_;
   std::unique_ptr<PagedKvCache> cache_;
-  std::unique_ptr<BlasLtGemm> gemm_;
   cudaStream_t stream_ = nullptr;
-  // Activations, sized for max_tokens.
+  KernelTimeline timeline_;
+  std::unique_ptr<Decoder> decoder_;
   // One upload per forward: [tokens | slots | positions | prefill tiles] of the batch, packed,
   // from pinned memory (a second upload: decode-sized batches' per-token block-table rows).
   DeviceBuffer<int32_t> inputs_, next_ids_;
   int32_t* pinned_inputs_ = nullptr;
-  const int32_t* tokens_dev(int64_t) const { return inputs_.get(); }
-  const int32_t* slots_dev(int64_t t) const { return inputs_.get() + t; }
-  const int32_t* positions_dev(int64_t t) const { return inputs_.get() + 2 * t; }
-  const int32_t* tiles_dev(int64_t t) const { return inputs_.get() + 3 * t; }
   // Decode-sized batches: token i's block-table row at token_tables_offset() + i *
   // max_blocks_per_seq (a fixed offset: graphs capture the pointer).
   int64_t token_tables_offset() const { return 5 * options_.max_tokens + 1; }
-  // This batch's attention: query-tiled (a sequence with several rows) or per token; and how
-  // many tiles its grid covers.
+  // The last prepared batch: query-tiled attention (a sequence with several rows), and how many
+  // tiles its grid covers.
   bool tiled_attention_ = false;
   int64_t attention_tiles_ = 0;
-  // The residual stream lives in two buffers: a fused norm+GEMM reads one and writes the updated
-  // stream to the other (its other blocks still read the first). prepare() resets to buffer 0,
-  // so a captured graph and its replays agree on which is which.
-  Bf16Buffer residual_[2];
-  int cur_ = 0;
-  __nv_bfloat16* resid() const { return residual_[cur_].get(); }
-  __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
-  Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
-  DeviceBuffer<float> logits_;
-  // The lm_head's fused argmax (skinny path): keys on the device, copied to pinned memory inside
-  // the forward; keys_rows_ > 0 when the last forward produced them.
-  DeviceBuffer<unsigned long long> argmax_keys_;
-  unsigned long long* pinned_keys_ = nullptr;
-  int64_t keys_rows_ = 0;
-  // Attention split into key chunks for decode-sized batches, and its scratch; attn_whole_: one
-  // chunk covering max_context, for larger batches.
-  int64_t attn_chunk_ = 64, attn_max_chunks_ = 1, attn_whole_ = 128;
-  Bf16Buffer qk_roped_;  // decode attention's rope_q / rope_k capture, [kSkinnyMaxM, q + kv]
-  DeviceBuffer<float> attn_partial_acc_, attn_partial_ml_;
-  DeviceBuffer<uint32_t> attn_chunks_done_;
-  // MoE scratch.
-  DeviceBuffer<float> router_logits_, topk_weights_;
-  DeviceBuffer<int32_t> topk_ids_, moe_rows_, moe_dest_, moe_first_, moe_active_, moe_bad_;
-  Bf16Buffer moe_x_, moe_gate_up_, moe_act_, moe_y_, moe_slots_;
-  // The workspace every quantized linear method borrows (activation codes), sized for the
-  // largest method at max_tokens.
-  DeviceBuffer<uint8_t> quant_workspace_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
-  // kernel_timeline: one probe per probed launch of a decode-sized forward, their labels per
-  // batch size (a graph replays the labels of its capture), and the last probed size.
-  DeviceBuffer<KernelProbe> probes_;
-  std::map<int64_t, std::vector<std::string>> probe_labels_;
-  std::vector<std::string>* labelling_ = nullptr;  // inside run() of a probed forward
-  int64_t probed_t_ = 0;
-  bool any_moe_ = false;
-  int64_t last_layer_ = 0;  // the layer whose MLP output is pending (close_residual names it)
 };
 
 }  // namespace qparity::gpu

@@ -13,6 +13,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/planned_model_loader.h"
+#include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
 
 namespace qparity::gpu {
@@ -174,6 +175,7 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const fs::path& dir, ModelConfig c
     }
   }
   up.finish();
+  pad_for_kernels(*m);
   if (progress)
     *progress << "qparity engine: weights uploaded in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
@@ -220,6 +222,7 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed) 
     }
   }
   attach_rope(*m);
+  pad_for_kernels(*m);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   return m;
 }

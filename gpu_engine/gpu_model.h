@@ -66,6 +66,10 @@ struct GpuModel {
   // when the plan mixes several) and the dialect the GPU methods follow.
   std::string scheme = "bf16";
   reference::Dialect dialect = reference::Dialect::kVllm;
+  // The shapes the kernels run when they differ from cfg's: head_dim and the intermediate sizes
+  // zero-padded at load (shape_padding.h); empty when nothing is padded.
+  std::optional<ModelConfig> padded;
+  const ModelConfig& kcfg() const { return padded ? *padded : cfg; }
 };
 
 struct GpuLoadOptions {

@@ -9,6 +9,7 @@
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/quant/upload_util.h"
+#include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
 #include "reference_cpu/layers/rope.h"
 #include "reference_cpu/models/model_loader.h"
@@ -175,6 +176,15 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
     m->lm_head_own = dense_buffer(*host->lm_head(), m->weight_bytes);
     m->lm_head = m->lm_head_own.get();
   }
+  // A quantized linear is never padded (its layout is its kernel's): refused before any upload.
+  for (const reference::DecoderLayer& hl : host->layers()) {
+    require_unpadded(c, hl.index, "self_attn.qkv_proj", !is_bf16_method(*hl.attn.qkv));
+    require_unpadded(c, hl.index, "self_attn.o_proj", !is_bf16_method(*hl.attn.o_proj));
+    if (hl.mlp) {
+      require_unpadded(c, hl.index, "mlp.gate_up_proj", !is_bf16_method(*hl.mlp->gate_up));
+      require_unpadded(c, hl.index, "mlp.down_proj", !is_bf16_method(*hl.mlp->down));
+    }
+  }
   m->layers.resize(host->layers().size());
   for (const reference::DecoderLayer& hl : host->layers()) {
     GpuLayerWeights& l = m->layers[static_cast<size_t>(hl.index)];
@@ -197,6 +207,7 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
     }
   }
   attach_rope(*m);
+  pad_for_kernels(*m);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   if (progress)
     *progress << "qparity engine: " << (m->weight_bytes >> 20) << " MiB of weights (" << m->scheme

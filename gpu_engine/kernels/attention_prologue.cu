@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (w) {
     for (int o = 16; o > 0; o >>= 1)
       sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float r = rsqrtf(sum / static_cast<float>(d) + p.eps);
+    const float r = rsqrtf(sum / static_cast<float>(p.norm_dim > 0 ? p.norm_dim : d) + p.eps);
 #pragma unroll
     for (int j = 0; j < kMaxHeadDim / 32; ++j) {
       const int64_t i = lane + 32 * j;
@@ -110,6 +110,7 @@ void launch_attention_prologue(const AttentionPrologueParams& p, cudaStream_t st
           "row_stride < (num_heads + 2 * num_kv_heads) * head_dim");
   require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
   require(p.eps >= 0, k, "eps must be >= 0");
+  require(p.norm_dim >= 0 && p.norm_dim <= p.head_dim, k, "norm_dim in [0, head_dim]");
   if (p.tokens == 0) return;
   const int64_t heads = p.num_heads + 2 * p.num_kv_heads;
   launch_pdl(

@@ -38,6 +38,9 @@ struct AttentionPrologueParams {
   const int32_t* seq = nullptr;  // [tokens]
   int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t block_size = 0, max_blocks_per_seq = 0;
+  // The q/k norm's divisor: the head's own length when head_dim is zero-padded for the kernels
+  // (shape_padding.h); 0 means head_dim. Padding adds zeros to the sum of squares, exactly.
+  int64_t norm_dim = 0;
 };
 
 // head_dim even and at most 256.

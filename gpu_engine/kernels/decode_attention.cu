@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   {
     PackedRow<kPerLane> normed, roped;
     normed.load(row_i + h * d + lane * kPerLane);
-    norm_rope(qw, norm, p.eps, d, rope, lane, normed, roped);
+    norm_rope(qw, norm, p.eps, p.norm_dim > 0 ? p.norm_dim : d, rope, lane, normed, roped);
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
       q[j] = roped.at(j) * p.scale;
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
         else  // another token of this sequence in the batch (a short prefill): its own angles
           rj.angles(pos_j, p.inv_freq, p.rope_scaling, lane);
         PackedRow<kPerLane> normed = kv[u];  // the raw k slice load_new fetched
-        norm_rope(kw, norm, p.eps, d, rj, lane, normed, kv[u]);
+        norm_rope(kw, norm, p.eps, p.norm_dim > 0 ? p.norm_dim : d, rj, lane, normed, kv[u]);
         if (j == i && h == kv_h * group) {  // token i's own K/V: into the cache, and its captures
           const int64_t o = own_at + lane * kPerLane;
           store_row(p.k_cache + o, kv[u]);
@@ -359,6 +359,7 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream
   require(aligned(p.qkv, 16) && p.qkv_stride % 8 == 0, k,
           "qkv must be 16-byte aligned with a stride that keeps rows aligned");
   require(p.eps >= 0, k, "eps must be >= 0");
+  require(p.norm_dim >= 0 && p.norm_dim <= p.head_dim, k, "norm_dim in [0, head_dim]");
   require_attention_chunks(k, p.chunk, kStep, p.block_size, kNoTableLimit, p.max_chunks,
                            p.partial_acc, p.partial_ml, p.chunks_done);
   require(p.chunk * p.max_chunks <= INT32_MAX && p.max_blocks_per_seq * p.block_size <= INT32_MAX,

@@ -75,6 +75,9 @@ struct DecodeAttentionParams {
   __nv_bfloat16* rope_out = nullptr;
   int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 0;  // 1/sqrt(head_dim) for Llama / Qwen3
+  // The q/k norm's divisor: the head's own length when head_dim is zero-padded for the kernels
+  // (shape_padding.h); 0 means head_dim. Padding adds zeros to the sum of squares, exactly.
+  int64_t norm_dim = 0;
   // Positions must be < chunk * max_chunks (beyond, the token's output is NaN: keys are never
   // silently dropped). With max_chunks > 1 the scratch is required (paged_attention_scratch).
   int64_t chunk = 64, max_chunks = 1;

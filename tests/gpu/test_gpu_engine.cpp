@@ -73,78 +73,137 @@ class GpuEngine : public test::GpuTest {
     return static_cast<double>(std::sqrt(e / r));
   }
 
+  // The engine on `dir` against the reference's emulate-mode golden: layer-local (prefill-sized
+  // and decode-sized batches) every point within the bf16 policy, every point dumped; the free
+  // run by top-1 agreement.
+  static void expect_matches_reference(const fs::path& dir) {
+    const golden::Policy policy =
+        golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
+    SCOPED_TRACE(dir.filename().string());
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    const golden::TokenInputs in = golden::synthetic_inputs(3, 32, cfg.vocab, 5);
+    golden::ReferenceRunOptions ro;
+    ro.mode = reference::PrecisionMode::kEmulate;
+    const fs::path gfile = root_ / (dir.filename().string() + ".ref.h5");
+    const fs::path cfile = root_ / (dir.filename().string() + ".engine.h5");
+    golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
+                         OverwritePolicy::kReplace);
+    auto e = engine(dir);
+    const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
+    // Layer-local: every point within the policy.
+    const fs::path lfile = root_ / (dir.filename().string() + ".engine-local.h5");
+    golden::write_golden(lfile, gpu::engine_golden_local(*e, ref, "*", nullptr),
+                         OverwritePolicy::kReplace);
+    golden::CompareOptions co;
+    co.policy = &policy;
+    const golden::CompareReport r =
+        golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+    EXPECT_TRUE(r.pass) << golden::to_text(r);
+    EXPECT_TRUE(r.missing_in_candidate.empty())
+        << "the engine dumps every point the reference does; first missing: "
+        << r.missing_in_candidate.front();
+    {  // Decode-sized forwards (8 sequences of kSkinnyMaxM tokens, one forward each): the
+      // fused skinny-GEMM path, every point within the policy.
+      const golden::TokenInputs small = golden::synthetic_inputs(8, gpu::kSkinnyMaxM, cfg.vocab, 6);
+      const fs::path sg = root_ / (dir.filename().string() + ".ref8.h5");
+      const fs::path sl = root_ / (dir.filename().string() + ".engine-local8.h5");
+      golden::write_golden(sg, golden::run_reference(dir, small, ro, nullptr),
+                           OverwritePolicy::kReplace);
+      const golden::GoldenReader sref = golden::GoldenReader::open(sg);
+      golden::write_golden(sl, gpu::engine_golden_local(*e, sref, "*", nullptr),
+                           OverwritePolicy::kReplace);
+      const golden::CompareReport sr =
+          golden::compare_goldens(sref, golden::GoldenReader::open(sl), co);
+      EXPECT_TRUE(sr.pass) << "decode-sized batch\n" << golden::to_text(sr);
+      EXPECT_TRUE(sr.missing_in_candidate.empty()) << sr.missing_in_candidate.front();
+    }
+    // Free run: judged end to end by top-1 agreement (Wilson lower bound, the policy's gate);
+    // its KLD and per-point error are printed: they grow with depth as the model amplifies
+    // bf16-level differences, which the per-point bounds do not model.
+    golden::write_golden(cfile, gpu::engine_golden(*e, in, "*", true, nullptr),
+                         OverwritePolicy::kReplace);
+    const golden::CompareReport fr =
+        golden::compare_goldens(ref, golden::GoldenReader::open(cfile), {});
+    EXPECT_GE(fr.e2e.top1.lo, 0.75) << golden::to_text(fr);
+    std::cout << dir.filename().string() << " free run: mean KLD " << fr.e2e.kld_mean.value << " ["
+              << fr.e2e.kld_mean.lo << ", " << fr.e2e.kld_mean.hi << "], top-1 "
+              << fr.e2e.top1.value << " (lower " << fr.e2e.top1.lo << "), logits rel_l2 "
+              << fr.points.back().stats.rel_l2 << " at " << fr.points.back().name;
+    for (const auto& l : fr.router)
+      std::cout << ", " << l.point << " flips " << l.flips.flipped << "/" << l.flips.tokens;
+    std::cout << "\n";
+    // The numbers, for the closing note (ctest --output-on-failure -V shows them).
+    double worst = 0;
+    std::string where;
+    for (const auto& p : r.points)
+      if (p.name.find("topk_ids") == std::string::npos && p.stats.rel_l2 > worst)
+        worst = p.stats.rel_l2, where = p.name;
+    std::cout << dir.filename().string() << " layer-local: worst point " << where << " rel_l2 "
+              << worst << " (" << r.policy_section << ")\n";
+  }
+
   static inline fs::path root_;
 };
 
 TEST_F(GpuEngine, MatchesTheReferenceAtEveryCapturePointOnAllArchitectures) {
-  const golden::Policy policy =
-      golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
   for (const std::string arch : {"llama", "qwen3", "qwen3-moe"})
-    for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall}) {
-      const fs::path dir = fixture(arch, size);
-      SCOPED_TRACE(dir.filename().string());
-      const ModelConfig cfg = load_model_config(dir / "config.json");
-      const golden::TokenInputs in = golden::synthetic_inputs(3, 32, cfg.vocab, 5);
-      golden::ReferenceRunOptions ro;
-      ro.mode = reference::PrecisionMode::kEmulate;
-      const fs::path gfile = root_ / (dir.filename().string() + ".ref.h5");
-      const fs::path cfile = root_ / (dir.filename().string() + ".engine.h5");
-      golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
-                           OverwritePolicy::kReplace);
-      auto e = engine(dir);
-      const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
-      // Layer-local: every point within the policy.
-      const fs::path lfile = root_ / (dir.filename().string() + ".engine-local.h5");
-      golden::write_golden(lfile, gpu::engine_golden_local(*e, ref, "*", nullptr),
-                           OverwritePolicy::kReplace);
-      golden::CompareOptions co;
-      co.policy = &policy;
-      const golden::CompareReport r =
-          golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-      EXPECT_TRUE(r.pass) << golden::to_text(r);
-      EXPECT_TRUE(r.missing_in_candidate.empty())
-          << "the engine dumps every point the reference does; first missing: "
-          << r.missing_in_candidate.front();
-      {  // Decode-sized forwards (8 sequences of kSkinnyMaxM tokens, one forward each): the
-        // fused skinny-GEMM path, every point within the policy.
-        const golden::TokenInputs small =
-            golden::synthetic_inputs(8, gpu::kSkinnyMaxM, cfg.vocab, 6);
-        const fs::path sg = root_ / (dir.filename().string() + ".ref8.h5");
-        const fs::path sl = root_ / (dir.filename().string() + ".engine-local8.h5");
-        golden::write_golden(sg, golden::run_reference(dir, small, ro, nullptr),
-                             OverwritePolicy::kReplace);
-        const golden::GoldenReader sref = golden::GoldenReader::open(sg);
-        golden::write_golden(sl, gpu::engine_golden_local(*e, sref, "*", nullptr),
-                             OverwritePolicy::kReplace);
-        const golden::CompareReport sr =
-            golden::compare_goldens(sref, golden::GoldenReader::open(sl), co);
-        EXPECT_TRUE(sr.pass) << "decode-sized batch\n" << golden::to_text(sr);
-        EXPECT_TRUE(sr.missing_in_candidate.empty()) << sr.missing_in_candidate.front();
-      }
-      // Free run: judged end to end by top-1 agreement (Wilson lower bound, the policy's gate);
-      // its KLD and per-point error are printed: they grow with depth as the model amplifies
-      // bf16-level differences, which the per-point bounds do not model.
-      golden::write_golden(cfile, gpu::engine_golden(*e, in, "*", true, nullptr),
-                           OverwritePolicy::kReplace);
-      const golden::CompareReport fr =
-          golden::compare_goldens(ref, golden::GoldenReader::open(cfile), {});
-      EXPECT_GE(fr.e2e.top1.lo, 0.75) << golden::to_text(fr);
-      std::cout << dir.filename().string() << " free run: mean KLD " << fr.e2e.kld_mean.value
-                << " [" << fr.e2e.kld_mean.lo << ", " << fr.e2e.kld_mean.hi << "], top-1 "
-                << fr.e2e.top1.value << " (lower " << fr.e2e.top1.lo << "), logits rel_l2 "
-                << fr.points.back().stats.rel_l2 << " at " << fr.points.back().name;
-      for (const auto& l : fr.router)
-        std::cout << ", " << l.point << " flips " << l.flips.flipped << "/" << l.flips.tokens;
-      std::cout << "\n";
-      // The numbers, for the closing note (ctest --output-on-failure -V shows them).
-      double worst = 0;
-      std::string where;
-      for (const auto& p : r.points)
-        if (p.name.find("topk_ids") == std::string::npos && p.stats.rel_l2 > worst)
-          worst = p.stats.rel_l2, where = p.name;
-      std::cout << dir.filename().string() << " layer-local: worst point " << where << " rel_l2 "
-                << worst << " (" << r.policy_section << ")\n";
+    for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
+      expect_matches_reference(fixture(arch, size));
+}
+
+// Shapes the kernels take only zero-padded (shape_padding.h): head_dim 8 (a real small trained
+// checkpoint's, hidden 32 over 4 heads) and 16 with Qwen3's q/k norm, intermediate 172 and
+// moe_intermediate 172 (K = 172 is no multiple of 8). The same judgement as the fixtures': the
+// padding must change no logical value beyond the bf16 policy, and every capture point keeps the
+// model's own shape.
+TEST_F(GpuEngine, PaddedHeadDimAndIntermediateMatchTheReference) {
+  struct Shape {
+    const char* arch;
+    int64_t hidden, intermediate, moe_intermediate;
+  };
+  for (const Shape& sh :
+       {Shape{"llama", 32, 172, 0}, Shape{"qwen3", 64, 172, 0}, Shape{"qwen3-moe", 64, 0, 172}}) {
+    const fs::path dir = root_ / (std::string(sh.arch) + "-padded");
+    if (!fs::exists(dir)) {
+      fixtures::FixtureSpec spec;
+      spec.arch = fixtures::parse_fixture_arch(sh.arch);
+      spec.size = fixtures::FixtureSize::kTiny;
+      spec.seed = 11;
+      spec.hidden = sh.hidden;
+      spec.intermediate = sh.intermediate;
+      spec.moe_intermediate = sh.moe_intermediate;
+      fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kRefuse);
     }
+    const auto m = gpu::load_gpu_model(dir, nullptr);
+    ASSERT_TRUE(m->padded.has_value()) << sh.arch << ": these shapes need padding";
+    EXPECT_EQ(m->padded->head_dim % 32, 0);
+    EXPECT_EQ(m->padded->intermediate % 8, 0);
+    EXPECT_EQ(m->padded->moe_intermediate_size % 8, 0);
+    expect_matches_reference(dir);
+  }
+}
+
+// A quantized linear is not padded (its layout is its kernel's): the load refuses it by name
+// rather than run a padded shape it was not built for.
+TEST_F(GpuEngine, RefusesQuantizedLinearsThatWouldNeedPadding) {
+  const fs::path fp = root_ / "llama-i172.fp";
+  if (!fs::exists(fp)) {
+    fixtures::FixtureSpec spec;
+    spec.seed = 12;
+    spec.intermediate = 172;
+    fixtures::write_fp_checkpoint(spec, fp, OverwritePolicy::kRefuse);
+  }
+  const fs::path q = root_ / "llama-i172.w8a16-ch";
+  if (!fs::exists(q)) {
+    const ModelConfig cfg = load_model_config(fp / "config.json");
+    fixtures::quantize_checkpoint(
+        fp, parse_scheme_id("w8a16-ch"), reference::Dialect::kIdeal, q,
+        fixtures::calibrate_checkpoint(fp, reference::synthetic_tokens(32, cfg.vocab, 12)),
+        OverwritePolicy::kRefuse, nullptr);
+  }
+  EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(q, nullptr); }),
+              AllOf(HasSubstr("model.layers.0.mlp.gate_up_proj"),
+                    HasSubstr("intermediate_size 172"), HasSubstr("bf16 linears only")));
 }
 
 // Same batch twice: bit-identical. Each sequence alone against all four together: within the

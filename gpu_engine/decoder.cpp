@@ -1,0 +1,381 @@
+#include "gpu_engine/decoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/embedding.h"
+#include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/rms_norm.h"
+#include "gpu_engine/shape_padding.h"
+#include "reference_cpu/models/trace.h"
+
+namespace qparity::gpu {
+
+namespace {
+
+std::string lp(int64_t layer) {
+  return "layers." + std::to_string(layer);
+}
+
+}  // namespace
+
+Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions& o,
+                 cudaStream_t stream, KernelTimeline& timeline)
+    : model_(model), cache_(cache), options_(o), stream_(stream), timeline_(timeline) {
+  const ModelConfig& c = model_.kcfg();
+  gemm_ = std::make_unique<BlasLtGemm>();
+  const PaddedColumns cols = padded_columns(model_.cfg, c);
+  qkv_cols_ = cols.qkv, q_cols_ = cols.q, k_cols_ = cols.k;
+  gate_up_cols_ = cols.gate_up, act_cols_ = cols.act;
+  const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
+  const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  residual_[0] = Bf16Buffer(t * h);
+  residual_[1] = Bf16Buffer(t * h);
+  h_ = Bf16Buffer(t * h);
+  qkv_ = Bf16Buffer(t * qkv);
+  qk_normed_ = Bf16Buffer(t * static_cast<size_t>(c.q_size() + c.kv_size()));
+  core_ = Bf16Buffer(t * static_cast<size_t>(c.q_size()));
+  attn_out_ = Bf16Buffer(t * h);
+  size_t ws = 0;
+  for (const GpuLayerWeights& l : model_.layers)
+    for (const GpuLinearMethod* m :
+         {l.qkv_q.get(), l.o_proj_q.get(), l.gate_up_q.get(), l.down_q.get()})
+      if (m) ws = std::max(ws, m->workspace_bytes(o.max_tokens));
+  quant_workspace_ = DeviceBuffer<uint8_t>(ws);
+  mlp_out_ = Bf16Buffer(t * h);
+  const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
+  gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
+  act_ = Bf16Buffer(t * std::max<size_t>(inter, 1));
+  logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab));
+  argmax_keys_ = DeviceBuffer<unsigned long long>(static_cast<size_t>(kSkinnyMaxM));
+  QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_keys_),
+                                    static_cast<size_t>(kSkinnyMaxM) * sizeof(unsigned long long)));
+  // Attention of decode-sized batches (up to kSkinnyMaxM tokens, decode_attention) is split into
+  // chunks of decode_attention_chunk keys: a few tokens' heads alone would leave most SMs idle.
+  // Larger batches have blocks enough and take each token's keys whole (splitting them measured
+  // 1.4-1.7x slower).
+  attn_chunk_ = o.decode_attention_chunk;
+  if (attn_chunk_ <= 0 || attn_chunk_ % 64 != 0)
+    throw Error("engine", "decode_attention_chunk must be a positive multiple of 64 (got " +
+                              std::to_string(attn_chunk_) + ")");
+  attn_max_chunks_ = (o.max_context + attn_chunk_ - 1) / attn_chunk_;
+  attn_whole_ = (o.max_context + 127) / 128 * 128;  // paged_attention's chunk: a multiple of 128
+  qk_roped_ = Bf16Buffer(
+      static_cast<size_t>(std::min(o.max_tokens, kSkinnyMaxM) * (c.q_size() + c.kv_size())));
+  const AttentionScratchSize as = paged_attention_scratch(
+      std::min(o.max_tokens, kSkinnyMaxM), c.num_heads, c.head_dim, attn_max_chunks_);
+  if (as.acc > 0) {
+    attn_partial_acc_ = DeviceBuffer<float>(static_cast<size_t>(as.acc));
+    attn_partial_ml_ = DeviceBuffer<float>(static_cast<size_t>(as.ml));
+    attn_chunks_done_ = DeviceBuffer<uint32_t>(static_cast<size_t>(as.counters));
+    QPARITY_CUDA_CHECK(
+        cudaMemset(attn_chunks_done_.get(), 0, static_cast<size_t>(as.counters) * 4));
+  }
+  for (const auto& l : model_.layers)
+    any_moe_ = any_moe_ || l.moe;
+  if (any_moe_) {
+    const size_t k = static_cast<size_t>(c.num_experts_per_tok),
+                 mi = static_cast<size_t>(c.moe_intermediate_size);
+    router_logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.num_experts));
+    topk_weights_ = DeviceBuffer<float>(t * k);
+    topk_ids_ = DeviceBuffer<int32_t>(t * k);
+    moe_rows_ = DeviceBuffer<int32_t>(t * k);
+    moe_dest_ = DeviceBuffer<int32_t>(t * k);
+    moe_first_ = DeviceBuffer<int32_t>(static_cast<size_t>(c.num_experts) + 1);
+    moe_active_ = DeviceBuffer<int32_t>(1 + std::min(static_cast<size_t>(c.num_experts), t * k));
+    moe_bad_ = DeviceBuffer<int32_t>(static_cast<size_t>(c.num_layers));
+    moe_x_ = Bf16Buffer(t * k * h);
+    moe_gate_up_ = Bf16Buffer(t * k * 2 * mi);
+    moe_act_ = Bf16Buffer(t * k * mi);
+    moe_y_ = Bf16Buffer(t * k * h);
+    moe_slots_ = Bf16Buffer(t * k * h);
+  }
+}
+
+Decoder::~Decoder() {
+  if (pinned_keys_) cudaFreeHost(pinned_keys_);
+}
+
+void Decoder::begin(const StepInputs& in) {
+  in_ = in;
+  cur_ = 0;
+  keys_rows_ = 0;
+  if (any_moe_)  // every entry point comes through here; check_moe_ids reads it after the sync
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
+}
+
+void Decoder::forward(reference::Trace* tr) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t;
+  // Decode-sized: the greedy argmax fused into the lm_head GEMM, its keys copied to the host by
+  // the forward itself (graph included).
+  const bool skinny_head = fused_argmax(t);
+  if (skinny_head)
+    QPARITY_CUDA_CHECK(cudaMemsetAsync(argmax_keys_.get(), 0, static_cast<size_t>(t) * 8, stream_));
+  EmbeddingParams ep{in_.tokens, model_.embed.get(), resid(), nullptr, t, c.vocab, c.hidden};
+  ep.probe = probe("embedding");
+  launch_embedding(ep, stream_);
+  capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    run_layer(l, tr, l > 0);
+  if (skinny_head) {
+    // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
+    // (as each layer's in its qkv GEMM): one dependent launch fewer a step.
+    SkinnyGemmParams g = normed_linear(mlp_out_.get(), model_.final_norm.get(), model_.lm_head,
+                                       logits_.get(), c.vocab);
+    g.y_f32 = true;
+    g.argmax_keys = argmax_keys_.get();
+    g.probe = probe("lm_head");
+    launch_skinny_gemm(g, stream_);
+    cur_ = 1 - cur_;
+    capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, c.hidden, c.hidden,
+            stream_);
+    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  } else {
+    close_residual(tr, model_.final_norm.get(), h_.get());
+    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+    if (!options_.ablate_linears)  // (no fused argmax here: skinny_head is false)
+      linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, c.hidden, nullptr,
+             probe("lm_head"));
+  }
+  capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  if (skinny_head) {
+    QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),
+                                       static_cast<size_t>(t) * sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, stream_));
+    keys_rows_ = t;
+  }
+}
+
+void Decoder::forward_layer(int64_t layer, reference::Trace* tr) {
+  run_layer(layer, tr, false);
+  // The layer's residual output: the fused add with the next norm's weight into scratch.
+  const bool last = layer + 1 >= model_.kcfg().num_layers;
+  const GpuLayerWeights* nl = last ? nullptr : &model_.layers[static_cast<size_t>(layer + 1)];
+  close_residual(tr, last ? model_.final_norm.get() : nl->input_norm.get(), h_.get(),
+                 last ? nullptr : nl->input_norm_bias.get());
+}
+
+void Decoder::forward_embed(reference::Trace* tr) {
+  const ModelConfig& c = model_.kcfg();
+  launch_embedding({in_.tokens, model_.embed.get(), resid(), nullptr, in_.t, c.vocab, c.hidden},
+                   stream_);
+  capture(tr, "embed", resid(), Elem::kBf16, in_.t, c.hidden, c.hidden, stream_);
+}
+
+void Decoder::forward_final(reference::Trace* tr) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t, hd = c.hidden;
+  launch_rms_norm({.x = resid(),
+                   .weight = model_.final_norm.get(),
+                   .out = h_.get(),
+                   .rows = t,
+                   .dim = hd,
+                   .row_stride = hd,
+                   .eps = static_cast<float>(c.rms_norm_eps)},
+                  stream_);
+  capture(tr, "final_norm", h_.get(), Elem::kBf16, t, hd, hd, stream_);
+  linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, hd);
+  capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+}
+
+bool Decoder::moe_on_device(int64_t t) const {
+  const ModelConfig& c = model_.kcfg();
+  return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
+         c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
+}
+
+void Decoder::check_moe_ids() const {
+  if (!any_moe_) return;
+  std::vector<int32_t> bad(moe_bad_.size());
+  QPARITY_CUDA_CHECK(
+      cudaMemcpy(bad.data(), moe_bad_.get(), bad.size() * 4, cudaMemcpyDeviceToHost));
+  for (size_t l = 0; l < bad.size(); ++l)
+    if (bad[l] != 0)
+      throw Error(lp(static_cast<int64_t>(l)) + ".moe",
+                  "the router returned " + std::to_string(bad[l]) + " expert id(s) outside [0, " +
+                      std::to_string(model_.cfg.num_experts) +
+                      ") (NaN router logits?): the forward's results are not usable");
+}
+
+// The last layer's MLP output joins the residual stream inside the next norm (fused add):
+// x += mlp_out (bf16), out = norm(x) with `weight`. Captures layers.<last>.residual.
+void Decoder::close_residual(reference::Trace* tr, const __nv_bfloat16* weight, __nv_bfloat16* out,
+                             const float* bias) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t hd = c.hidden;
+  launch_rms_norm({.x = mlp_out_.get(),
+                   .residual = resid(),
+                   .residual_out = resid(),
+                   .weight = weight,
+                   .out = out,
+                   .rows = in_.t,
+                   .dim = hd,
+                   .row_stride = hd,
+                   .eps = static_cast<float>(c.rms_norm_eps),
+                   .probe = probe("residual_norm"),
+                   .bias = bias},
+                  stream_);
+  capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, in_.t, hd, hd, stream_);
+}
+
+void Decoder::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32,
+                     int64_t t, int64_t n, int64_t k, unsigned long long* argmax_keys,
+                     KernelProbe* kernel_probe) {
+  if (skinny_gemm_fits(t, k)) {
+    SkinnyGemmParams g;
+    g.x = in;
+    g.w = w;
+    g.y = out;
+    g.y_f32 = f32;
+    g.m = t;
+    g.n = n;
+    g.k = k;
+    g.argmax_keys = argmax_keys;
+    g.probe = kernel_probe;
+    launch_skinny_gemm(g, stream_);
+  } else {
+    gemm_->nt(in, w, out, f32 ? GemmOut::kF32 : GemmOut::kBf16, t, n, k, stream_);
+  }
+}
+
+void Decoder::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
+                      const __nv_bfloat16* in, __nv_bfloat16* out, int64_t n, int64_t k,
+                      const char* label, reference::Trace* tr, const std::string& layer_name) {
+  const int64_t t = in_.t;
+  if (!quantized) {
+    linear(in, w, out, false, t, n, k, nullptr, probe(label));
+    return;
+  }
+  quantized->apply(in, out, t, stream_, quant_workspace_.get());
+  // The activation codes the GEMM was fed, named as the reference names them.
+  const GpuLinearMethod::ActivationCodes codes =
+      quantized->activation_codes(quant_workspace_.get(), t);
+  if (!codes.values) return;
+  const bool fp8 = codes.kind == GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
+  capture(tr, layer_name + ".x_values", codes.values, fp8 ? Elem::kE4m3 : Elem::kI8, t, k, k,
+          stream_);
+  capture(tr, layer_name + ".x_scales", codes.scales, Elem::kF32, t, codes.scale_cols,
+          codes.scale_cols, stream_);
+}
+
+SkinnyGemmParams Decoder::normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
+                                        const __nv_bfloat16* w, void* y, int64_t n) const {
+  SkinnyGemmParams g;
+  g.x = resid();
+  if (add) {
+    g.add = add;
+    g.residual_out = resid_next();
+  }
+  g.norm_weight = norm_weight;
+  g.normed_out = h_.get();
+  g.eps = static_cast<float>(model_.kcfg().rms_norm_eps);
+  g.w = w;
+  g.y = y;
+  g.m = in_.t;
+  g.n = n;
+  g.k = model_.kcfg().hidden;
+  return g;
+}
+
+void Decoder::run_layer(int64_t l, reference::Trace* tr, bool pending_residual) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t;
+  const int64_t hd = c.hidden, q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cudaStream_t s = stream_;
+  const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
+  const std::string p = lp(l);
+  // Decode-sized batches: each norm runs inside the GEMM that consumes it.
+  // A quantized qkv or gate_up runs its own kernel after a separate norm.
+  const bool fused = skinny_gemm_fits(t, hd);
+  if (fused && !w.quantized_qkv()) {
+    // The previous layer's MLP output (pending_residual) joins the residual stream here.
+    SkinnyGemmParams g = normed_linear(pending_residual ? mlp_out_.get() : nullptr,
+                                       w.input_norm.get(), w.qkv.get(), qkv_.get(), qkv_w);
+    if (!options_.ablate_linears) {
+      g.probe = probe("qkv");
+      launch_skinny_gemm(g, s);
+    }
+    if (pending_residual) {
+      cur_ = 1 - cur_;
+      capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, s);
+    }
+    last_layer_ = l;
+    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+  } else {
+    if (pending_residual)
+      close_residual(tr, w.input_norm.get(), h_.get(), w.input_norm_bias.get());
+    else {
+      launch_rms_norm({.x = resid(),
+                       .weight = w.input_norm.get(),
+                       .out = h_.get(),
+                       .rows = t,
+                       .dim = hd,
+                       .row_stride = hd,
+                       .eps = eps,
+                       .bias = w.input_norm_bias.get()},
+                      s);
+    }
+    last_layer_ = l;
+    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    if (!options_.ablate_linears)
+      project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
+              p + ".attn.qkv_proj");
+  }
+  capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
+  attention(l, tr);
+  if (!options_.ablate_linears)
+    project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), hd, q, "o_proj", tr,
+            p + ".attn.o_proj");
+  capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
+  const int64_t in = c.intermediate;
+  if (fused && !w.moe && !w.quantized_gate_up()) {
+    // post-attention add + norm, gate_up and SiLU-and-mul in one launch
+    SkinnyGemmParams g =
+        normed_linear(attn_out_.get(), w.post_norm.get(), w.gate_up.get(), act_.get(), 2 * in);
+    g.silu_mul = true;
+    if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
+    if (!options_.ablate_linears) {
+      g.probe = probe("gate_up");
+      launch_skinny_gemm(g, s);
+    }
+    cur_ = 1 - cur_;
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
+            gate_up_cols_);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
+  } else {
+    launch_rms_norm({.x = attn_out_.get(),
+                     .residual = resid(),
+                     .residual_out = resid(),
+                     .weight = w.post_norm.get(),
+                     .out = h_.get(),
+                     .rows = t,
+                     .dim = hd,
+                     .row_stride = hd,
+                     .eps = eps,
+                     .bias = w.post_norm_bias.get()},
+                    s);
+    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    if (w.moe) {
+      moe_layer(l, tr);
+      return;
+    }
+    if (!options_.ablate_linears)
+      project(w.gate_up_q.get(), w.gate_up.get(), h_.get(), gate_up_.get(), 2 * in, hd, "gate_up",
+              tr, p + ".mlp.gate_up_proj");
+    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
+            gate_up_cols_);
+    launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
+    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
+  }
+  if (!options_.ablate_linears)
+    project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), hd, in, "down", tr,
+            p + ".mlp.down_proj");
+  capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+}
+
+}  // namespace qparity::gpu
