@@ -29,6 +29,7 @@
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
+#include "gpu_engine/random_model.h"
 
 namespace {
 
@@ -331,7 +332,8 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   gpu::EngineOptions eo;
   eo.max_tokens = std::max<int64_t>({o.prefill, o.context, 64});
   eo.max_seqs = 64;
-  eo.max_context = o.context + o.steps + 16;
+  // Decode reaches context + steps; the prefill study runs sequences of 512 positions.
+  eo.max_context = std::max<int64_t>(o.context + o.steps + 16, 512);
   eo.decode_attention_chunk = o.attention_chunk;
   eo.kernel_timeline = o.timeline;
   eo.attention_stages = o.attention_stages;

@@ -17,7 +17,7 @@ std::string input_of(const CompareReport& r, size_t failing, int64_t layer) {
   if (layer >= 0) return layer_input_point(layer);
   std::string last;  // final_norm / logits: the last layer's residual
   for (size_t i = 0; i < failing; ++i)
-    if (r.points[i].name.ends_with(".residual")) last = r.points[i].name;
+    if (point_suffix(r.points[i].name) == point::kResidual) last = r.points[i].name;
   return last;
 }
 
@@ -156,7 +156,7 @@ LayerDiagnosis diagnose_layer(const CompareReport& r, size_t failing, const Gold
       }
     }
   }
-  d.diagnosis = decide(d.candidate_run, d.inputs, d.own, d.spec, d.layer, bad.name == "embed",
+  d.diagnosis = decide(d.candidate_run, d.inputs, d.own, d.spec, d.layer, bad.name == point::kEmbed,
                        &d.row, &d.reason);
   return d;
 }

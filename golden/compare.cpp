@@ -12,11 +12,6 @@ namespace qparity::golden {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 Json number(double v) {
   return json_number(v);
 }
@@ -111,12 +106,12 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     PointReport p;
     p.name = name;
     p.cols = a.cols;
-    const bool ids = ends_with(name, ".topk_ids");
+    const bool ids = point_suffix(name) == point::kMoeTopkIds;
     // Activation codes and their scales: the dialect fixes every bit, so they compare exactly
     // (mismatches counted) besides the float metrics.
     const bool exact = is_activation_code_point(name);
-    const bool expert_out = ends_with(name, ".moe.expert_out");
-    if (expert_out || ends_with(name, ".moe.topk_weights")) {
+    const bool expert_out = point_suffix(name) == point::kMoeExpertOut;
+    if (expert_out || point_suffix(name) == point::kMoeTopkWeights) {
       // Per-slot values are compared per (token, expert) on the experts both sides chose, slots
       // aligned by id: engines may list a token's experts in another order.
       const std::string ids_name = name.substr(0, name.rfind('.') + 1) + "topk_ids";
@@ -151,7 +146,7 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       r.nonfinite.push_back("points/" + name + ": " + f);
     if (r.first_nonfinite < 0 && !nonfinite_failures(p.stats).empty())
       r.first_nonfinite = static_cast<int64_t>(r.points.size());
-    if (ends_with(name, ".attn.rope_k")) {
+    if (point_suffix(name) == point::kAttnRopeK) {
       ++kv_layers;
       for (int64_t row = 0; row < a.rows; ++row)
         kv_sum[static_cast<size_t>(row % g.seq_len())] +=

@@ -1,8 +1,9 @@
 #include "golden/layer_rerun.h"
 
 #include <regex>
+#include "core/capture/capture_points.h"
 
-#include "reference_cpu/models/trace.h"
+#include "core/capture/trace.h"
 
 namespace qparity::golden {
 
@@ -16,7 +17,7 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
     return out;
   }
   const int64_t layer = std::stoll(m[1].str());
-  out.input_point = layer == 0 ? "embed" : "layers." + std::to_string(layer - 1) + ".residual";
+  out.input_point = layer_input_point(layer);
   if (!golden.has_point(out.input_point)) {
     out.why_not = "the golden lacks " + out.input_point + ", the layer's input";
     return out;
@@ -37,18 +38,18 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
     pos[static_cast<size_t>(i)] = i;
   for (int64_t s = 0; s < golden.sequences(); ++s) {
     model.reset_cache();  // every golden sequence starts from an empty cache
-    reference::Matrix x(t, in.cols);
+    Matrix x(t, in.cols);
     std::copy(in.data.begin() + s * t * in.cols, in.data.begin() + (s + 1) * t * in.cols,
               x.data.begin());
-    reference::Trace trace(experts ? point + "," + ids_point : point);
+    Trace trace(experts ? point + "," + ids_point : point);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
     model.forward_layer(layer, std::move(x), pos, hooks);
-    const reference::Matrix& p = trace.at(point);
+    const Matrix& p = trace.at(point);
     got.data.insert(got.data.end(), p.data.begin(), p.data.end());
     got.rows += p.rows;
     if (experts) {
-      const reference::Matrix& ids = trace.at(ids_point);
+      const Matrix& ids = trace.at(ids_point);
       got_ids.data.insert(got_ids.data.end(), ids.data.begin(), ids.data.end());
       got_ids.cols = ids.cols;
     }
@@ -75,7 +76,8 @@ Runner reference_runner(reference::CausalLm& model, std::string name) {
 }
 
 bool slots_follow_router(const std::string& point) {
-  return point.ends_with(".moe.expert_out") || point.ends_with(".moe.topk_weights");
+  return point_suffix(point) == point::kMoeExpertOut ||
+         point_suffix(point) == point::kMoeTopkWeights;
 }
 
 std::string slot_ids_point(const std::string& point) {

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "core/capture/capture_points.h"
+#include "core/capture/trace.h"
 #include "core/error.h"
 #include "core/safetensors/checkpoint.h"
 #include "core/sha256.h"
 #include "reference_cpu/models/model_loader.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::golden {
 
@@ -146,7 +146,7 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
   g.logits.cols = vocab;
   for (int64_t s = 0; s < in.sequences; ++s) {
     model.reset_cache();
-    reference::Trace trace(capture);
+    Trace trace(capture);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
     hooks.on_activation_codes = [&](const std::string& name, const reference::QuantizedMatrix& q) {
@@ -162,9 +162,10 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
       }
       // The dense linears' codes as points (what an engine's quantization kernel must match
       // bit for bit); expert stacks (a routed subset of tokens each) and KV caches are not.
-      const std::string values = name + ".x_values", scales = name + ".x_scales";
+      const std::string values = point_of(name, point::kXValues),
+                        scales = point_of(name, point::kXScales);
       if (is_activation_code_point(values) && trace.wants(values)) {
-        reference::Matrix v(q.rows, q.cols);
+        Matrix v(q.rows, q.cols);
         for (int64_t r = 0; r < q.rows; ++r)
           for (int64_t c = 0; c < q.cols; ++c)
             v(r, c) = static_cast<double>(q.code(r, c)) * q.lattice;
@@ -173,7 +174,7 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
       if (is_activation_code_point(scales) && trace.wants(scales)) {
         // One row per token (a per-tensor or per-block scale repeated over its rows), as every
         // point has.
-        reference::Matrix sc(q.rows, q.scales.cols);
+        Matrix sc(q.rows, q.scales.cols);
         for (int64_t r = 0; r < q.rows; ++r)
           for (int64_t c = 0; c < q.scales.cols; ++c)
             sc(r, c) = q.scales(std::min(r / q.block_rows, q.scales.rows - 1), c);
@@ -186,7 +187,7 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
     };
     const std::span<const int64_t> seq(in.tokens.data() + s * in.seq_len,
                                        static_cast<size_t>(in.seq_len));
-    const reference::Matrix logits = model.forward(seq, hooks);
+    const Matrix logits = model.forward(seq, hooks);
     g.logits.data.insert(g.logits.data.end(), logits.data.begin(), logits.data.end());
     g.logits.rows += logits.rows;
     const auto& pts = trace.points();
@@ -218,9 +219,9 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
     if (!std::isfinite(v)) throw Error("reference run", "logits are not finite");
   fill_scores(g);
   g.meta.architecture = std::string(arch_name(model.config().arch));
-  g.meta.dialect = std::string(reference::to_string(model.dialect()));
+  g.meta.dialect = std::string(qparity::to_string(model.dialect()));
   g.meta.precision_mode = std::string(reference::to_string(model.mode()));
-  g.meta.model_dtype = std::string(dtype_name(model.model_dtype()));
+  g.meta.model_dtype = std::string(dtype_name(model.run_dtype()));  // what the weights ran in
   g.meta.seed = in.seed;
   g.meta.input_set = in.description;
   g.meta.device = "cpu-reference";
@@ -247,6 +248,7 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   lo.override_scheme = o.scheme;
   lo.dialect = o.dialect;
   lo.mode = o.mode;
+  lo.run_dtype = o.run_dtype;
   auto model = reference::load_model(model_dir, lo);
   Golden g = run_reference(*model, in, o.capture, progress);
   g.meta.model = model_name(model_dir);

@@ -37,10 +37,14 @@ std::vector<int64_t> next_token_targets(const TokenInputs& in);
 
 struct ReferenceRunOptions {
   std::optional<std::string> scheme;  // --scheme override; else the checkpoint's own plan
-  reference::Dialect dialect = reference::Dialect::kIdeal;
+  Dialect dialect = Dialect::kIdeal;
   reference::PrecisionMode mode = reference::PrecisionMode::kExact;
   std::string capture = "*";  // capture-point glob(s)
   PointPrecision point_precision = PointPrecision::kF64;
+  // The dtype the model runs its weights (and, in emulate mode, its stored activations) in, as
+  // the engine being judged does: a golden for a bf16 engine running an fp32 checkpoint. Empty:
+  // the checkpoint's own dtype. Recorded as the golden's model_dtype.
+  std::optional<DType> run_dtype;
 };
 
 // Loads the model from `model_dir`, runs every sequence, returns the golden (progress lines on

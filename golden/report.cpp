@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 #include <tuple>
+#include "core/capture/capture_points.h"
 
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
@@ -239,8 +240,8 @@ Json report_json(const CompareReport& r, const std::string& role) {
   double logits_rel = NAN, worst_rel = -1;
   std::string worst;
   for (const auto& p : r.points) {
-    if (p.name == "logits") logits_rel = p.stats.rel_l2;
-    if (p.name != "logits" && p.name.find("topk_ids") == std::string::npos &&
+    if (p.name == point::kLogits) logits_rel = p.stats.rel_l2;
+    if (p.name != point::kLogits && p.name.find("topk_ids") == std::string::npos &&
         p.stats.rel_l2 > worst_rel)
       worst_rel = p.stats.rel_l2, worst = p.name;
   }

@@ -4,9 +4,9 @@
 
 #include <cstring>
 
+#include "core/capture/trace.h"
 #include "core/codecs/float_format.h"
 #include "gpu_engine/cuda_check.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::gpu {
 
@@ -53,9 +53,8 @@ size_t elem_bytes(Elem e) {
 
 }  // namespace
 
-void capture(reference::Trace* trace, const std::string& name, const void* dev, Elem e,
-             int64_t rows, int64_t cols, int64_t stride, cudaStream_t stream,
-             const ColumnMap& columns) {
+void capture(Trace* trace, const std::string& name, const void* dev, Elem e, int64_t rows,
+             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns) {
   if (!trace || !trace->wants(name)) return;
   const size_t es = elem_bytes(e);
   std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * es);
@@ -64,7 +63,7 @@ void capture(reference::Trace* trace, const std::string& name, const void* dev, 
       static_cast<size_t>(cols) * es, static_cast<size_t>(rows), cudaMemcpyDeviceToHost, stream));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int64_t out_cols = columns.empty() ? cols : static_cast<int64_t>(columns.size());
-  reference::Matrix m(rows, out_cols);
+  Matrix m(rows, out_cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < out_cols; ++j) {
       const int64_t c = columns.empty() ? j : columns[static_cast<size_t>(j)];

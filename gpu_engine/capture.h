@@ -1,5 +1,5 @@
 #pragma once
-// Capture points on the device -> a reference::Trace on the host: a [rows, cols] view of a
+// Capture points on the device -> a Trace on the host: a [rows, cols] view of a
 // device tensor (row stride in elements), copied and widened to doubles (bf16, fp32, int32,
 // int8 and fp8 e4m3 codes, all exact in fp64). Synchronous: capture is for dumps, not serving.
 // A column map picks the logical columns out of a kernel layout that pads (head_dim or the
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace qparity::reference {
+namespace qparity {
 class Trace;
 }
 
@@ -22,8 +22,7 @@ enum class Elem { kBf16, kF32, kI32, kI8, kE4m3 };
 // Logical column j of a captured row is the view's column columns[j]; empty: all of them.
 using ColumnMap = std::vector<int64_t>;
 
-void capture(reference::Trace* trace, const std::string& name, const void* dev, Elem e,
-             int64_t rows, int64_t cols, int64_t stride, cudaStream_t stream,
-             const ColumnMap& columns = {});
+void capture(Trace* trace, const std::string& name, const void* dev, Elem e, int64_t rows,
+             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns = {});
 
 }  // namespace qparity::gpu

@@ -1,7 +1,9 @@
 #include "gpu_engine/decoder.h"
 
 #include <algorithm>
+#include "core/capture/capture_points.h"
 
+#include "core/capture/trace.h"
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
@@ -9,17 +11,8 @@
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/rms_norm.h"
 #include "gpu_engine/shape_padding.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::gpu {
-
-namespace {
-
-std::string lp(int64_t layer) {
-  return "layers." + std::to_string(layer);
-}
-
-}  // namespace
 
 Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions& o,
                  cudaStream_t stream, KernelTimeline& timeline)
@@ -106,7 +99,7 @@ void Decoder::begin(const StepInputs& in) {
     QPARITY_CUDA_CHECK(cudaMemsetAsync(moe_bad_.get(), 0, moe_bad_.size() * 4, stream_));
 }
 
-void Decoder::forward(reference::Trace* tr) {
+void Decoder::forward(Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t;
   // Decode-sized: the greedy argmax fused into the lm_head GEMM, its keys copied to the host by
@@ -117,7 +110,7 @@ void Decoder::forward(reference::Trace* tr) {
   EmbeddingParams ep{in_.tokens, model_.embed.get(), resid(), nullptr, t, c.vocab, c.hidden};
   ep.probe = probe("embedding");
   launch_embedding(ep, stream_);
-  capture(tr, "embed", resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+  capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, tr, l > 0);
   if (skinny_head) {
@@ -130,17 +123,19 @@ void Decoder::forward(reference::Trace* tr) {
     g.probe = probe("lm_head");
     launch_skinny_gemm(g, stream_);
     cur_ = 1 - cur_;
-    capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, c.hidden, c.hidden,
+    capture(tr, point_of(layer_prefix(last_layer_), point::kResidual), resid(), Elem::kBf16, t,
+            c.hidden, c.hidden, stream_);
+    capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, c.hidden, c.hidden,
             stream_);
-    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   } else {
     close_residual(tr, model_.final_norm.get(), h_.get());
-    capture(tr, "final_norm", h_.get(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
+    capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, c.hidden, c.hidden,
+            stream_);
     if (!options_.ablate_linears)  // (no fused argmax here: skinny_head is false)
       linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, c.hidden, nullptr,
              probe("lm_head"));
   }
-  capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
   if (skinny_head) {
     QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),
                                        static_cast<size_t>(t) * sizeof(unsigned long long),
@@ -149,7 +144,7 @@ void Decoder::forward(reference::Trace* tr) {
   }
 }
 
-void Decoder::forward_layer(int64_t layer, reference::Trace* tr) {
+void Decoder::forward_layer(int64_t layer, Trace* tr) {
   run_layer(layer, tr, false);
   // The layer's residual output: the fused add with the next norm's weight into scratch.
   const bool last = layer + 1 >= model_.kcfg().num_layers;
@@ -158,14 +153,14 @@ void Decoder::forward_layer(int64_t layer, reference::Trace* tr) {
                  last ? nullptr : nl->input_norm_bias.get());
 }
 
-void Decoder::forward_embed(reference::Trace* tr) {
+void Decoder::forward_embed(Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   launch_embedding({in_.tokens, model_.embed.get(), resid(), nullptr, in_.t, c.vocab, c.hidden},
                    stream_);
-  capture(tr, "embed", resid(), Elem::kBf16, in_.t, c.hidden, c.hidden, stream_);
+  capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, in_.t, c.hidden, c.hidden, stream_);
 }
 
-void Decoder::forward_final(reference::Trace* tr) {
+void Decoder::forward_final(Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t, hd = c.hidden;
   launch_rms_norm({.x = resid(),
@@ -176,9 +171,9 @@ void Decoder::forward_final(reference::Trace* tr) {
                    .row_stride = hd,
                    .eps = static_cast<float>(c.rms_norm_eps)},
                   stream_);
-  capture(tr, "final_norm", h_.get(), Elem::kBf16, t, hd, hd, stream_);
+  capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, hd, hd, stream_);
   linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, hd);
-  capture(tr, "logits", logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
 }
 
 bool Decoder::moe_on_device(int64_t t) const {
@@ -194,7 +189,7 @@ void Decoder::check_moe_ids() const {
       cudaMemcpy(bad.data(), moe_bad_.get(), bad.size() * 4, cudaMemcpyDeviceToHost));
   for (size_t l = 0; l < bad.size(); ++l)
     if (bad[l] != 0)
-      throw Error(lp(static_cast<int64_t>(l)) + ".moe",
+      throw Error(layer_prefix(static_cast<int64_t>(l)) + ".moe",
                   "the router returned " + std::to_string(bad[l]) + " expert id(s) outside [0, " +
                       std::to_string(model_.cfg.num_experts) +
                       ") (NaN router logits?): the forward's results are not usable");
@@ -202,7 +197,7 @@ void Decoder::check_moe_ids() const {
 
 // The last layer's MLP output joins the residual stream inside the next norm (fused add):
 // x += mlp_out (bf16), out = norm(x) with `weight`. Captures layers.<last>.residual.
-void Decoder::close_residual(reference::Trace* tr, const __nv_bfloat16* weight, __nv_bfloat16* out,
+void Decoder::close_residual(Trace* tr, const __nv_bfloat16* weight, __nv_bfloat16* out,
                              const float* bias) {
   const ModelConfig& c = model_.kcfg();
   const int64_t hd = c.hidden;
@@ -218,7 +213,8 @@ void Decoder::close_residual(reference::Trace* tr, const __nv_bfloat16* weight, 
                    .probe = probe("residual_norm"),
                    .bias = bias},
                   stream_);
-  capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, in_.t, hd, hd, stream_);
+  capture(tr, point_of(layer_prefix(last_layer_), point::kResidual), resid(), Elem::kBf16, in_.t,
+          hd, hd, stream_);
 }
 
 void Decoder::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32,
@@ -243,7 +239,7 @@ void Decoder::linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out,
 
 void Decoder::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
                       const __nv_bfloat16* in, __nv_bfloat16* out, int64_t n, int64_t k,
-                      const char* label, reference::Trace* tr, const std::string& layer_name) {
+                      const char* label, Trace* tr, const std::string& layer_name) {
   const int64_t t = in_.t;
   if (!quantized) {
     linear(in, w, out, false, t, n, k, nullptr, probe(label));
@@ -255,9 +251,9 @@ void Decoder::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
       quantized->activation_codes(quant_workspace_.get(), t);
   if (!codes.values) return;
   const bool fp8 = codes.kind == GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
-  capture(tr, layer_name + ".x_values", codes.values, fp8 ? Elem::kE4m3 : Elem::kI8, t, k, k,
-          stream_);
-  capture(tr, layer_name + ".x_scales", codes.scales, Elem::kF32, t, codes.scale_cols,
+  capture(tr, point_of(layer_name, point::kXValues), codes.values, fp8 ? Elem::kE4m3 : Elem::kI8, t,
+          k, k, stream_);
+  capture(tr, point_of(layer_name, point::kXScales), codes.scales, Elem::kF32, t, codes.scale_cols,
           codes.scale_cols, stream_);
 }
 
@@ -280,14 +276,14 @@ SkinnyGemmParams Decoder::normed_linear(const __nv_bfloat16* add, const __nv_bfl
   return g;
 }
 
-void Decoder::run_layer(int64_t l, reference::Trace* tr, bool pending_residual) {
+void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t;
   const int64_t hd = c.hidden, q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = stream_;
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
-  const std::string p = lp(l);
+  const std::string p = layer_prefix(l);
   // Decode-sized batches: each norm runs inside the GEMM that consumes it.
   // A quantized qkv or gate_up runs its own kernel after a separate norm.
   const bool fused = skinny_gemm_fits(t, hd);
@@ -301,10 +297,11 @@ void Decoder::run_layer(int64_t l, reference::Trace* tr, bool pending_residual) 
     }
     if (pending_residual) {
       cur_ = 1 - cur_;
-      capture(tr, lp(last_layer_) + ".residual", resid(), Elem::kBf16, t, hd, hd, s);
+      capture(tr, point_of(layer_prefix(last_layer_), point::kResidual), resid(), Elem::kBf16, t,
+              hd, hd, s);
     }
     last_layer_ = l;
-    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, point_of(p, point::kInputNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
   } else {
     if (pending_residual)
       close_residual(tr, w.input_norm.get(), h_.get(), w.input_norm_bias.get());
@@ -320,33 +317,33 @@ void Decoder::run_layer(int64_t l, reference::Trace* tr, bool pending_residual) 
                       s);
     }
     last_layer_ = l;
-    capture(tr, p + ".input_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, point_of(p, point::kInputNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
     if (!options_.ablate_linears)
       project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
-              p + ".attn.qkv_proj");
+              point_of(p, point::kQkvProj));
   }
-  capture(tr, p + ".attn.qkv", qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
+  capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
   attention(l, tr);
   if (!options_.ablate_linears)
     project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), hd, q, "o_proj", tr,
-            p + ".attn.o_proj");
-  capture(tr, p + ".attn.out", attn_out_.get(), Elem::kBf16, t, hd, hd, s);
+            point_of(p, point::kOProj));
+  capture(tr, point_of(p, point::kAttnOut), attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
   if (fused && !w.moe && !w.quantized_gate_up()) {
     // post-attention add + norm, gate_up and SiLU-and-mul in one launch
     SkinnyGemmParams g =
         normed_linear(attn_out_.get(), w.post_norm.get(), w.gate_up.get(), act_.get(), 2 * in);
     g.silu_mul = true;
-    if (tr && tr->wants(p + ".mlp.gate_up")) g.gate_up_out = gate_up_.get();
+    if (tr && tr->wants(point_of(p, point::kMlpGateUp))) g.gate_up_out = gate_up_.get();
     if (!options_.ablate_linears) {
       g.probe = probe("gate_up");
       launch_skinny_gemm(g, s);
     }
     cur_ = 1 - cur_;
-    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
-    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
+    capture(tr, point_of(p, point::kPostAttnNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, point_of(p, point::kMlpGateUp), gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
             gate_up_cols_);
-    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
+    capture(tr, point_of(p, point::kMlpAct), act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
   } else {
     launch_rms_norm({.x = attn_out_.get(),
                      .residual = resid(),
@@ -359,23 +356,23 @@ void Decoder::run_layer(int64_t l, reference::Trace* tr, bool pending_residual) 
                      .eps = eps,
                      .bias = w.post_norm_bias.get()},
                     s);
-    capture(tr, p + ".post_attn_norm", h_.get(), Elem::kBf16, t, hd, hd, s);
+    capture(tr, point_of(p, point::kPostAttnNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
     if (w.moe) {
       moe_layer(l, tr);
       return;
     }
     if (!options_.ablate_linears)
       project(w.gate_up_q.get(), w.gate_up.get(), h_.get(), gate_up_.get(), 2 * in, hd, "gate_up",
-              tr, p + ".mlp.gate_up_proj");
-    capture(tr, p + ".mlp.gate_up", gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
+              tr, point_of(p, point::kGateUpProj));
+    capture(tr, point_of(p, point::kMlpGateUp), gate_up_.get(), Elem::kBf16, t, 2 * in, 2 * in, s,
             gate_up_cols_);
     launch_silu_and_mul({gate_up_.get(), act_.get(), t, in}, s);
-    capture(tr, p + ".mlp.act", act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
+    capture(tr, point_of(p, point::kMlpAct), act_.get(), Elem::kBf16, t, in, in, s, act_cols_);
   }
   if (!options_.ablate_linears)
     project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), hd, in, "down", tr,
-            p + ".mlp.down_proj");
-  capture(tr, p + ".mlp.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+            point_of(p, point::kDownProj));
+  capture(tr, point_of(p, point::kMlpOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
 }  // namespace qparity::gpu

@@ -55,12 +55,12 @@ class Decoder {
   // its replays agree on which buffer is which) and the MoE id check.
   void begin(const StepInputs& in);
   // The whole model: embed, every layer, final norm, lm_head (logits() [t, V] fp32).
-  void forward(reference::Trace* capture);
+  void forward(Trace* capture);
   // Layer `layer` alone on the hidden states in residual(), then its residual output.
-  void forward_layer(int64_t layer, reference::Trace* capture);
-  void forward_embed(reference::Trace* capture);
+  void forward_layer(int64_t layer, Trace* capture);
+  void forward_embed(Trace* capture);
   // final_norm and lm_head on the hidden states in residual().
-  void forward_final(reference::Trace* capture);
+  void forward_final(Trace* capture);
   // Where forward_layer / forward_final read their input ([t, hidden] bf16).
   __nv_bfloat16* residual() const { return resid(); }
 
@@ -83,8 +83,8 @@ class Decoder {
   void check_moe_ids() const;
 
  private:
-  void run_layer(int64_t layer, reference::Trace* capture, bool pending_residual);
-  void close_residual(reference::Trace* capture, const __nv_bfloat16* weight, __nv_bfloat16* out,
+  void run_layer(int64_t layer, Trace* capture, bool pending_residual);
+  void close_residual(Trace* capture, const __nv_bfloat16* weight, __nv_bfloat16* out,
                       const float* bias = nullptr);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.
   void linear(const __nv_bfloat16* in, const __nv_bfloat16* w, void* out, bool f32, int64_t t,
@@ -93,17 +93,17 @@ class Decoder {
   // One decoder linear: its GPU method when quantized, else linear() on the bf16 weight w.
   // Activation-quantized methods: their codes are captured as <layer_name>.x_values / .x_scales.
   void project(const GpuLinearMethod* quantized, const __nv_bfloat16* w, const __nv_bfloat16* in,
-               __nv_bfloat16* out, int64_t n, int64_t k, const char* label,
-               reference::Trace* capture, const std::string& layer_name);
+               __nv_bfloat16* out, int64_t n, int64_t k, const char* label, Trace* capture,
+               const std::string& layer_name);
   // A decode-sized linear over the residual stream with its RMSNorm fused into the skinny GEMM's
   // prologue: x = resid(), normalized by norm_weight into h_ (the capture point); with `add`,
   // the residual add first, its sum into resid_next() (the caller then flips cur_).
   SkinnyGemmParams normed_linear(const __nv_bfloat16* add, const __nv_bfloat16* norm_weight,
                                  const __nv_bfloat16* w, void* y, int64_t n) const;
   // decoder_attention.cpp: q/k norm, RoPE, the cache write and softmax(QK^T)V into core_.
-  void attention(int64_t layer, reference::Trace* capture);
+  void attention(int64_t layer, Trace* capture);
   // decoder_moe.cpp
-  void moe_layer(int64_t layer, reference::Trace* capture);
+  void moe_layer(int64_t layer, Trace* capture);
   void moe_experts_via_host(int64_t layer);
   KernelProbe* probe(const char* kernel) { return timeline_.probe(kernel); }
 

@@ -3,29 +3,31 @@
 // it as one decode_attention launch a layer; larger batches as attention_prologue, then the
 // query-tiled prefill kernel (a sequence with several rows) or the per-token paged kernel.
 #include <cmath>
+#include "core/capture/capture_points.h"
 
+#include "core/capture/trace.h"
 #include "gpu_engine/decoder.h"
 #include "gpu_engine/kernels/attention_prologue.h"
 #include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/prefill_attention.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::gpu {
 
-void Decoder::attention(int64_t l, reference::Trace* tr) {
+void Decoder::attention(int64_t l, Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t;
   const int64_t q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = stream_;
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
-  const std::string p = "layers." + std::to_string(l);
+  const std::string p = layer_prefix(l);
   __nv_bfloat16* qp = qkv_.get();
   __nv_bfloat16* kp = qkv_.get() + q;
   const KvCacheShape& ks = cache_.shape();
   const bool want_normed =
-      c.has_qk_norm && tr && (tr->wants(p + ".attn.q_norm") || tr->wants(p + ".attn.k_norm"));
+      c.has_qk_norm && tr &&
+      (tr->wants(point_of(p, point::kAttnQNorm)) || tr->wants(point_of(p, point::kAttnKNorm)));
   // The model's own head_dim sets the softmax scale and the q/k norm's divisor; a zero-padded
   // kernel head_dim (shape_padding.h) changes neither.
   const int64_t head_dim = model_.cfg.head_dim;
@@ -42,7 +44,8 @@ void Decoder::attention(int64_t l, reference::Trace* tr) {
     da.block_size = ks.block_size, da.max_blocks_per_seq = ks.max_blocks_per_seq;
     da.token_table = in_.token_tables;
     da.out = core_.get(), da.out_stride = q;
-    const bool want_roped = tr && (tr->wants(p + ".attn.rope_q") || tr->wants(p + ".attn.rope_k"));
+    const bool want_roped = tr && (tr->wants(point_of(p, point::kAttnRopeQ)) ||
+                                   tr->wants(point_of(p, point::kAttnRopeK)));
     da.normed_out = want_normed ? qk_normed_.get() : nullptr;
     da.rope_out = want_roped ? qk_roped_.get() : nullptr;
     da.tokens = t, da.num_heads = c.num_heads, da.num_kv_heads = c.num_kv_heads;
@@ -56,12 +59,16 @@ void Decoder::attention(int64_t l, reference::Trace* tr) {
       launch_decode_attention(da, s);
     }
     if (want_normed) {
-      capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s, q_cols_);
-      capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s, k_cols_);
+      capture(tr, point_of(p, point::kAttnQNorm), qk_normed_.get(), Elem::kBf16, t, q, q + kv, s,
+              q_cols_);
+      capture(tr, point_of(p, point::kAttnKNorm), qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv,
+              s, k_cols_);
     }
-    capture(tr, p + ".attn.rope_q", qk_roped_.get(), Elem::kBf16, t, q, q + kv, s, q_cols_);
-    capture(tr, p + ".attn.rope_k", qk_roped_.get() + q, Elem::kBf16, t, kv, q + kv, s, k_cols_);
-    capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
+    capture(tr, point_of(p, point::kAttnRopeQ), qk_roped_.get(), Elem::kBf16, t, q, q + kv, s,
+            q_cols_);
+    capture(tr, point_of(p, point::kAttnRopeK), qk_roped_.get() + q, Elem::kBf16, t, kv, q + kv, s,
+            k_cols_);
+    capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
     return;
   }
   // Larger batches: q/k norm, RoPE and the cache write in one launch, then attention.
@@ -87,11 +94,13 @@ void Decoder::attention(int64_t l, reference::Trace* tr) {
                                     .norm_dim = norm_dim};
   if (!options_.ablate_attention) launch_attention_prologue(pro, s);
   if (want_normed) {
-    capture(tr, p + ".attn.q_norm", qk_normed_.get(), Elem::kBf16, t, q, q + kv, s, q_cols_);
-    capture(tr, p + ".attn.k_norm", qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s, k_cols_);
+    capture(tr, point_of(p, point::kAttnQNorm), qk_normed_.get(), Elem::kBf16, t, q, q + kv, s,
+            q_cols_);
+    capture(tr, point_of(p, point::kAttnKNorm), qk_normed_.get() + q, Elem::kBf16, t, kv, q + kv, s,
+            k_cols_);
   }
-  capture(tr, p + ".attn.rope_q", qp, Elem::kBf16, t, q, qkv_w, s, q_cols_);
-  capture(tr, p + ".attn.rope_k", kp, Elem::kBf16, t, kv, qkv_w, s, k_cols_);
+  capture(tr, point_of(p, point::kAttnRopeQ), qp, Elem::kBf16, t, q, qkv_w, s, q_cols_);
+  capture(tr, point_of(p, point::kAttnRopeK), kp, Elem::kBf16, t, kv, qkv_w, s, k_cols_);
   if (options_.ablate_attention) {
     // a timing study: no attention
   } else if (in_.tiled_attention) {
@@ -125,7 +134,7 @@ void Decoder::attention(int64_t l, reference::Trace* tr) {
                             .max_chunks = 1},
                            s);
   }
-  capture(tr, p + ".attn.core", core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
+  capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
 }
 
 }  // namespace qparity::gpu

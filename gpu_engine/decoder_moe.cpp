@@ -5,6 +5,7 @@
 // path: no grouped tensor-core GEMM yet); one scatter into per-slot outputs and the weighted
 // combine.
 #include <algorithm>
+#include "core/capture/capture_points.h"
 
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
@@ -15,19 +16,19 @@
 
 namespace qparity::gpu {
 
-void Decoder::moe_layer(int64_t l, reference::Trace* tr) {
+void Decoder::moe_layer(int64_t l, Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
   const int64_t t = in_.t, hd = c.hidden, e = c.num_experts, k = c.num_experts_per_tok,
                 mi = c.moe_intermediate_size;
-  const std::string p = "layers." + std::to_string(l);
+  const std::string p = layer_prefix(l);
   cudaStream_t s = stream_;
   gemm_->nt(h_.get(), w.router.get(), router_logits_.get(), GemmOut::kF32, t, e, hd, s);
-  capture(tr, p + ".moe.router_logits", router_logits_.get(), Elem::kF32, t, e, e, s);
+  capture(tr, point_of(p, point::kMoeRouterLogits), router_logits_.get(), Elem::kF32, t, e, e, s);
   launch_moe_routing(
       {router_logits_.get(), topk_ids_.get(), topk_weights_.get(), t, e, k, c.norm_topk_prob}, s);
-  capture(tr, p + ".moe.topk_ids", topk_ids_.get(), Elem::kI32, t, k, k, s);
-  capture(tr, p + ".moe.topk_weights", topk_weights_.get(), Elem::kF32, t, k, k, s);
+  capture(tr, point_of(p, point::kMoeTopkIds), topk_ids_.get(), Elem::kI32, t, k, k, s);
+  capture(tr, point_of(p, point::kMoeTopkWeights), topk_weights_.get(), Elem::kF32, t, k, k, s);
   const int64_t n = t * k;
   if (moe_on_device(t)) {
     // Decode-sized: grouped on the device, then one grouped skinny GEMM per expert weight (a
@@ -51,10 +52,11 @@ void Decoder::moe_layer(int64_t l, reference::Trace* tr) {
     moe_experts_via_host(l);
   }
   launch_scatter_rows({moe_y_.get(), moe_dest_.get(), moe_slots_.get(), n, hd, n}, s);
-  capture(tr, p + ".moe.expert_out", moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd, s);
+  capture(tr, point_of(p, point::kMoeExpertOut), moe_slots_.get(), Elem::kBf16, t, k * hd, k * hd,
+          s);
   launch_moe_combine(
       {moe_slots_.get(), topk_ids_.get(), topk_weights_.get(), mlp_out_.get(), t, k, hd}, s);
-  capture(tr, p + ".moe.out", mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
+  capture(tr, point_of(p, point::kMoeOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
 // Larger batches: the ids come to the host, which groups the pairs and runs a GEMM per expert
@@ -73,9 +75,9 @@ void Decoder::moe_experts_via_host(int64_t l) {
   std::vector<int64_t> first(static_cast<size_t>(e + 1), 0);
   for (const int32_t id : ids) {
     if (id < 0 || id >= e)
-      throw Error("layers." + std::to_string(l) + ".moe",
-                  "the router returned expert id " + std::to_string(id) + ", outside [0, " +
-                      std::to_string(e) + ") (NaN router logits?)");
+      throw Error(layer_prefix(l) + ".moe", "the router returned expert id " + std::to_string(id) +
+                                                ", outside [0, " + std::to_string(e) +
+                                                ") (NaN router logits?)");
     ++first[static_cast<size_t>(id) + 1];
   }
   for (int64_t x = 0; x < e; ++x)

@@ -110,13 +110,13 @@ StepInputs Engine::step_inputs(int64_t t) const {
           .attention_tiles = attention_tiles_};
 }
 
-void Engine::run(int64_t t, reference::Trace* tr) {
+void Engine::run(int64_t t, Trace* tr) {
   if (options_.kernel_timeline && t <= kSkinnyMaxM) timeline_.begin(t, stream_);
   decoder_->forward(tr);
   timeline_.end();
 }
 
-void Engine::forward(const Batch& b, reference::Trace* capture_to) {
+void Engine::forward(const Batch& b, Trace* capture_to) {
   prepare(b);
   run(b.size(), capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -167,7 +167,7 @@ void Engine::replay_graph(int64_t t, int64_t times) {
 }
 
 void Engine::forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
-                           reference::Trace* capture_to) {
+                           Trace* capture_to) {
   const ModelConfig& c = model_->cfg;
   if (layer < 0 || layer >= c.num_layers)
     throw Error("engine layer", "layer " + std::to_string(layer) + " of a model with " +
@@ -195,14 +195,13 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
                                      cudaMemcpyHostToDevice, stream_));
 }
 
-void Engine::forward_embed(const Batch& b, reference::Trace* capture_to) {
+void Engine::forward_embed(const Batch& b, Trace* capture_to) {
   prepare(b);
   decoder_->forward_embed(capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void Engine::forward_final(const std::vector<double>& input, const Batch& b,
-                           reference::Trace* capture_to) {
+void Engine::forward_final(const std::vector<double>& input, const Batch& b, Trace* capture_to) {
   upload_input(input, b, "engine final");
   decoder_->forward_final(capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -21,7 +21,7 @@
 // policy. Decode-sized forwards also fuse the greedy argmax into the lm_head GEMM (greedy() then
 // reads it from the host, no launch).
 //
-// Capture: with a reference::Trace, every capture point it wants (ARCHITECTURE.md's names, plus
+// Capture: with a Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
 // golden schema come from the same forward that serves.
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@
 #include "gpu_engine/kernel_timeline.h"
 #include "gpu_engine/kv_cache.h"
 
-namespace qparity::reference {
+namespace qparity {
 class Trace;
 }
 
@@ -65,7 +65,7 @@ class Engine {
   // Validates the batch (token ids in the vocabulary, slots and positions in range: a
   // qparity::Error naming the token otherwise), reserves cache blocks, runs every layer. Returns
   // with the logits [T, V] (fp32) in logits() and the stream synchronized.
-  void forward(const Batch& b, reference::Trace* capture = nullptr);
+  void forward(const Batch& b, Trace* capture = nullptr);
   // A decode step through a CUDA graph, one per batch size, captured on first use. MoE models:
   // up to kSkinnyMaxM tokens (experts grouped on the device); larger batches route through the
   // host and run eagerly. Same results as forward().
@@ -80,12 +80,12 @@ class Engine {
   // layers.<i-1>.residual rows): captures that layer's points, its residual output included.
   // What bisect needs to tell a layer's own error from what flowed into it.
   void forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
-                     reference::Trace* capture);
+                     Trace* capture);
 
   // Only the embedding of the batch's tokens (captures "embed").
-  void forward_embed(const Batch& b, reference::Trace* capture);
+  void forward_embed(const Batch& b, Trace* capture);
   // The model's head on given inputs (the last layer's residual rows): final_norm and logits.
-  void forward_final(const std::vector<double>& input, const Batch& b, reference::Trace* capture);
+  void forward_final(const std::vector<double>& input, const Batch& b, Trace* capture);
 
   // The last decode-sized forward's probed kernels in launch order (kernel_timeline on; else
   // empty). Synchronous.
@@ -106,7 +106,7 @@ class Engine {
   StepInputs step_inputs(int64_t t) const;
   void upload_input(const std::vector<double>& input, const Batch& b, const char* what);
   // The decoder's whole forward, probed when decode-sized and kernel_timeline is on.
-  void run(int64_t t, reference::Trace* capture);
+  void run(int64_t t, Trace* capture);
 
   std::unique_ptr<GpuModel> model_;
   EngineOptions options_;

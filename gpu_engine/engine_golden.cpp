@@ -4,10 +4,11 @@
 #include <cmath>
 #include <iostream>
 #include <ostream>
+#include "core/capture/capture_points.h"
 
+#include "core/capture/trace.h"
 #include "core/error.h"
 #include "gpu_engine/device_info.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::gpu {
 
@@ -33,7 +34,7 @@ golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std
   if (in.seq_len > e.options().max_tokens || in.seq_len > e.options().max_context)
     throw Error("engine run", "sequences of " + std::to_string(in.seq_len) +
                                   " tokens exceed --max-tokens / the context");
-  reference::Trace trace(want_points ? capture : "");
+  Trace trace(want_points ? capture : "");
   const int64_t vocab = e.config().vocab;
   g.logits.cols = vocab;
   for (int64_t s0 = 0; s0 < in.sequences; s0 += per) {
@@ -82,7 +83,7 @@ void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::G
   g.meta.model_config_hash = golden::config_hash(model);
   g.meta.checkpoint_hash = golden::checkpoint_tensor_hash(model);
   g.meta.scheme = e.model().scheme;
-  g.meta.dialect = std::string(reference::to_string(e.model().dialect));
+  g.meta.dialect = std::string(qparity::to_string(e.model().dialect));
   g.meta.precision_mode = "bf16-engine";
   g.meta.model_dtype = "BF16";  // activations and unquantized weights run in bf16
   g.meta.seed = seed;
@@ -103,7 +104,7 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
   g.tokens = ref.tokens();
   g.targets = ref.targets();
   g.logits.cols = c.vocab;
-  reference::Trace trace(capture);
+  Trace trace(capture);
   const auto batch_of = [&](int64_t s) {
     Batch b;
     for (int64_t i = 0; i < t; ++i) {
@@ -122,7 +123,7 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
     e.cache().release(0);
   }
   for (int64_t l = 0; l <= c.num_layers; ++l) {
-    const std::string input = l == 0 ? "embed" : "layers." + std::to_string(l - 1) + ".residual";
+    const std::string input = layer_input_point(l);
     if (!ref.has_point(input))
       throw Error(ref.path().string(), "lacks points/" + input +
                                            ", needed for a layer-local run (golden make "
@@ -153,14 +154,13 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
 
 std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenReader& ref,
                                                 int64_t layer) {
-  const std::string input =
-      layer == 0 ? "embed" : "layers." + std::to_string(layer - 1) + ".residual";
+  const std::string input = layer_input_point(layer);
   if (!ref.has_point(input))
     throw Error(ref.path().string(),
                 "lacks points/" + input + ", the input of layer " + std::to_string(layer));
   const golden::Array2D x = ref.point(input);
   const int64_t t = ref.seq_len();
-  reference::Trace trace("layers." + std::to_string(layer) + ".*");
+  Trace trace("layers." + std::to_string(layer) + ".*");
   for (int64_t s = 0; s < ref.sequences(); ++s) {
     Batch b;
     for (int64_t i = 0; i < t; ++i) {
@@ -175,7 +175,7 @@ std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenR
   std::vector<LayerPointStats> out;
   for (const auto& [name, m] : trace.points()) {
     if (!ref.has_point(name)) continue;
-    const reference::Matrix* ids =
+    const Matrix* ids =
         golden::slots_follow_router(name) ? trace.find(golden::slot_ids_point(name)) : nullptr;
     out.push_back({name, golden::compare_rerun_point(ref, name, m.data,
                                                      ids ? ids->data : std::vector<double>{})});

@@ -1,18 +1,9 @@
 #pragma once
-// An unquantized (bf16) Llama / Qwen3 / Qwen3-MoE model in device memory, laid out the way the
-// engine's kernels read it: q/k/v fused into one [q + k + v, H] matrix, gate/up into
-// [2I, H], experts stacked [E, 2I, H] (w13) and [E, H, I] (w2). Loading goes structure first
-// (config, every tensor's presence, dtype and shape checked, all device buffers allocated), then
-// weights (streamed through StagedUploader).
-//
-// Which scheme each linear runs is the QuantPlan's, built as the reference builds it (--scheme >
-// quant_model_description.json > config.json quantization_config). A checkpoint whose plan
-// quantizes nothing loads by the fast bf16 path above; any other goes through the lifecycle the
-// reference shares (quant/gpu_linear_method.h, planned_model_loader.cpp): quantized linears get a
-// GpuLinearMethod, the rest bf16 buffers. A plan entry the GPU cannot run (a scheme without a GPU
-// method, a quantized KV cache or expert stack, a folded norm bias) is refused by name before
-// any weight is read; every checkpoint tensor must be consumed (an unexpected one is an Error
-// naming it). No quantized layer ever runs as bf16.
+// A Llama / Qwen3 / Qwen3-MoE model in device memory, laid out the way the engine's kernels
+// read it: q/k/v fused into one [q + k + v, H] matrix, gate/up into [2I, H], experts stacked
+// [E, 2I, H] (w13) and [E, H, I] (w2); a quantized linear as its GpuLinearMethod instead of a
+// bf16 buffer. Shapes a kernel cannot take are zero-padded (shape_padding.h). How a checkpoint
+// becomes one: model_loader.h.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -24,9 +15,9 @@
 #include <vector>
 
 #include "core/config/model_config.h"
+#include "core/quant/dialect.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/dialect.h"
 
 namespace qparity::gpu {
 
@@ -65,27 +56,14 @@ struct GpuModel {
   // What the dumps record: the plan's quantized scheme ("bf16" when none; schemes joined by "+"
   // when the plan mixes several) and the dialect the GPU methods follow.
   std::string scheme = "bf16";
-  reference::Dialect dialect = reference::Dialect::kVllm;
+  Dialect dialect = Dialect::kVllm;
   // The shapes the kernels run when they differ from cfg's: head_dim and the intermediate sizes
   // zero-padded at load (shape_padding.h); empty when nothing is padded.
   std::optional<ModelConfig> padded;
   const ModelConfig& kcfg() const { return padded ? *padded : cfg; }
 };
 
-struct GpuLoadOptions {
-  std::optional<std::string> override_scheme;  // --scheme
-  // The engine the GPU methods imitate, bit for bit where a scheme quantizes activations (vllm or
-  // sglang; weight-only schemes compute the same in every dialect).
-  reference::Dialect dialect = reference::Dialect::kVllm;
-  GpuMethodOptions methods;  // test-only fault injection
-};
-
-// Throws qparity::Error naming the file / tensor and the violated constraint.
-std::unique_ptr<GpuModel> load_gpu_model(const std::filesystem::path& dir, std::ostream* progress,
-                                         const GpuLoadOptions& options = {});
-
-// A model of `cfg`'s shapes with pseudo-random weights (N(0, 0.02), norms N(1, 0.02)) made on the
-// device: for benches of real model sizes without a checkpoint on disk.
-std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& cfg, uint64_t seed);
+// The RoPE tables of the model's config (fp64 inverse frequencies, the attention scaling).
+void attach_rope(GpuModel& m);
 
 }  // namespace qparity::gpu

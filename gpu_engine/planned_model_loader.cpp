@@ -11,7 +11,6 @@
 #include "gpu_engine/quant/upload_util.h"
 #include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
-#include "reference_cpu/layers/rope.h"
 #include "reference_cpu/models/model_loader.h"
 
 namespace qparity::gpu {
@@ -73,12 +72,6 @@ void check_gpu_can_run(const QuantPlan& plan) {
         break;
     }
   }
-}
-
-void attach_rope(GpuModel& m) {
-  const reference::Rope rope(m.cfg);
-  m.inv_freq = DeviceBuffer<double>(rope.inv_freq());
-  m.rope_scaling = rope.attention_scaling();
 }
 
 namespace {

@@ -1,18 +1,16 @@
 #pragma once
-// The two ways a checkpoint becomes a GpuModel (gpu_model.h says which is taken when):
-//   load_bf16_gpu_model     the plan quantizes nothing: every tensor's presence, dtype and shape
-//                           checked against the config, streamed to the device as bf16;
-//   load_planned_gpu_model  anything else: the reference's loader runs the shared lifecycle on
-//                           the host (create_weights, load with every tensor routed and checked,
-//                           process_weights_after_loading), then each layer goes to the device:
-//                           quantized linears as GpuLinearMethods, the rest as bf16 buffers; the
-//                           host copy is dropped before returning.
+// A checkpoint whose plan quantizes anything -> GpuModel (model_loader.h says when): the
+// reference's loader runs the shared lifecycle on the host (create_weights, load with every
+// tensor routed and checked, process_weights_after_loading), then each layer goes to the device:
+// quantized linears as GpuLinearMethods, the rest as bf16 buffers; the host copy is dropped
+// before returning.
 #include <filesystem>
 #include <iosfwd>
 #include <memory>
 
 #include "core/quant/quant_plan.h"
 #include "gpu_engine/gpu_model.h"
+#include "gpu_engine/load_options.h"
 
 namespace qparity::gpu {
 
@@ -26,13 +24,8 @@ std::string plan_scheme_summary(const QuantPlan& plan);
 // method, a quantized expert stack, lm_head or KV cache, a norm transform. Reads no weight.
 void check_gpu_can_run(const QuantPlan& plan);
 
-std::unique_ptr<GpuModel> load_bf16_gpu_model(const std::filesystem::path& dir, ModelConfig cfg,
-                                              std::ostream* progress);
 std::unique_ptr<GpuModel> load_planned_gpu_model(const std::filesystem::path& dir, ModelConfig cfg,
                                                  QuantPlan plan, const GpuLoadOptions& options,
                                                  std::ostream* progress);
-
-// The RoPE tables of the model's config (fp64 inverse frequencies, the attention scaling).
-void attach_rope(GpuModel& m);
 
 }  // namespace qparity::gpu

@@ -16,20 +16,32 @@ constexpr int64_t kMaxLayers = 1024;
 }  // namespace
 
 std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& shape) {
-  std::vector<std::string> suffixes = {"input_norm", "attn.qkv"};
-  if (shape.qk_norm) suffixes.insert(suffixes.end(), {"attn.q_norm", "attn.k_norm"});
-  suffixes.insert(suffixes.end(),
-                  {"attn.rope_q", "attn.rope_k", "attn.core", "attn.out", "post_attn_norm"});
+  using namespace point;
+  std::vector<std::string_view> suffixes = {kInputNorm, kAttnQkv};
+  if (shape.qk_norm) suffixes.insert(suffixes.end(), {kAttnQNorm, kAttnKNorm});
+  suffixes.insert(suffixes.end(), {kAttnRopeQ, kAttnRopeK, kAttnCore, kAttnOut, kPostAttnNorm});
   if (shape.moe)
-    suffixes.insert(suffixes.end(), {"moe.router_logits", "moe.topk_ids", "moe.topk_weights",
-                                     "moe.expert_out", "moe.out"});
+    suffixes.insert(suffixes.end(),
+                    {kMoeRouterLogits, kMoeTopkIds, kMoeTopkWeights, kMoeExpertOut, kMoeOut});
   else
-    suffixes.insert(suffixes.end(), {"mlp.gate_up", "mlp.act", "mlp.out"});
-  suffixes.push_back("residual");
-  const std::string prefix = "layers." + std::to_string(layer) + ".";
-  for (auto& s : suffixes)
-    s = prefix + s;
-  return suffixes;
+    suffixes.insert(suffixes.end(), {kMlpGateUp, kMlpAct, kMlpOut});
+  suffixes.push_back(kResidual);
+  const std::string prefix = layer_prefix(layer);
+  std::vector<std::string> out;
+  for (const auto s : suffixes)
+    out.push_back(point_of(prefix, s));
+  return out;
+}
+
+std::string layer_prefix(int64_t layer) {
+  return "layers." + std::to_string(layer);
+}
+
+std::string point_of(const std::string& prefix, std::string_view suffix) {
+  std::string out = prefix;
+  out += '.';
+  out += suffix;
+  return out;
 }
 
 std::vector<std::string> model_capture_points(const ModelConfig& cfg) {
@@ -66,57 +78,46 @@ void check_capture_globs(const std::string& capture, const std::vector<std::stri
 }
 
 const std::vector<std::string>& all_layer_point_suffixes() {
-  static const std::vector<std::string> all = {"input_norm",
-                                               "attn.qkv_proj.x_values",
-                                               "attn.qkv_proj.x_scales",
-                                               "attn.qkv",
-                                               "attn.q_norm",
-                                               "attn.k_norm",
-                                               "attn.rope_q",
-                                               "attn.rope_k",
-                                               "attn.k_cache",
-                                               "attn.v_cache",
-                                               "attn.core",
-                                               "attn.o_proj.x_values",
-                                               "attn.o_proj.x_scales",
-                                               "attn.out",
-                                               "post_attn_norm",
-                                               "mlp.gate_up_proj.x_values",
-                                               "mlp.gate_up_proj.x_scales",
-                                               "mlp.gate_up",
-                                               "mlp.act",
-                                               "mlp.down_proj.x_values",
-                                               "mlp.down_proj.x_scales",
-                                               "mlp.out",
-                                               "moe.router_logits",
-                                               "moe.topk_ids",
-                                               "moe.topk_weights",
-                                               "moe.expert_out",
-                                               "moe.out",
-                                               "residual"};
+  using namespace point;
+  const auto codes = [](std::string_view linear, std::string_view leaf) {
+    return point_of(std::string(linear), leaf);
+  };
+  static const std::vector<std::string> all = {
+      std::string(kInputNorm),      codes(kQkvProj, kXValues),     codes(kQkvProj, kXScales),
+      std::string(kAttnQkv),        std::string(kAttnQNorm),       std::string(kAttnKNorm),
+      std::string(kAttnRopeQ),      std::string(kAttnRopeK),       std::string(kAttnKCache),
+      std::string(kAttnVCache),     std::string(kAttnCore),        codes(kOProj, kXValues),
+      codes(kOProj, kXScales),      std::string(kAttnOut),         std::string(kPostAttnNorm),
+      codes(kGateUpProj, kXValues), codes(kGateUpProj, kXScales),  std::string(kMlpGateUp),
+      std::string(kMlpAct),         codes(kDownProj, kXValues),    codes(kDownProj, kXScales),
+      std::string(kMlpOut),         std::string(kMoeRouterLogits), std::string(kMoeTopkIds),
+      std::string(kMoeTopkWeights), std::string(kMoeExpertOut),    std::string(kMoeOut),
+      std::string(kResidual)};
   return all;
 }
 
 const std::vector<std::string>& activation_code_linears() {
-  static const std::vector<std::string> v = {"attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj",
-                                             "mlp.down_proj"};
+  static const std::vector<std::string> v = {
+      std::string(point::kQkvProj), std::string(point::kOProj), std::string(point::kGateUpProj),
+      std::string(point::kDownProj)};
   return v;
 }
 
 bool is_activation_code_point(const std::string& point) {
   const std::string s = point_suffix(point);
   for (const auto& l : activation_code_linears())
-    if (s == l + ".x_values" || s == l + ".x_scales") return true;
+    if (s == point_of(l, point::kXValues) || s == point_of(l, point::kXScales)) return true;
   return false;
 }
 
 const std::vector<std::string>& points_before_layers() {
-  static const std::vector<std::string> v = {"embed"};
+  static const std::vector<std::string> v = {std::string(point::kEmbed)};
   return v;
 }
 
 const std::vector<std::string>& points_after_layers() {
-  static const std::vector<std::string> v = {"final_norm", "logits"};
+  static const std::vector<std::string> v = {std::string(point::kFinalNorm),
+                                             std::string(point::kLogits)};
   return v;
 }
 
@@ -136,7 +137,8 @@ std::string point_suffix(const std::string& point) {
 }
 
 std::string layer_input_point(int64_t layer) {
-  return layer == 0 ? "embed" : "layers." + std::to_string(layer - 1) + ".residual";
+  return layer == 0 ? std::string(point::kEmbed)
+                    : point_of(layer_prefix(layer - 1), point::kResidual);
 }
 
 bool glob_names_a_capture_point(const std::string& glob) {

@@ -4,11 +4,58 @@
 // agree on what a name means and where it sits in the data flow.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config/model_config.h"
 
 namespace qparity {
+
+// The catalog's names, one constant each. Both engines and compare spell a point through these
+// (point_of(layer_prefix(i), point::kAttnQkv)), so a misspelt name is a compile error and a
+// rename happens here only.
+namespace point {
+inline constexpr std::string_view kEmbed = "embed";
+inline constexpr std::string_view kFinalNorm = "final_norm";
+inline constexpr std::string_view kLogits = "logits";
+// Suffixes of a decoder layer's points, "layers.<i>.<suffix>".
+inline constexpr std::string_view kInputNorm = "input_norm";
+inline constexpr std::string_view kAttnQkv = "attn.qkv";
+inline constexpr std::string_view kAttnQNorm = "attn.q_norm";
+inline constexpr std::string_view kAttnKNorm = "attn.k_norm";
+inline constexpr std::string_view kAttnRopeQ = "attn.rope_q";
+inline constexpr std::string_view kAttnRopeK = "attn.rope_k";
+inline constexpr std::string_view kAttnKCache = "attn.k_cache";
+inline constexpr std::string_view kAttnVCache = "attn.v_cache";
+inline constexpr std::string_view kAttnCore = "attn.core";
+inline constexpr std::string_view kAttnOut = "attn.out";
+inline constexpr std::string_view kPostAttnNorm = "post_attn_norm";
+inline constexpr std::string_view kMlpGateUp = "mlp.gate_up";
+inline constexpr std::string_view kMlpAct = "mlp.act";
+inline constexpr std::string_view kMlpOut = "mlp.out";
+inline constexpr std::string_view kMoeRouterLogits = "moe.router_logits";
+inline constexpr std::string_view kMoeTopkIds = "moe.topk_ids";
+inline constexpr std::string_view kMoeTopkWeights = "moe.topk_weights";
+inline constexpr std::string_view kMoeExpertOut = "moe.expert_out";
+inline constexpr std::string_view kMoeOut = "moe.out";
+inline constexpr std::string_view kResidual = "residual";
+// Activation-quantized linears (engine layers) whose codes a dump may hold, and the two leaves
+// under each: "layers.<i>.attn.qkv_proj.x_values" (the codes fed to the GEMM) and ".x_scales".
+inline constexpr std::string_view kQkvProj = "attn.qkv_proj";
+inline constexpr std::string_view kOProj = "attn.o_proj";
+inline constexpr std::string_view kGateUpProj = "mlp.gate_up_proj";
+inline constexpr std::string_view kDownProj = "mlp.down_proj";
+inline constexpr std::string_view kExpertsW13 = "moe.experts.w13";
+inline constexpr std::string_view kExpertsW2 = "moe.experts.w2";
+inline constexpr std::string_view kXValues = "x_values";
+inline constexpr std::string_view kXScales = "x_scales";
+}  // namespace point
+
+// "layers.<layer>"
+std::string layer_prefix(int64_t layer);
+// "<prefix>.<suffix>": a layer's point (point_of(layer_prefix(3), point::kAttnCore)) or a leaf
+// under one (point_of(qkv_proj_name, point::kXValues)).
+std::string point_of(const std::string& prefix, std::string_view suffix);
 
 // What a decoder layer holds: Qwen3 normalizes q and k per head; a MoE layer routes its MLP.
 struct LayerShape {

@@ -26,8 +26,8 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host)
   const std::string& where = prefix();
   if (host.shape().num_experts > 0)
     throw Error(where, "a quantized expert stack: not on the GPU in this version (issue 26)");
-  const std::string dialect(reference::to_string(m.dialect()));
-  if (m.dialect() != reference::Dialect::kVllm && m.dialect() != reference::Dialect::kSglang)
+  const std::string dialect(qparity::to_string(m.dialect()));
+  if (m.dialect() != Dialect::kVllm && m.dialect() != Dialect::kSglang)
     throw Error(where, to_string(scheme()) + " in dialect " + dialect +
                            ": the GPU's activation quantization follows vllm or sglang bit for "
                            "bit; run with --dialect vllm or --dialect sglang");

@@ -25,15 +25,15 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
   const auto& m = as_int8_dynamic(host);
   const std::string& where = prefix();
   switch (m.dialect()) {
-    case reference::Dialect::kVllm:
+    case Dialect::kVllm:
       dialect_ = Int8ActDialect::kVllm;
       break;
-    case reference::Dialect::kSglang:
+    case Dialect::kSglang:
       dialect_ = Int8ActDialect::kSglang;
       break;
-    case reference::Dialect::kIdeal:
-    case reference::Dialect::kCompressedTensors:
-    case reference::Dialect::kMsModelSlim:
+    case Dialect::kIdeal:
+    case Dialect::kCompressedTensors:
+    case Dialect::kMsModelSlim:
       throw Error(where, "w8a8-int8-dyn in dialect " + std::string(to_string(m.dialect())) +
                              ": the GPU's activation quantization follows vllm or sglang bit for "
                              "bit; run with --dialect vllm or --dialect sglang");

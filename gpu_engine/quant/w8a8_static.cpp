@@ -17,9 +17,9 @@ W8A8StaticMethod::W8A8StaticMethod(const reference::LinearMethod& host)
   const std::string& where = prefix();
   const auto* m = dynamic_cast<const reference::W8A8StaticLinearMethod*>(&host);
   if (!m) throw Error(where, "not a w8a8-static layer");
-  if (m->dialect() != reference::Dialect::kVllm && m->dialect() != reference::Dialect::kSglang)
+  if (m->dialect() != Dialect::kVllm && m->dialect() != Dialect::kSglang)
     throw Error(where, to_string(scheme()) + " in dialect " +
-                           std::string(reference::to_string(m->dialect())) +
+                           std::string(qparity::to_string(m->dialect())) +
                            ": the GPU's activation quantization follows vllm or sglang bit for "
                            "bit; run with --dialect vllm or --dialect sglang");
   if (in_features() % 16 != 0)

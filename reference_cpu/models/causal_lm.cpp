@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include "core/capture/capture_points.h"
 
 #include "core/codecs/float_format.h"
 #include "core/error.h"
@@ -70,13 +71,17 @@ DType model_dtype_of(const ModelConfig& cfg) {
                   "float32)");
 }
 
-CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode)
+CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode,
+                   std::optional<DType> run_dtype)
     : cfg_(std::move(cfg)),
       plan_(std::move(plan)),
       dialect_(dialect),
       mode_(mode),
       model_dtype_(model_dtype_of(cfg_)),
-      rope_(cfg_) {}
+      run_dtype_(run_dtype.value_or(model_dtype_)),
+      rope_(cfg_) {
+  arith_of(run_dtype_, "run dtype");  // BF16, F16, F32 or F64; anything else throws
+}
 
 void CausalLm::reset_cache() {
   for (auto& l : layers_)
@@ -91,7 +96,7 @@ void CausalLm::store(const std::string& name, Matrix& x, const ForwardHooks& h, 
 
 void CausalLm::round_stored(Matrix& x, bool fp32) const {
   if (mode_ == PrecisionMode::kEmulate) {
-    const Arith a = fp32 ? Arith::kFp32 : arith_of(model_dtype_, "model dtype");
+    const Arith a = fp32 ? Arith::kFp32 : arith_of(run_dtype_, "run dtype");
     for (double& v : x.data)
       v = a == Arith::kFp32   ? static_cast<double>(static_cast<float>(v))
           : a == Arith::kFp64 ? v
@@ -111,6 +116,9 @@ Matrix CausalLm::embed(std::span<const int64_t> tokens) const {
                                 std::to_string(cfg_.vocab) + ")");
     decode_to_double(embed_.dtype, embed_.bytes, static_cast<uint64_t>(tokens[t] * h), row,
                      "model.embed_tokens.weight");
+    if (embed_.dtype != run_dtype_)  // the table as an engine running in run_dtype holds it
+      for (double& v : row)
+        v = in(arith_of(run_dtype_), v);
     std::copy(row.begin(), row.end(), x.data.begin() + static_cast<int64_t>(t) * h);
   }
   return x;
@@ -129,25 +137,25 @@ void CausalLm::observe_codes(const LinearMethod& m, const std::string& name, con
 Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
                            const ForwardHooks& hooks) {
   AttentionBlock& a = l.attn;
-  const std::string lp = "layers." + std::to_string(l.index);
+  const std::string lp = layer_prefix(l.index);
   if (hooks.on_linear_input)
     for (const char* p : {".q_proj", ".k_proj", ".v_proj"})
       hooks.on_linear_input(a.prefix + p, h);
-  observe_codes(*a.qkv, lp + ".attn.qkv_proj", h, hooks);
+  observe_codes(*a.qkv, point_of(lp, point::kQkvProj), h, hooks);
   Matrix qkv = a.qkv->apply(h);
-  store(lp + ".attn.qkv", qkv, hooks);
+  store(point_of(lp, point::kAttnQkv), qkv, hooks);
   const int64_t qs = cfg_.q_size(), kvs = cfg_.kv_size(), d = cfg_.head_dim;
   Matrix q = columns(qkv, 0, qs), k = columns(qkv, qs, kvs), v = columns(qkv, qs + kvs, kvs);
   if (a.q_norm) {
     q = rms_norm_heads(q, d, a.q_norm->weight, cfg_.rms_norm_eps);
-    store(lp + ".attn.q_norm", q, hooks);
+    store(point_of(lp, point::kAttnQNorm), q, hooks);
     k = rms_norm_heads(k, d, a.k_norm->weight, cfg_.rms_norm_eps);
-    store(lp + ".attn.k_norm", k, hooks);
+    store(point_of(lp, point::kAttnKNorm), k, hooks);
   }
   rope_.apply(q, cfg_.num_heads, pos);
-  store(lp + ".attn.rope_q", q, hooks);
+  store(point_of(lp, point::kAttnRopeQ), q, hooks);
   rope_.apply(k, cfg_.num_kv_heads, pos);
-  store(lp + ".attn.rope_k", k, hooks);
+  store(point_of(lp, point::kAttnRopeK), k, hooks);
   if (hooks.on_kv) hooks.on_kv(a.prefix, k, v);
   // Quantize on write, dequantize on read. An unquantized cache holds fp64 in exact mode.
   const bool plain = a.kv->config().scheme.kind == SchemeKind::kKvBf16;
@@ -159,8 +167,8 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
     // A quantized cache's codes are counted like activation codes: a static (calibrated) scale
     // saturates where the evaluation data leaves the calibrated range.
     if (!plain && hooks.on_activation_codes) {
-      hooks.on_activation_codes(lp + ".attn.k_cache", ks);
-      hooks.on_activation_codes(lp + ".attn.v_cache", vs);
+      hooks.on_activation_codes(point_of(lp, point::kAttnKCache), ks);
+      hooks.on_activation_codes(point_of(lp, point::kAttnVCache), vs);
     }
     append_rows(a.k_cache, a.kv->read(KvWhich::kKey, ks));
     append_rows(a.v_cache, a.kv->read(KvWhich::kValue, vs));
@@ -170,11 +178,11 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
     kv_pos[i] = static_cast<int64_t>(i);
   Matrix core = causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads,
                                  cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)));
-  store(lp + ".attn.core", core, hooks);
+  store(point_of(lp, point::kAttnCore), core, hooks);
   if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
-  observe_codes(*a.o_proj, lp + ".attn.o_proj", core, hooks);
+  observe_codes(*a.o_proj, point_of(lp, point::kOProj), core, hooks);
   Matrix out = a.o_proj->apply(core);
-  store(lp + ".attn.out", out, hooks);
+  store(point_of(lp, point::kAttnOut), out, hooks);
   return out;
 }
 
@@ -182,7 +190,7 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
                      const ForwardHooks& hooks) {
   if (hooks.on_linear_input) hooks.on_linear_input(m.prefix + ".gate", h);
   Matrix logits = m.router->apply(h);
-  store(lp + ".moe.router_logits", logits, hooks, true);
+  store(point_of(lp, point::kMoeRouterLogits), logits, hooks, true);
   const Routing r = route_topk(logits, cfg_.num_experts_per_tok, cfg_.norm_topk_prob);
   const int64_t t_count = h.rows, k = cfg_.num_experts_per_tok;
   Matrix ids(t_count, k), weights(t_count, k);
@@ -191,14 +199,14 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       ids(t, j) = static_cast<double>(r.ids[static_cast<size_t>(t)][static_cast<size_t>(j)]);
       weights(t, j) = r.weights[static_cast<size_t>(t)][static_cast<size_t>(j)];
     }
-  if (hooks.trace) hooks.trace->record(lp + ".moe.topk_ids", ids);
-  store(lp + ".moe.topk_weights", weights, hooks, true);
+  if (hooks.trace) hooks.trace->record(point_of(lp, point::kMoeTopkIds), ids);
+  store(point_of(lp, point::kMoeTopkWeights), weights, hooks, true);
   // Hugging Face's loop: for each expert in ascending id, its tokens' outputs times their routing
   // weight are added into the result (index_add_), so a token's sum runs in expert-id order.
   Matrix out(t_count, cfg_.hidden);
   // Each expert's own output per (token, slot), before the routing weight: what compare aligns
   // by expert id to give a per-expert error.
-  const std::string eo_name = lp + ".moe.expert_out";
+  const std::string eo_name = point_of(lp, point::kMoeExpertOut);
   const bool want_eo = hooks.trace && hooks.trace->wants(eo_name);
   Matrix expert_out(want_eo ? t_count : 0, want_eo ? k * cfg_.hidden : 0);
   for (int64_t e = 0; e < cfg_.num_experts; ++e) {
@@ -218,13 +226,13 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       hooks.on_linear_input(ep + ".gate_proj", xe);
       hooks.on_linear_input(ep + ".up_proj", xe);
     }
-    observe_codes(*m.w13, lp + ".moe.experts.w13", xe, hooks, e);
+    observe_codes(*m.w13, point_of(lp, point::kExpertsW13), xe, hooks, e);
     Matrix gu = m.w13->apply(xe, e);
     round_stored(gu);
     Matrix act = silu_and_mul(gu);
     round_stored(act);
     if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
-    observe_codes(*m.w2, lp + ".moe.experts.w2", act, hooks, e);
+    observe_codes(*m.w2, point_of(lp, point::kExpertsW2), act, hooks, e);
     Matrix y = m.w2->apply(act, e);
     round_stored(y);  // the expert's down_proj output is a stored (model-dtype) tensor
     for (size_t i = 0; i < rows.size(); ++i)
@@ -235,39 +243,39 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       }
   }
   if (want_eo) hooks.trace->record(eo_name, expert_out);
-  store(lp + ".moe.out", out, hooks);
+  store(point_of(lp, point::kMoeOut), out, hooks);
   return out;
 }
 
 Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
                            const ForwardHooks& hooks) {
-  const std::string lp = "layers." + std::to_string(l.index);
+  const std::string lp = layer_prefix(l.index);
   Matrix h = norm(x, l.input_norm);
-  store(lp + ".input_norm", h, hooks);
+  store(point_of(lp, point::kInputNorm), h, hooks);
   add_in_place(x, attention(l, h, pos, hooks));
   round_stored(x);
   Matrix h2 = norm(x, l.post_attention_norm);
-  store(lp + ".post_attn_norm", h2, hooks);
+  store(point_of(lp, point::kPostAttnNorm), h2, hooks);
   Matrix mlp_out;
   if (l.mlp) {
     if (hooks.on_linear_input) {
       hooks.on_linear_input(l.mlp->prefix + ".gate_proj", h2);
       hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
     }
-    observe_codes(*l.mlp->gate_up, lp + ".mlp.gate_up_proj", h2, hooks);
+    observe_codes(*l.mlp->gate_up, point_of(lp, point::kGateUpProj), h2, hooks);
     Matrix gu = l.mlp->gate_up->apply(h2);
-    store(lp + ".mlp.gate_up", gu, hooks);
+    store(point_of(lp, point::kMlpGateUp), gu, hooks);
     Matrix act = silu_and_mul(gu);
-    store(lp + ".mlp.act", act, hooks);
+    store(point_of(lp, point::kMlpAct), act, hooks);
     if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
-    observe_codes(*l.mlp->down, lp + ".mlp.down_proj", act, hooks);
+    observe_codes(*l.mlp->down, point_of(lp, point::kDownProj), act, hooks);
     mlp_out = l.mlp->down->apply(act);
-    store(lp + ".mlp.out", mlp_out, hooks);
+    store(point_of(lp, point::kMlpOut), mlp_out, hooks);
   } else {
     mlp_out = moe(*l.moe, lp, h2, hooks);
   }
   add_in_place(x, mlp_out);
-  store(lp + ".residual", x, hooks);
+  store(point_of(lp, point::kResidual), x, hooks);
 
   return x;
 }
@@ -292,13 +300,13 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
   for (size_t i = 0; i < pos.size(); ++i)
     pos[i] = cached_ + static_cast<int64_t>(i);
   Matrix x = embed(tokens);
-  store("embed", x, hooks);
+  store(std::string(point::kEmbed), x, hooks);
   for (DecoderLayer& l : layers_)
     x = run_layer(l, std::move(x), pos, hooks);
   Matrix f = norm(x, final_norm_);
-  store("final_norm", f, hooks);
+  store(std::string(point::kFinalNorm), f, hooks);
   Matrix logits = lm_head_->apply(f);
-  store("logits", logits, hooks, true);
+  store(std::string(point::kLogits), logits, hooks, true);
   cached_ += static_cast<int64_t>(tokens.size());
   return logits;
 }

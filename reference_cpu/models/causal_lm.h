@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "core/capture/trace.h"
 #include "core/config/model_config.h"
 #include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
 #include "reference_cpu/layers/rope.h"
-#include "reference_cpu/models/trace.h"
 #include "reference_cpu/quant/kv_cache_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -94,13 +94,19 @@ struct DecoderLayer {
 
 class CausalLm {
  public:
-  CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode);
+  // run_dtype: the dtype the model runs its weights and stored activations in, as an engine
+  // does (an fp32 checkpoint on a bf16 engine): every unquantized weight, norm weight and the
+  // embedding are rounded once to it at load, and emulate mode stores activations in it. Empty:
+  // the checkpoint's own model dtype (nothing rounded).
+  CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode,
+           std::optional<DType> run_dtype = std::nullopt);
 
   const ModelConfig& config() const { return cfg_; }
   const QuantPlan& plan() const { return plan_; }
   Dialect dialect() const { return dialect_; }
   PrecisionMode mode() const { return mode_; }
-  DType model_dtype() const { return model_dtype_; }
+  DType model_dtype() const { return model_dtype_; }  // the checkpoint's (config.json)
+  DType run_dtype() const { return run_dtype_; }
 
   // Runs `tokens` at positions [cached_tokens(), cached_tokens() + T), appending their keys and
   // values to the cache; returns the logits [T, vocab].
@@ -142,6 +148,7 @@ class CausalLm {
   Dialect dialect_;
   PrecisionMode mode_;
   DType model_dtype_;
+  DType run_dtype_;
   Rope rope_;
   std::shared_ptr<const Checkpoint> ckpt_;
   TensorView embed_;

@@ -72,7 +72,7 @@ class Loader {
       norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
     }
     norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
-    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype())) {
+    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype(), m_.run_dtype())) {
       std::unique_ptr<LinearMethod> lm = make(plan, ll);
       DecoderLayer* d = ll.layer >= 0 ? &m_.layers()[static_cast<size_t>(ll.layer)] : nullptr;
       switch (ll.kind) {
@@ -267,6 +267,10 @@ class Loader {
     const std::string wkey = old ? "module.weight" : "weight";
     if (!slot.found.count(wkey)) throw Error(prefix + ".weight", "missing");
     slot.out->weight = values(wkey);
+    // The norm weight as an engine running in run_dtype holds it (the fp32 bias stays exact).
+    if (slot.found.at(wkey).dtype != m_.run_dtype())
+      for (double& v : slot.out->weight)
+        v = in(arith_of(m_.run_dtype()), v);
     const std::string bkey = old ? "module.bias" : "bias";
     if (slot.found.count(bkey)) slot.out->bias = values(bkey);
     if (old && slot.found.count("bias"))
@@ -289,7 +293,8 @@ class Loader {
 
 }  // namespace
 
-std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype) {
+std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype,
+                                       std::optional<DType> run_dtype) {
   const ArchBlocks blocks = blocks_of(cfg);
   std::vector<LinearLayer> out;
   auto add = [&](LinearLayerKind kind, int64_t layer, const std::string& prefix,
@@ -302,6 +307,7 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
     ll.shape.partitions = std::move(rows);
     ll.shape.in_features = k;
     ll.shape.model_dtype = model_dtype;
+    ll.shape.run_dtype = run_dtype;
     ll.shape.has_bias = bias;
     if (names.empty()) {  // one unfused module: the prefix itself
       ll.members.push_back({prefix, 0, 0});
@@ -342,6 +348,7 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
       ll.shape.in_features = w13 ? cfg.hidden : im;
       ll.shape.num_experts = e;
       ll.shape.model_dtype = model_dtype;
+      ll.shape.run_dtype = run_dtype;
       for (int64_t x = 0; x < e; ++x)
         for (size_t p = 0; p < ll.shape.partition_names.size(); ++p)
           ll.members.push_back({stack + "." + std::to_string(x) + "." + ll.shape.partition_names[p],
@@ -355,9 +362,11 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
 }
 
 std::unique_ptr<CausalLm> load_model(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
-                                     QuantPlan plan, Dialect dialect, PrecisionMode mode) {
+                                     QuantPlan plan, Dialect dialect, PrecisionMode mode,
+                                     std::optional<DType> run_dtype) {
   const ArchBlocks blocks = blocks_of(cfg);
-  auto model = std::make_unique<CausalLm>(std::move(cfg), std::move(plan), dialect, mode);
+  auto model =
+      std::make_unique<CausalLm>(std::move(cfg), std::move(plan), dialect, mode, run_dtype);
   model->hold(checkpoint);
   Loader loader(checkpoint, *model, blocks);
   loader.build();
@@ -371,7 +380,8 @@ std::unique_ptr<CausalLm> load_model(const std::filesystem::path& dir, const Loa
   ModelConfig cfg = load_model_config(dir / "config.json");
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   QuantPlan plan = build_quant_plan(cfg, dir, o.override_scheme);
-  return load_model(std::move(ckpt), std::move(cfg), std::move(plan), o.dialect, o.mode);
+  return load_model(std::move(ckpt), std::move(cfg), std::move(plan), o.dialect, o.mode,
+                    o.run_dtype);
 }
 
 }  // namespace qparity::reference

@@ -57,12 +57,14 @@ struct LinearLayer {
 
 // Every linear layer of `cfg`, in build order: per decoder layer qkv, o_proj, then gate_up and
 // down (dense MLP) or router, experts w13 and w2 (MoE layer); lm_head last.
-std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype);
+std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype,
+                                       std::optional<DType> run_dtype = std::nullopt);
 
 struct LoadOptions {
   std::optional<std::string> override_scheme;  // --scheme
   Dialect dialect = Dialect::kIdeal;
   PrecisionMode mode = PrecisionMode::kExact;
+  std::optional<DType> run_dtype;  // CausalLm's: the dtype an engine runs the weights in
 };
 
 std::unique_ptr<CausalLm> load_model(const std::filesystem::path& checkpoint_dir,
@@ -70,6 +72,7 @@ std::unique_ptr<CausalLm> load_model(const std::filesystem::path& checkpoint_dir
 
 // The same from parts already in hand (tests, tools that build the plan themselves).
 std::unique_ptr<CausalLm> load_model(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
-                                     QuantPlan plan, Dialect dialect, PrecisionMode mode);
+                                     QuantPlan plan, Dialect dialect, PrecisionMode mode,
+                                     std::optional<DType> run_dtype = std::nullopt);
 
 }  // namespace qparity::reference

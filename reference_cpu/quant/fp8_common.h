@@ -55,7 +55,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "reference_cpu/quant/dialect.h"
+#include "core/quant/dialect.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/linear_method.h"
 #include "reference_cpu/quant/matrix.h"

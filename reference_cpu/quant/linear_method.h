@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant/dialect.h"
 #include "core/quant/quant_args.h"
 #include "core/quant/scheme_registry.h"
-#include "reference_cpu/quant/dialect.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/scaled_gemm.h"
@@ -40,6 +40,9 @@ struct LinearShape {
   int64_t in_features = 0;
   int64_t num_experts = 0;  // 0: one dense linear
   DType model_dtype = DType::kBF16;
+  // The dtype the model runs in (CausalLm's run_dtype): an unquantized weight stored in another
+  // dtype is rounded to it once. Empty: model_dtype, nothing rounded.
+  std::optional<DType> run_dtype;
   bool has_bias = false;
 
   int64_t out_features() const;

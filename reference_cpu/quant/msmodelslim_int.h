@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/quant/dialect.h"
+#include "core/quant/dialect.h"
 #include "reference_cpu/quant/numeric.h"
 
 namespace qparity::reference {

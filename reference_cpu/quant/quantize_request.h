@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant/dialect.h"
 #include "core/quant/quant_args.h"
-#include "reference_cpu/quant/dialect.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/matrix.h"
 

@@ -65,6 +65,7 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
       std::vector<double> row(static_cast<size_t>(k));
       for (int64_t n = n0; n < n1; ++n) {
         decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
+        round_to_run_dtype(t.dtype, row);
         for (int64_t i = 0; i < x.rows; ++i) {
           const auto xr = x.row(i);
           double acc = 0.0;
@@ -78,12 +79,21 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
   return y;
 }
 
+void UnquantizedLinearMethod::round_to_run_dtype(DType stored, std::span<double> values) const {
+  const auto& run = shape().run_dtype;
+  if (!run || *run == stored) return;
+  const Arith a = arith_of(*run, "run dtype");
+  for (double& v : values)
+    v = in(a, v);
+}
+
 Matrix UnquantizedLinearMethod::do_dequantized_weight(int64_t expert) const {
   const auto& s = shape();
   Matrix w(s.out_features(), s.in_features);
   for (int64_t p = 0; p < s.partition_count(); ++p) {
     const HostTensor& t = *weights_[static_cast<size_t>(expert)][static_cast<size_t>(p)];
-    const auto v = decode(t.view(), where("weight", p, expert));
+    auto v = decode(t.view(), where("weight", p, expert));
+    round_to_run_dtype(t.dtype, v);
     std::copy(v.begin(), v.end(), w.data.begin() + s.partition_offset(p) * s.in_features);
   }
   return w;

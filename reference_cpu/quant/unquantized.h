@@ -5,6 +5,8 @@
 // bf16 layer costs its checkpoint bytes plus one fp64 row, not an fp64 copy (4x).
 // quantize() is the cast to the model dtype (RNE, once from fp64), so "bf16" in a comparison
 // means exactly the information a bf16 checkpoint holds.
+#include <span>
+
 #include "reference_cpu/quant/linear_method.h"
 
 namespace qparity::reference {
@@ -27,6 +29,9 @@ class UnquantizedLinearMethod final : public LinearMethod {
   // Per expert, per partition: the checkpoint tensor (owned by the base class), decoded per row.
   std::vector<std::vector<const HostTensor*>> weights_;
   std::vector<std::vector<double>> biases_;
+  // Values decoded from a tensor stored in `stored`, rounded in place to the shape's run dtype
+  // when it differs (an fp32 checkpoint on a bf16 engine); else untouched.
+  void round_to_run_dtype(DType stored, std::span<double> values) const;
 };
 
 }  // namespace qparity::reference

@@ -30,7 +30,7 @@ inline fs::path tiny_checkpoint(const fs::path& root, const std::string& arch,
   if (fs::exists(out)) return out;
   const ModelConfig cfg = load_model_config(fp / "config.json");
   fixtures::quantize_checkpoint(
-      fp, parse_scheme_id(scheme), reference::Dialect::kIdeal, out,
+      fp, parse_scheme_id(scheme), Dialect::kIdeal, out,
       fixtures::calibrate_checkpoint(fp, reference::synthetic_tokens(32, cfg.vocab, seed)),
       OverwritePolicy::kRefuse, nullptr);
   return out;

@@ -24,10 +24,10 @@ inline Bf16 to_bf16(double x) {
 
 // rows x cols values, each a bf16 number drawn from N(0, sigma): `host` holds the bf16 codes,
 // the returned Matrix the same values as doubles.
-inline reference::Matrix random_bf16(std::mt19937_64& rng, int64_t rows, int64_t cols, double sigma,
-                                     std::vector<Bf16>& host) {
+inline Matrix random_bf16(std::mt19937_64& rng, int64_t rows, int64_t cols, double sigma,
+                          std::vector<Bf16>& host) {
   std::normal_distribution<double> n(0.0, sigma);
-  reference::Matrix m(rows, cols);
+  Matrix m(rows, cols);
   host.resize(m.data.size());
   for (size_t i = 0; i < m.data.size(); ++i) {
     host[i] = to_bf16(n(rng));

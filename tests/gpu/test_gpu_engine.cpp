@@ -25,6 +25,7 @@
 #include "gpu_engine/kernels/decode_attention.h"
 #include "gpu_engine/kernels/sampling.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
+#include "gpu_engine/model_loader.h"
 #include "gpu_test.h"
 
 namespace qparity {
@@ -197,7 +198,7 @@ TEST_F(GpuEngine, RefusesQuantizedLinearsThatWouldNeedPadding) {
   if (!fs::exists(q)) {
     const ModelConfig cfg = load_model_config(fp / "config.json");
     fixtures::quantize_checkpoint(
-        fp, parse_scheme_id("w8a16-ch"), reference::Dialect::kIdeal, q,
+        fp, parse_scheme_id("w8a16-ch"), Dialect::kIdeal, q,
         fixtures::calibrate_checkpoint(fp, reference::synthetic_tokens(32, cfg.vocab, 12)),
         OverwritePolicy::kRefuse, nullptr);
   }

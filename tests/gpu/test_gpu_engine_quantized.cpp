@@ -14,6 +14,7 @@
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/model_loader.h"
 #include "gpu_test.h"
 
 namespace qparity {
@@ -43,7 +44,7 @@ fs::path quantized_fixture(const fs::path& root, const std::string& arch,
   const ModelConfig cfg = load_model_config(fp / "config.json");
   // Produced under the engine's dialect (vllm), so that its loader's rules hold.
   fixtures::quantize_checkpoint(
-      fp, parse_scheme_id(scheme), reference::Dialect::kVllm, out,
+      fp, parse_scheme_id(scheme), Dialect::kVllm, out,
       fixtures::calibrate_checkpoint(fp, reference::synthetic_tokens(32, cfg.vocab, 7)),
       OverwritePolicy::kRefuse, nullptr, qo);
   return out;
@@ -77,7 +78,7 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
       gpu::Engine e(std::move(model), eo);
       golden::ReferenceRunOptions ro;
       ro.mode = reference::PrecisionMode::kEmulate;
-      ro.dialect = reference::Dialect::kVllm;  // the engine's default dialect
+      ro.dialect = Dialect::kVllm;  // the engine's default dialect
       for (const int64_t seq_len : {int64_t{32}, gpu::kSkinnyMaxM}) {
         SCOPED_TRACE("seq_len " + std::to_string(seq_len));
         const golden::TokenInputs in = golden::synthetic_inputs(3, seq_len, cfg.vocab, 5);
@@ -162,8 +163,8 @@ TEST_F(GpuEngineQuantized, GraphDecodeEqualsEagerDecodeForEveryKernelFamily) {
   // quantizers, the dp4a / fp8 / weight-only GEMMs, fp8's per-tensor amax reset): every step's
   // logits must equal the eager forward's bit for bit.
   const fs::path root = test_root("graphs");
-  for (const std::string scheme : {"w4a16-g32", "w8a8-static", "w8a8-int8-dyn", "fp8-tensor",
-                                   "fp8-channel", "fp8-block"}) {
+  for (const std::string scheme :
+       {"w4a16-g32", "w8a8-static", "w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block"}) {
     SCOPED_TRACE(scheme);
     const fs::path dir = quantized_fixture(root, "qwen3", scheme);
     gpu::EngineOptions eo;

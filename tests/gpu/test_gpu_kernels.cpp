@@ -39,7 +39,6 @@ namespace qparity {
 namespace {
 
 using gpu::DeviceBuffer;
-using reference::Matrix;
 using test::Bf16;
 using test::kFlipBound;
 using test::random_bf16;

@@ -27,7 +27,6 @@ namespace qparity {
 namespace {
 
 using gpu::DeviceBuffer;
-using reference::Matrix;
 using test::Bf16;
 using test::kFlipBound;
 using ::testing::HasSubstr;
@@ -37,12 +36,12 @@ struct Case {
   bool symmetric = true;
   std::vector<int64_t> partitions;  // out_features of each fused partition
   int64_t k = 0;
-  reference::Dialect dialect = reference::Dialect::kIdeal;
+  Dialect dialect = Dialect::kIdeal;
 };
 
 std::string name_of(const Case& c) {
   std::string n = c.scheme + (c.symmetric ? " sym" : " asym") + " " +
-                  std::string(reference::to_string(c.dialect)) + " N=[";
+                  std::string(qparity::to_string(c.dialect)) + " N=[";
   for (int64_t p : c.partitions)
     n += std::to_string(p) + ",";
   return n + "] K=" + std::to_string(c.k);
@@ -119,16 +118,16 @@ std::vector<Case> cases() {
       {"w4a16-g32", true, {192}, 512},
       {"w4a16-g32", false, {192}, 512},
       {"w4a16-g32", true, {64, 32, 32}, 2048},
-      {"w8a8-int8-dyn", true, {192}, 512, reference::Dialect::kVllm},
-      {"w8a8-int8-dyn", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
-      {"w8a8-static", true, {192}, 512, reference::Dialect::kVllm},
-      {"w8a8s", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
-      {"fp8-tensor", true, {192}, 512, reference::Dialect::kVllm},
-      {"fp8-tensor", true, {128, 64, 64}, 256, reference::Dialect::kSglang},
-      {"fp8-channel", true, {192}, 512, reference::Dialect::kVllm},
-      {"fp8-channel", true, {96, 32, 32}, 256, reference::Dialect::kSglang},
-      {"fp8-block", true, {200}, 384, reference::Dialect::kVllm},
-      {"fp8-block", true, {256, 128}, 512, reference::Dialect::kSglang},
+      {"w8a8-int8-dyn", true, {192}, 512, Dialect::kVllm},
+      {"w8a8-int8-dyn", true, {96, 32, 32}, 256, Dialect::kSglang},
+      {"w8a8-static", true, {192}, 512, Dialect::kVllm},
+      {"w8a8s", true, {96, 32, 32}, 256, Dialect::kSglang},
+      {"fp8-tensor", true, {192}, 512, Dialect::kVllm},
+      {"fp8-tensor", true, {128, 64, 64}, 256, Dialect::kSglang},
+      {"fp8-channel", true, {192}, 512, Dialect::kVllm},
+      {"fp8-channel", true, {96, 32, 32}, 256, Dialect::kSglang},
+      {"fp8-block", true, {200}, 384, Dialect::kVllm},
+      {"fp8-block", true, {256, 128}, 512, Dialect::kSglang},
   };
 }
 
@@ -189,7 +188,7 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
   for (const std::string scheme :
        {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block"})
-    for (const auto dialect : {reference::Dialect::kVllm, reference::Dialect::kSglang}) {
+    for (const auto dialect : {Dialect::kVllm, Dialect::kSglang}) {
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
       const bool fp8 = scheme.rfind("fp8", 0) == 0;
@@ -277,7 +276,7 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
 }
 
 TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
-  const Case c{"w8a8-int8-dyn", true, {64}, 128, reference::Dialect::kIdeal};
+  const Case c{"w8a8-int8-dyn", true, {64}, 128, Dialect::kIdeal};
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
               HasSubstr("run with --dialect vllm or --dialect sglang"));
@@ -287,7 +286,7 @@ TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
 
 TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
   std::mt19937_64 rng{test::test_seed()};
-  const Case c{"nvfp4", true, {64}, 128, reference::Dialect::kVllm};
+  const Case c{"nvfp4", true, {64}, 128, Dialect::kVllm};
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
               AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("nvfp4"),

@@ -52,8 +52,8 @@ TEST_F(GpuTensorParallel, RowParallelAllReduceMatchesTheFullProduct) {
   const ModelConfig c = shapes();
   const int64_t t = 16, n = c.hidden, k = c.q_size();
   std::vector<Bf16> hx, hw;
-  const reference::Matrix x = test::random_bf16(rng, t, k, 1.0, hx);
-  const reference::Matrix w = test::random_bf16(rng, n, k, 0.03, hw);
+  const Matrix x = test::random_bf16(rng, t, k, 1.0, hx);
+  const Matrix w = test::random_bf16(rng, n, k, 0.03, hw);
   gpu::TpGroup g(2);
   std::vector<DeviceBuffer<Bf16>> dx, dw;
   std::vector<DeviceBuffer<float>> dy;
@@ -75,7 +75,7 @@ TEST_F(GpuTensorParallel, RowParallelAllReduceMatchesTheFullProduct) {
   }
   g.all_reduce_sum(bufs, static_cast<size_t>(t * n), ncclFloat32);
   g.synchronize();
-  const reference::Matrix want = reference::matmul_nt(x, w);
+  const Matrix want = reference::matmul_nt(x, w);
   std::vector<float> y0, y1;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   y0 = dy[0].download();
@@ -92,8 +92,8 @@ TEST_F(GpuTensorParallel, ColumnParallelAllGatherMatchesTheFullProduct) {
   const ModelConfig c = shapes();
   const int64_t t = 16, n = c.q_size(), k = c.hidden;
   std::vector<Bf16> hx, hw;
-  const reference::Matrix x = test::random_bf16(rng, t, k, 1.0, hx);
-  const reference::Matrix w = test::random_bf16(rng, n, k, 0.03, hw);
+  const Matrix x = test::random_bf16(rng, t, k, 1.0, hx);
+  const Matrix w = test::random_bf16(rng, n, k, 0.03, hw);
   gpu::TpGroup g(2);
   std::vector<DeviceBuffer<Bf16>> dx, dw, dy, dall;
   std::vector<std::unique_ptr<gpu::BlasLtGemm>> gemm;
@@ -118,7 +118,7 @@ TEST_F(GpuTensorParallel, ColumnParallelAllGatherMatchesTheFullProduct) {
   }
   g.all_gather(send, recv, static_cast<size_t>(t * (n / 2) * 2), ncclUint8);
   g.synchronize();
-  const reference::Matrix want = reference::matmul_nt(w, x);  // [n, t]
+  const Matrix want = reference::matmul_nt(w, x);  // [n, t]
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
     const double e = test::rel_l2(test::to_doubles(dall[static_cast<size_t>(r)].download()),
@@ -132,7 +132,7 @@ TEST_F(GpuTensorParallel, VocabParallelEmbeddingIsExact) {
   const ModelConfig c = shapes();
   const int64_t v = c.vocab, h = 256;
   std::vector<Bf16> ht;
-  const reference::Matrix table = test::random_bf16(rng, v, h, 1.0, ht);
+  const Matrix table = test::random_bf16(rng, v, h, 1.0, ht);
   const std::vector<int32_t> ids = {0, 511, 512, 1000, 7, 777};
   gpu::TpGroup g(2);
   std::vector<DeviceBuffer<Bf16>> dt, out;

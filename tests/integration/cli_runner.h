@@ -41,10 +41,10 @@ inline CliRun run_cli(const std::filesystem::path& scratch, const std::string& a
 }
 
 // The 2-D tensor `name` of a safetensors file, decoded exactly to fp64.
-inline reference::Matrix read_matrix(const std::filesystem::path& file, const std::string& name) {
+inline Matrix read_matrix(const std::filesystem::path& file, const std::string& name) {
   const auto f = SafetensorsFile::open(file);
   const TensorInfo& t = f.at(name);
-  reference::Matrix m(static_cast<int64_t>(t.shape.at(0)), static_cast<int64_t>(t.shape.at(1)));
+  Matrix m(static_cast<int64_t>(t.shape.at(0)), static_cast<int64_t>(t.shape.at(1)));
   m.data = reference::decode_all(t.dtype, f.bytes(t), t.numel(), name);
   return m;
 }

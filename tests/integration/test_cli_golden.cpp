@@ -83,6 +83,21 @@ TEST_F(CliGolden, MakeWritesAFileOtherToolsRead) {
   }
 }
 
+// --run-dtype: the golden for a bf16 engine running a wider checkpoint records the dtype its
+// weights ran in, and compare warns by name against a golden that ran them in another.
+TEST_F(CliGolden, RunDtypeIsRecordedAndComparedByName) {
+  ASSERT_EQ(run_cli(dir_, make("--mode emulate --run-dtype bf16", "run-bf16.h5")).status, 0);
+  ASSERT_EQ(run_cli(dir_, make("--mode emulate --run-dtype f32", "run-f32.h5")).status, 0);
+  const CliRun info = run_cli(dir_, "golden info --json " + (dir_ / "run-f32.h5").string());
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_EQ(Json::parse(info.out)["model_dtype"], "F32");
+  const CliRun cmp = run_cli(dir_, "compare " + (dir_ / "run-f32.h5").string() + " " +
+                                       (dir_ / "run-bf16.h5").string());
+  EXPECT_THAT(cmp.out + cmp.err, HasSubstr("weight dtype: the golden ran the weights in F32"));
+  const CliRun bad = run_cli(dir_, make("--run-dtype f8", "bad.h5"));
+  EXPECT_EQ(bad.status, 2) << "a value outside the choices is a usage error";
+}
+
 TEST_F(CliGolden, CompareAndBisectJudgeByPolicy) {
   ASSERT_EQ(run_cli(dir_, make("--mode emulate", "emulate.h5")).status, 0);
   ASSERT_EQ(run_cli(dir_, make("--mode exact", "exact.h5")).status, 0);

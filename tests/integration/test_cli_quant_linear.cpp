@@ -11,9 +11,9 @@
 #include "../unit/quant_test_util.h"
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
+#include "core/quant/dialect.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/quant/dialect.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/tensor_decode.h"
 
@@ -21,7 +21,6 @@ namespace qparity {
 namespace {
 
 namespace fs = std::filesystem;
-using reference::Matrix;
 using ::testing::HasSubstr;
 
 class CliQuantLinear : public testing::Test {
@@ -84,8 +83,8 @@ const Case kCases[] = {
 
 TEST_F(CliQuantLinear, EverySchemeAndDialectRoundTrips) {
   for (const Case& c : kCases) {
-    for (reference::Dialect d : reference::kAllDialects) {
-      const std::string dialect(reference::to_string(d));
+    for (Dialect d : kAllDialects) {
+      const std::string dialect(qparity::to_string(d));
       const fs::path out = dir_ / (std::string(c.scheme) + "." + dialect + ".safetensors");
       const auto r =
           run("quant-linear --scheme " + std::string(c.scheme) + " --dialect " + dialect +

@@ -17,7 +17,6 @@ namespace qparity {
 namespace {
 
 namespace fs = std::filesystem;
-using reference::Matrix;
 using ::testing::HasSubstr;
 
 class CliTraceQuantize : public testing::Test {

@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 
 #include "../unit/error_of.h"
 #include "../unit/quant_test_util.h"
 #include "../unit/test_seed.h"
+#include "core/json_util.h"
+#include "core/safetensors/checkpoint.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "fixtures/checkpoint_quantizer.h"
@@ -338,6 +341,64 @@ TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     ASSERT_EQ(u & 0xFFFFu, 0u);
+  }
+}
+
+// An fp32 checkpoint run in bf16 (run_dtype: what a bf16 engine does with it) is its bf16 copy,
+// every weight rounded once to bf16 and the config saying bfloat16: bit for bit at every capture
+// point in emulate mode. Without run_dtype the fp32 weights run as they are.
+TEST_F(ReferenceModels, RunDtypeEqualsTheCheckpointConvertedToIt) {
+  for (const char* arch : kArchs) {
+    SCOPED_TRACE(arch);
+    const fs::path f32 = root_ / (std::string(arch) + ".f32");
+    if (!fs::exists(f32)) {
+      fixtures::FixtureSpec spec;
+      spec.arch = fixtures::parse_fixture_arch(arch);
+      spec.seed = seed_;
+      spec.dtype = DType::kF32;
+      fixtures::write_fp_checkpoint(spec, f32, OverwritePolicy::kRefuse);
+    }
+    const fs::path b16 = root_ / (std::string(arch) + ".f32-as-bf16");
+    if (!fs::exists(b16)) {
+      fs::create_directories(b16);
+      Json cfg = Json::parse(std::ifstream(f32 / "config.json"));
+      for (const char* key : {"torch_dtype", "dtype"})
+        if (cfg.contains(key)) cfg[key] = "bfloat16";
+      std::ofstream(b16 / "config.json") << cfg.dump(2);
+      const Checkpoint ck = Checkpoint::open(f32);
+      std::vector<HostTensor> held;
+      held.reserve(ck.tensors().size());
+      std::vector<TensorToWrite> out;
+      for (const auto& [name, ref] : ck.tensors()) {
+        std::vector<int64_t> shape(ref.info->shape.begin(), ref.info->shape.end());
+        const auto values = decode(TensorView{ref.info->dtype, shape, ref.bytes()}, name);
+        held.push_back(encode(DType::kBF16, shape, values, Encoding::kNearest, name));
+        out.push_back({name, DType::kBF16, ref.info->shape, held.back().bytes});
+      }
+      write_safetensors(b16 / "model.safetensors", out, std::nullopt);
+    }
+    LoadOptions run_bf16;
+    run_bf16.mode = PrecisionMode::kEmulate;
+    run_bf16.run_dtype = DType::kBF16;
+    LoadOptions plain;
+    plain.mode = PrecisionMode::kEmulate;
+    auto a = load_model(f32, run_bf16);
+    auto b = load_model(b16, plain);
+    auto c = load_model(f32, plain);
+    EXPECT_EQ(a->model_dtype(), DType::kF32);
+    EXPECT_EQ(a->run_dtype(), DType::kBF16);
+    EXPECT_EQ(c->run_dtype(), DType::kF32);
+    const auto t = tokens(6, a->config().vocab);
+    Trace ta, tb, tc;
+    ForwardHooks ha, hb, hc;
+    ha.trace = &ta, hb.trace = &tb, hc.trace = &tc;
+    a->forward(t, ha);
+    b->forward(t, hb);
+    c->forward(t, hc);
+    ASSERT_EQ(ta.points().size(), tb.points().size());
+    for (size_t i = 0; i < ta.points().size(); ++i)
+      ASSERT_EQ(ta.points()[i].second.data, tb.points()[i].second.data) << ta.points()[i].first;
+    EXPECT_NE(ta.at("logits").data, tc.at("logits").data) << "fp32 weights must run as fp32";
   }
 }
 

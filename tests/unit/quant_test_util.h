@@ -9,8 +9,6 @@
 
 namespace qparity::test {
 
-using reference::Matrix;
-
 // Gaussian entries times a per-row scale spread over ~2 decades, with Student-t(3) tails and
 // `outlier_cols` input columns amplified 20x (what makes per-group scales and smoothing matter).
 inline Matrix realistic_matrix(std::mt19937_64& rng, int64_t rows, int64_t cols, double base = 0.02,

@@ -29,8 +29,6 @@ namespace qparity::fixtures {
 namespace {
 
 namespace fs = std::filesystem;
-using reference::Dialect;
-using reference::Matrix;
 
 fs::path scratch(const std::string& name) {
   const fs::path p = fs::temp_directory_path() /
@@ -252,7 +250,7 @@ struct SchemeCase {
 };
 
 std::ostream& operator<<(std::ostream& os, const SchemeCase& c) {
-  return os << c.scheme << "/" << arch_name(c.arch) << "/" << reference::to_string(c.dialect);
+  return os << c.scheme << "/" << arch_name(c.arch) << "/" << qparity::to_string(c.dialect);
 }
 
 class QuantizeCheckpoint : public ::testing::TestWithParam<SchemeCase> {
@@ -350,8 +348,7 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
   const SchemeCase c = GetParam();
   const SchemeId scheme = parse_scheme_id(c.scheme);
   const fs::path in = fp_dir(c.arch);
-  const fs::path out =
-      scratch("q_" + c.scheme + "_" + std::string(reference::to_string(c.dialect)));
+  const fs::path out = scratch("q_" + c.scheme + "_" + std::string(qparity::to_string(c.dialect)));
   const ModelConfig cfg = load_model_config(in / "config.json");
   std::ostringstream log;
   quantize_checkpoint(in, scheme, c.dialect, out,
@@ -508,7 +505,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SchemeCase{"smoothquant", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.0}),
     [](const ::testing::TestParamInfo<SchemeCase>& i) {
       std::string n = i.param.scheme + "_" + std::string(arch_name(i.param.arch)) + "_" +
-                      std::string(reference::to_string(i.param.dialect));
+                      std::string(qparity::to_string(i.param.dialect));
       for (char& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;

@@ -10,9 +10,9 @@
 #include <random>
 
 #include "core/codecs/float_format.h"
+#include "core/quant/dialect.h"
 #include "error_of.h"
 #include "quant_test_util.h"
-#include "reference_cpu/quant/dialect.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/kv_cache_method.h"
 #include "reference_cpu/quant/numeric.h"

@@ -27,7 +27,6 @@ namespace qparity::fixtures {
 namespace {
 
 namespace fs = std::filesystem;
-using reference::Dialect;
 using test::error_of;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -74,7 +73,7 @@ void expect_runs(const fs::path& dir, Dialect dialect = Dialect::kIdeal) {
   lo.dialect = dialect;
   auto model = reference::load_model(dir, lo);
   const std::vector<int64_t> tokens = {1, 7, 42, 3, 99};
-  const reference::Matrix logits = model->forward(tokens);
+  const Matrix logits = model->forward(tokens);
   ASSERT_EQ(logits.rows, 5);
   for (double v : logits.data)
     ASSERT_TRUE(std::isfinite(v)) << dir;
@@ -127,7 +126,7 @@ TEST(SchemeExclusions, FromShapesOfAnOddLlama) {
        {std::pair{Dialect::kCompressedTensors, "compute_dynamic_scales_and_zp"},
         std::pair{Dialect::kVllm, "per_token_group_quant_fp8"}}) {
     const SchemeExclusions x = scheme_exclusions(in, parse_scheme_id("fp8-block"), d);
-    EXPECT_TRUE(x.everything()) << reference::to_string(d);
+    EXPECT_TRUE(x.everything()) << qparity::to_string(d);
     ASSERT_EQ(x.modules.size(), 14u);
     EXPECT_EQ(x.modules.front().module, "model.layers.0.self_attn.q_proj");
     EXPECT_EQ(x.modules.front().tensor, "model.layers.0.self_attn.q_proj.weight");

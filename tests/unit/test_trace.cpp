@@ -1,9 +1,9 @@
-// Capture-point selection and accumulation (reference_cpu/models/trace.h).
+// Capture-point selection and accumulation (core/capture/trace.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/capture/trace.h"
 #include "error_of.h"
-#include "reference_cpu/models/trace.h"
 
 namespace qparity::reference {
 namespace {

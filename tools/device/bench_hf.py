@@ -6,7 +6,15 @@ have a peer measured in the same device session.
 Decode: each batch prefilled with --context tokens (DynamicCache), then --steps greedy steps, one
 token per sequence per step, timed with torch.cuda.synchronize() around the loop.
 Prefill: one forward of 4 x 512 tokens (logits_to_keep=1), timed over 3 repetitions.
+
+--compiled: the stronger peer the image allows instead: `generate` with
+cache_implementation="static" (transformers then compiles the decoding forward with torch.compile
+and replays it through CUDA graphs), greedy, --prompt tokens + --new tokens per sequence at
+batches 1 and 8, two warm-up runs (compilation, graph capture) before the timed one. Reported as
+new tokens / wall time of the timed generate call (its prefill included), and ms per new token.
+The eager peer above has neither compilation nor warm-up, which flatters small batches.
 Usage: bench_hf.py --json OUT [--context 512 --steps 64 --models qwen3-0.6b,llama3-8b]
+       bench_hf.py --compiled --json OUT [--prompt 128 --new 128 --models ...]
 """
 import argparse
 import json
@@ -74,15 +82,59 @@ def bench(name, context, steps):
     return out
 
 
+@torch.inference_mode()
+def bench_compiled(name, prompt, new):
+    cfg = shapes(name)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    gc = model.generation_config
+    gc.eos_token_id = None  # random weights: never stop early
+    gc.pad_token_id = 0
+    out = {"model": name, "peer": "generate, static cache, compiled", "generate": []}
+    for batch in (1, 8):
+        ids = torch.randint(1, cfg.vocab_size, (batch, prompt), device="cuda")
+        mask = torch.ones_like(ids)
+
+        def run():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            r = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                               max_new_tokens=new, min_new_tokens=new,
+                               cache_implementation="static")
+            torch.cuda.synchronize()
+            assert r.shape[1] == prompt + new, r.shape
+            return time.perf_counter() - t0
+
+        warm = [run(), run()]
+        secs = run()
+        tps = batch * new / secs
+        out["generate"].append({"batch": batch, "prompt": prompt, "new": new,
+                                "tokens_per_s": tps, "ms_per_new_token": secs / new * 1e3,
+                                "warmup_s": warm})
+        print(f"HF compiled {name} generate batch {batch} ({prompt} + {new}): {tps:.1f} new "
+              f"tokens/s, {secs / new * 1e3:.2f} ms per step (warm-up {warm[0]:.1f} s, "
+              f"{warm[1]:.2f} s)", flush=True)
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--models", default="qwen3-0.6b,llama3-8b")
+    ap.add_argument("--compiled", action="store_true")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128)
     a = ap.parse_args()
+    import transformers
+    runs = [bench_compiled(m, a.prompt, a.new) if a.compiled else bench(m, a.context, a.steps)
+            for m in a.models.split(",")]
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "models": [bench(m, a.context, a.steps) for m in a.models.split(",")]}
+           "transformers": transformers.__version__, "models": runs}
     with open(a.json, "w") as f:
         json.dump(res, f, indent=2)
 

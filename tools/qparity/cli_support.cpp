@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "reference_cpu/quant/dialect.h"
+#include "core/quant/dialect.h"
 
 namespace qparity::cli {
 
@@ -38,8 +38,8 @@ fs::path policy_dir(const std::string& option) {
 
 CLI::IsMember dialect_choices() {
   std::vector<std::string> names;
-  for (const auto d : reference::kAllDialects)
-    names.emplace_back(reference::to_string(d));
+  for (const auto d : kAllDialects)
+    names.emplace_back(qparity::to_string(d));
   return CLI::IsMember(names);
 }
 

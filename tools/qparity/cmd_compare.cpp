@@ -15,6 +15,7 @@
 #ifdef QPARITY_HAS_ENGINE
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/model_loader.h"
 #endif
 #include "core/capture/capture_points.h"
 #include "core/error.h"
@@ -247,7 +248,7 @@ int bisect(const CompareOptions& o) {
     reference::LoadOptions lo;
     if (!o.scheme.empty()) lo.override_scheme = o.scheme;
     const std::string dialect = !o.dialect.empty() ? o.dialect : r.candidate.dialect;
-    lo.dialect = reference::parse_dialect(dialect.empty() ? "ideal" : dialect);
+    lo.dialect = parse_dialect(dialect.empty() ? "ideal" : dialect);
     // Engines store activations in bf16; the reference's emulate mode does the same.
     const std::string mode = !o.mode.empty()                         ? o.mode
                              : r.candidate.precision_mode == "exact" ? "exact"
@@ -255,7 +256,7 @@ int bisect(const CompareOptions& o) {
     lo.mode = reference::parse_precision_mode(mode);
     model = reference::load_model(o.model, lo);
     const std::string name = "the qparity reference (" + golden::plan_scheme(model->plan()) +
-                             ", dialect " + std::string(reference::to_string(lo.dialect)) + ", " +
+                             ", dialect " + std::string(qparity::to_string(lo.dialect)) + ", " +
                              mode + ")";
     spec = golden::reference_runner(*model, name);
     if (r.candidate.producer == "qparity-reference") {
@@ -272,8 +273,7 @@ int bisect(const CompareOptions& o) {
       eo.max_seqs = 1;
       eo.max_context = g.seq_len() + 1;
       gpu::GpuLoadOptions glo;
-      glo.dialect =
-          r.candidate.dialect == "sglang" ? reference::Dialect::kSglang : reference::Dialect::kVllm;
+      glo.dialect = r.candidate.dialect == "sglang" ? Dialect::kSglang : Dialect::kVllm;
       auto engine = std::make_shared<gpu::Engine>(gpu::load_gpu_model(o.model, nullptr, glo), eo);
       own = golden::Runner{
           "the GPU engine",

@@ -19,14 +19,15 @@
 
 #include "commands.h"
 #include "core/capture/capture_points.h"
+#include "core/capture/trace.h"
 #include "core/error.h"
 #include "golden/compare.h"
 #include "golden/reference_run.h"
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/model_loader.h"
 #include "gpu_engine/sampler.h"
-#include "reference_cpu/models/trace.h"
 #include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
@@ -46,7 +47,7 @@ std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_t
                                          int64_t max_seqs, int64_t max_context,
                                          const std::string& dialect = "vllm") {
   gpu::GpuLoadOptions lo;
-  lo.dialect = reference::parse_dialect(dialect);
+  lo.dialect = parse_dialect(dialect);
   gpu::EngineOptions eo;
   eo.max_tokens = max_tokens;
   eo.max_seqs = max_seqs;
@@ -109,8 +110,7 @@ int layer(const LayerOptions& o) {
   const std::string dialect = gr.meta().dialect == "sglang" ? "sglang" : "vllm";
   auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096, dialect);
   const std::vector<gpu::LayerPointStats> points = gpu::engine_rerun_layer(*e, gr, o.layer);
-  const std::string input =
-      o.layer == 0 ? "embed" : "layers." + std::to_string(o.layer - 1) + ".residual";
+  const std::string input = layer_input_point(o.layer);
   // The engine re-runs the golden's own scheme: --policy, else the installed policy of it.
   golden::GoldenMeta engine_meta = gr.meta();
   engine_meta.producer = "qparity-gpu-engine";

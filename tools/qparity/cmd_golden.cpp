@@ -20,19 +20,27 @@ namespace fs = std::filesystem;
 
 struct MakeOptions {
   std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
-                             capture = "*";
+                             capture = "*", run_dtype;
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
   bool f32 = false, force = false;
 };
 
+DType parse_run_dtype(const std::string& s) {
+  if (s == "bf16") return DType::kBF16;
+  if (s == "f16") return DType::kF16;
+  if (s == "f32") return DType::kF32;
+  throw Error("--run-dtype", "'" + s + "' (bf16, f16, f32)");
+}
+
 void make(const MakeOptions& o) {
   check_output_file(o.out, o.force);  // before the run, not after it
   golden::ReferenceRunOptions ro;
   if (!o.scheme.empty()) ro.scheme = o.scheme;
-  ro.dialect = reference::parse_dialect(o.dialect);
+  ro.dialect = parse_dialect(o.dialect);
   ro.mode = reference::parse_precision_mode(o.mode);
   ro.capture = o.capture;
+  if (!o.run_dtype.empty()) ro.run_dtype = parse_run_dtype(o.run_dtype);
   ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
   check_capture_globs(o.capture, model_capture_points(cfg));
@@ -58,6 +66,7 @@ void info(const std::string& file, bool json) {
     for (const auto& [name, field] : golden::meta_string_fields())
       j[name] = m.*field;
     j["seed"] = m.seed;
+    if (!m.model_dtype.empty()) j["model_dtype"] = m.model_dtype;  // what the weights ran in
     j["point_dtype"] = golden::to_string(m.point_precision);
     j["sequences"] = r.sequences();
     j["seq_len"] = r.seq_len();
@@ -74,7 +83,8 @@ void info(const std::string& file, bool json) {
             << m.model_config_hash.substr(0, 16) << "..., tensors sha256 "
             << m.checkpoint_hash.substr(0, 16) << "...\n"
             << "  scheme     " << m.scheme << ", dialect " << m.dialect << ", mode "
-            << m.precision_mode << "\n"
+            << m.precision_mode
+            << (m.model_dtype.empty() ? "" : ", weights run in " + m.model_dtype) << "\n"
             << "  inputs     " << r.sequences() << " x " << r.seq_len() << " tokens ("
             << m.input_set << ")\n"
             << "  points     " << r.point_names().size() << " ("
@@ -99,6 +109,10 @@ void add_golden_command(CLI::App& app, int& rc) {
   mk->add_option("--mode", o->mode, "exact | emulate")
       ->capture_default_str()
       ->check(mode_choices());
+  mk->add_option("--run-dtype", o->run_dtype,
+                 "run the weights (and emulate mode's stored activations) in this dtype, as the "
+                 "engine being judged does: bf16 | f16 | f32 (default: the checkpoint's)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   add_token_options(mk, o->tokens, o->token_ids);
   mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

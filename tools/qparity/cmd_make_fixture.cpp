@@ -79,8 +79,7 @@ void run(const MakeFixtureOptions& o) {
   }
   const SchemeId scheme = parse_scheme_id(o.scheme);
   // One default dialect everywhere: ideal, the format as written (README "Dialects").
-  const reference::Dialect dialect =
-      reference::parse_dialect(o.dialect.empty() ? "ideal" : o.dialect);
+  const Dialect dialect = parse_dialect(o.dialect.empty() ? "ideal" : o.dialect);
   const TempDir tmp(
       fs::temp_directory_path() /
       ("qparity-make-fixture-" + std::to_string(::getpid()) + "-" + std::to_string(o.seed)));
@@ -93,7 +92,7 @@ void run(const MakeFixtureOptions& o) {
   const auto tokens = reference::synthetic_tokens(o.calib_tokens, cfg.vocab, o.seed);
   const auto stats = fixtures::calibrate_checkpoint(tmp.path(), tokens);
   std::cerr << "make-fixture: quantizing with " << to_string(scheme) << " (dialect "
-            << reference::to_string(dialect) << ") into " << o.out << "\n";
+            << qparity::to_string(dialect) << ") into " << o.out << "\n";
   fixtures::quantize_checkpoint(tmp.path(), scheme, dialect, o.out, stats, policy, &std::cerr);
   std::cerr << "make-fixture: done\n";
 }

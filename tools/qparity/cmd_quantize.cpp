@@ -43,7 +43,7 @@ void run(const QuantizeOptions& o) {
   const std::vector<Producer>& producers = scheme_info(scheme.kind).producers;
   // One default dialect everywhere (ideal: the format as written); the producer's own arithmetic
   // is one --dialect away, and every output says which was used.
-  const reference::Dialect dialect = reference::parse_dialect(o.dialect);
+  const Dialect dialect = parse_dialect(o.dialect);
   const bool msm_only = !producers.empty() && producers.front() == Producer::kMsModelSlim;
   if (o.dialect == "ideal")
     std::cerr << "quantize: dialect ideal (the default: the format as written; --dialect "
@@ -69,7 +69,7 @@ void run(const QuantizeOptions& o) {
               << o.in << "\n";
     stats = fixtures::calibrate_checkpoint(o.in, tokens);
   }
-  std::cerr << "quantize: " << to_string(scheme) << " (dialect " << reference::to_string(dialect)
+  std::cerr << "quantize: " << to_string(scheme) << " (dialect " << qparity::to_string(dialect)
             << ") -> " << o.out << "\n";
   fixtures::quantize_checkpoint(o.in, scheme, dialect, o.out, stats,
                                 o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse,

@@ -3,8 +3,8 @@
 // --dialects, the dialects the reference can reproduce (the --dialect values).
 #include <iostream>
 
+#include "core/quant/dialect.h"
 #include "core/quant/scheme_registry.h"
-#include "reference_cpu/quant/dialect.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -44,15 +44,14 @@ void add_schemes_command(CLI::App& app, int& rc) {
   cmd->add_flag("--dialects", *dialects,
                 "List the dialects (producer / engine arithmetic the reference reproduces)");
   cmd->callback([json, dialects, &rc] {
-    using reference::Dialect;
     if (*dialects) {
       Json out = Json::array();
-      for (Dialect d : reference::kAllDialects) {
+      for (Dialect d : kAllDialects) {
         if (*json)
-          out.push_back({{"id", std::string(reference::to_string(d))},
-                         {"description", std::string(reference::describe(d))}});
+          out.push_back({{"id", std::string(qparity::to_string(d))},
+                         {"description", std::string(qparity::describe(d))}});
         else
-          std::cout << reference::to_string(d) << "\n    " << reference::describe(d) << "\n";
+          std::cout << qparity::to_string(d) << "\n    " << qparity::describe(d) << "\n";
       }
       if (*json) std::cout << out.dump(2) << "\n";
     } else if (*json) {

@@ -34,6 +34,7 @@
 #ifdef QPARITY_HAS_ENGINE
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine_golden.h"
+#include "gpu_engine/model_loader.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #endif
 
@@ -155,8 +156,8 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   fixtures::QuantizeCheckpointOptions qo;
   qo.ignore_unsupported = true;
   const fs::path qdir = work / (t.name + "." + scheme);
-  fixtures::quantize_checkpoint(t.dir, id, reference::Dialect::kIdeal, qdir, stats,
-                                OverwritePolicy::kReplace, nullptr, qo);
+  fixtures::quantize_checkpoint(t.dir, id, Dialect::kIdeal, qdir, stats, OverwritePolicy::kReplace,
+                                nullptr, qo);
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;  // format errors are far above fp32 rounding
   golden::Golden g = golden::run_reference(qdir, in, ro, nullptr);
@@ -251,7 +252,7 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
   std::vector<std::pair<std::string, fixtures::SchemeExclusions>> runnable;
   for (const auto& scheme : t.schemes) {
     const fixtures::SchemeExclusions excluded =
-        fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), reference::Dialect::kIdeal);
+        fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), Dialect::kIdeal);
     if (excluded.everything()) {
       const auto& first = excluded.modules.front();
       const std::string why =
@@ -349,21 +350,24 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
       // alignment, ...) the engine then meets; the linears it cannot take stay bf16 and the row
       // says which.
       const fixtures::SchemeExclusions ex =
-          fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), reference::Dialect::kVllm);
+          fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), Dialect::kVllm);
       if (!ex.modules.empty())
         notes.push_back(std::to_string(ex.modules.size()) +
                         " module(s) left bf16 in this engine row (dialect vllm cannot take them), "
                         "first " +
                         ex.modules.front().module + ": " + ex.modules.front().rule);
-      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), reference::Dialect::kVllm, dir,
-                                    stats, OverwritePolicy::kReplace, nullptr, qo);
+      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), Dialect::kVllm, dir, stats,
+                                    OverwritePolicy::kReplace, nullptr, qo);
     }
     // The engine imitates vLLM; where the scheme quantizes activations the reference golden
     // takes the same dialect, so that the codes can match bit for bit.
     golden::ReferenceRunOptions er;
     er.point_precision = golden::PointPrecision::kF32;
     er.mode = reference::PrecisionMode::kEmulate;
-    er.dialect = reference::Dialect::kVllm;
+    er.dialect = Dialect::kVllm;
+    // The engine runs every weight and activation in bf16, whatever the checkpoint stores: the
+    // golden does the same (a no-op for a bf16 checkpoint).
+    er.run_dtype = DType::kBF16;
     golden::Golden ref = golden::run_reference(dir, in, er, nullptr);
     ref.meta.model = t.name;
     ref.meta.scheme = scheme;

@@ -1,8 +1,8 @@
-#include "reference_cpu/models/trace.h"
+#include "core/capture/trace.h"
 
 #include "core/error.h"
 
-namespace qparity::reference {
+namespace qparity {
 
 bool glob_match(std::string_view p, std::string_view s) {
   // Iterative wildcard match with backtracking to the last '*': linear in practice.
@@ -71,4 +71,4 @@ const Matrix& Trace::at(std::string_view name) const {
   return *m;
 }
 
-}  // namespace qparity::reference
+}  // namespace qparity

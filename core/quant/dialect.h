@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-namespace qparity::reference {
+namespace qparity {
 
 enum class Dialect : uint8_t { kIdeal, kCompressedTensors, kVllm, kSglang, kMsModelSlim };
 
@@ -37,4 +37,4 @@ std::string valid_dialects();
 // One line per dialect, for `qparity schemes` and reports.
 std::string_view describe(Dialect d);
 
-}  // namespace qparity::reference
+}  // namespace qparity

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "reference_cpu/quant/matrix.h"
+#include "core/matrix.h"
 
-namespace qparity::reference {
+namespace qparity {
 
 bool glob_match(std::string_view pattern, std::string_view name);
 
@@ -36,4 +36,4 @@ class Trace {
   std::vector<std::pair<std::string, Matrix>> points_;
 };
 
-}  // namespace qparity::reference
+}  // namespace qparity

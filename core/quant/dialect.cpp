@@ -1,11 +1,11 @@
-#include "reference_cpu/quant/dialect.h"
+#include "core/quant/dialect.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
 
-namespace qparity::reference {
+namespace qparity {
 
 std::string_view to_string(Dialect d) {
   switch (d) {
@@ -63,4 +63,4 @@ Dialect parse_dialect(std::string_view name) {
               "unknown dialect '" + std::string(name) + "'; valid dialects: " + valid_dialects());
 }
 
-}  // namespace qparity::reference
+}  // namespace qparity

@@ -1,0 +1,19 @@
+#pragma once
+// How load_gpu_model (model_loader.h) reads a checkpoint.
+#include <optional>
+#include <string>
+
+#include "core/quant/dialect.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
+
+namespace qparity::gpu {
+
+struct GpuLoadOptions {
+  std::optional<std::string> override_scheme;  // --scheme
+  // The engine the GPU methods imitate, bit for bit where a scheme quantizes activations (vllm or
+  // sglang; weight-only schemes compute the same in every dialect).
+  Dialect dialect = Dialect::kVllm;
+  GpuMethodOptions methods;  // test-only fault injection
+};
+
+}  // namespace qparity::gpu

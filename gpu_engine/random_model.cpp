@@ -1,0 +1,53 @@
+#include "gpu_engine/random_model.h"
+
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/random_init.h"
+#include "gpu_engine/shape_padding.h"
+
+namespace qparity::gpu {
+
+std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed) {
+  auto m = std::make_unique<GpuModel>();
+  m->cfg = c;
+  const size_t h = static_cast<size_t>(c.hidden), q = static_cast<size_t>(c.q_size()),
+               kv = static_cast<size_t>(c.kv_size()), d = static_cast<size_t>(c.head_dim),
+               in = static_cast<size_t>(c.intermediate), e = static_cast<size_t>(c.num_experts),
+               mi = static_cast<size_t>(c.moe_intermediate_size), v = static_cast<size_t>(c.vocab);
+  uint64_t stream_seed = seed;
+  const auto make = [&](Bf16Buffer& b, size_t n, float mean) {
+    b = Bf16Buffer(n);
+    launch_fill_random_bf16(b.get(), static_cast<int64_t>(n), mean, 0.02f, ++stream_seed, nullptr);
+    m->weight_bytes += n * 2;
+  };
+  make(m->embed, v * h, 0.f);
+  make(m->final_norm, h, 1.f);
+  if (!c.tie_word_embeddings) make(m->lm_head_own, v * h, 0.f);
+  m->lm_head = c.tie_word_embeddings ? m->embed.get() : m->lm_head_own.get();
+  m->layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    GpuLayerWeights& l = m->layers[static_cast<size_t>(i)];
+    make(l.input_norm, h, 1.f);
+    make(l.post_norm, h, 1.f);
+    make(l.qkv, (q + 2 * kv) * h, 0.f);
+    make(l.o_proj, h * q, 0.f);
+    if (c.has_qk_norm) {
+      make(l.q_norm, d, 1.f);
+      make(l.k_norm, d, 1.f);
+    }
+    l.moe = c.is_moe_layer(i);
+    if (l.moe) {
+      make(l.router, e * h, 0.f);
+      make(l.w13, e * 2 * mi * h, 0.f);
+      make(l.w2, e * h * mi, 0.f);
+    } else {
+      make(l.gate_up, 2 * in * h, 0.f);
+      make(l.down, h * in, 0.f);
+    }
+  }
+  attach_rope(*m);
+  pad_for_kernels(*m);
+  QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+  return m;
+}
+
+}  // namespace qparity::gpu
