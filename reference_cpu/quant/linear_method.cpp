@@ -9,6 +9,27 @@
 
 namespace qparity::reference {
 
+ProcessedIntWeight int_weight_of(const QuantizedMatrix& m, int64_t group, int bits,
+                                 IntCodes which) {
+  ProcessedIntWeight w;
+  w.rows = m.rows;
+  w.cols = m.cols;
+  w.group = group;
+  w.bits = bits;
+  w.stored.resize(static_cast<size_t>(w.rows * w.cols));
+  std::vector<int64_t> q(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    if (which == IntCodes::kStored)
+      m.stored_row(r, q);
+    else
+      m.row_codes(r, q);
+    for (int64_t c = 0; c < w.cols; ++c)
+      w.stored[static_cast<size_t>(r * w.cols + c)] =
+          static_cast<int8_t>(q[static_cast<size_t>(c)]);
+  }
+  return w;
+}
+
 int64_t LinearShape::out_features() const {
   int64_t n = 0;
   for (int64_t p : partitions)

@@ -81,6 +81,15 @@ struct ProcessedIntWeight {
   std::vector<double> bias;         // [rows] or empty
 };
 
+// Which integers of a QuantizedMatrix become ProcessedIntWeight::stored.
+enum class IntCodes : uint8_t {
+  kStored,    // as stored (zero points, if any, go in ProcessedIntWeight::zero)
+  kZeroFree,  // codes with the matrix's own zero points subtracted
+};
+// rows, cols, group, bits and stored of m's integers as one int8 matrix; the method fills scale,
+// zero and bias (what they mean differs by scheme).
+ProcessedIntWeight int_weight_of(const QuantizedMatrix& m, int64_t group, int bits, IntCodes which);
+
 // What a LinearMethod is built from: the plan entry's scheme and args, and the dialect.
 struct MethodConfig {
   SchemeId scheme;

@@ -584,28 +584,18 @@ Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) cons
   return y;
 }
 
-std::optional<ProcessedIntWeight> PackQuantizedLinearMethod::processed_int_weight(int64_t expert) const {
+std::optional<ProcessedIntWeight> PackQuantizedLinearMethod::processed_int_weight(
+    int64_t expert) const {
   const FusedIntWeight& f = fused_.at(sz(expert));
   if (!f.identity)
     throw Error(shape().prefix,
                 "actorder=group (a weight_g_idx column permutation) has no "
                 "column-order integer form; an engine must permute activations");
-  ProcessedIntWeight w;
-  w.rows = f.w.rows;
-  w.cols = f.w.cols;
-  w.group = group_size_;
-  w.bits = args_.num_bits;
   if (f.w.block_cols != group_size_ || f.w.block_rows != 1)
     throw Error(shape().prefix, "fused weight blocks [" + std::to_string(f.w.block_rows) + ", " +
                                     std::to_string(f.w.block_cols) + "] are not [1, group " +
                                     std::to_string(group_size_) + "]");
-  w.stored.resize(sz(w.rows * w.cols));
-  std::vector<int64_t> q(sz(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    f.w.stored_row(r, q);
-    for (int64_t c = 0; c < w.cols; ++c)
-      w.stored[sz(r * w.cols + c)] = static_cast<int8_t>(q[sz(c)]);
-  }
+  ProcessedIntWeight w = int_weight_of(f.w, group_size_, args_.num_bits, IntCodes::kStored);
   w.scale = f.w.scales.data;
   w.zero.assign(w.scale.size(), 0.0);
   for (size_t i = 0; i < f.w.zero_points.size() && i < w.zero.size(); ++i)

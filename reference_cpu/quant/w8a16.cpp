@@ -209,19 +209,7 @@ Matrix W8A16LinearMethod::do_dequantized_weight(int64_t expert) const {
 
 std::optional<ProcessedIntWeight> W8A16LinearMethod::processed_int_weight(int64_t expert) const {
   const Expert& ex = experts_.at(static_cast<size_t>(expert));
-  ProcessedIntWeight w;
-  w.rows = ex.weight.rows;
-  w.cols = ex.weight.cols;
-  w.group = group_;
-  w.bits = 8;
-  w.stored.resize(static_cast<size_t>(w.rows * w.cols));
-  std::vector<int64_t> q(static_cast<size_t>(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    ex.weight.stored_row(r, q);
-    for (int64_t c = 0; c < w.cols; ++c)
-      w.stored[static_cast<size_t>(r * w.cols + c)] =
-          static_cast<int8_t>(q[static_cast<size_t>(c)]);
-  }
+  ProcessedIntWeight w = int_weight_of(ex.weight, group_, 8, IntCodes::kStored);
   // With integral offsets the matrix's zero points are the offsets and stored() is q; otherwise
   // stored() is q and the offsets live beside it. Either way w = (q - offset) * s.
   w.zero = ex.offsets.data;

@@ -422,18 +422,7 @@ TensorMap W8A8Int8DynamicLinearMethod::runtime_tensors() const {
 std::optional<ProcessedIntWeight> W8A8Int8DynamicLinearMethod::processed_int_weight(
     int64_t expert) const {
   const QuantizedMatrix& m = weights_.at(sz(expert));
-  ProcessedIntWeight w;
-  w.rows = m.rows;
-  w.cols = m.cols;
-  w.group = m.cols;
-  w.bits = 8;
-  w.stored.resize(sz(w.rows * w.cols));
-  std::vector<int64_t> q(sz(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    m.row_codes(r, q);
-    for (int64_t c = 0; c < w.cols; ++c)
-      w.stored[sz(r * w.cols + c)] = static_cast<int8_t>(q[sz(c)]);
-  }
+  ProcessedIntWeight w = int_weight_of(m, m.cols, 8, IntCodes::kZeroFree);
   w.scale.resize(sz(w.rows));
   for (int64_t r = 0; r < w.rows; ++r)
     w.scale[sz(r)] = m.scale(r, 0);

@@ -257,19 +257,7 @@ W8A8StaticLinearMethod::StaticActivation W8A8StaticLinearMethod::static_activati
 std::optional<ProcessedIntWeight> W8A8StaticLinearMethod::processed_int_weight(
     int64_t expert) const {
   const Expert& ex = experts_.at(static_cast<size_t>(expert));
-  ProcessedIntWeight w;
-  w.rows = ex.weight.rows;
-  w.cols = ex.weight.cols;
-  w.group = w.cols;
-  w.bits = 8;
-  w.stored.resize(static_cast<size_t>(w.rows * w.cols));
-  std::vector<int64_t> q(static_cast<size_t>(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    ex.weight.row_codes(r, q);
-    for (int64_t c = 0; c < w.cols; ++c)
-      w.stored[static_cast<size_t>(r * w.cols + c)] =
-          static_cast<int8_t>(q[static_cast<size_t>(c)]);
-  }
+  ProcessedIntWeight w = int_weight_of(ex.weight, ex.weight.cols, 8, IntCodes::kZeroFree);
   // The effective per-row weight scale: what the engine's epilogue multiplies is deq_scale.
   w.scale = ex.deq_scale;
   w.zero.assign(w.scale.size(), 0.0);

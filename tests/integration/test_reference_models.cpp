@@ -402,6 +402,41 @@ TEST_F(ReferenceModels, RunDtypeEqualsTheCheckpointConvertedToIt) {
   }
 }
 
+// The engine-neutral integer form every GPU weight-only / int8 kernel is built from: for the
+// integer-weight schemes, w = (stored - zero) * scale per group is the method's own dequantized
+// weight, bit for bit, in every linear of every layer.
+TEST_F(ReferenceModels, ProcessedIntWeightIsTheDequantizedWeight) {
+  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn"}) {
+    SCOPED_TRACE(scheme);
+    auto m = load_model(quantized("llama", scheme));
+    int checked = 0;
+    for (const DecoderLayer& l : m->layers())
+      for (const LinearMethod* lm : {l.attn.qkv.get(), l.attn.o_proj.get(), l.mlp->gate_up.get(),
+                                     l.mlp->down.get()}) {
+        const std::optional<ProcessedIntWeight> w = lm->processed_int_weight(0);
+        if (!w) continue;  // a linear the scheme leaves unquantized
+        const Matrix want = lm->dequantized_weight(0);
+        ASSERT_EQ(w->rows, want.rows);
+        ASSERT_EQ(w->cols, want.cols);
+        ASSERT_EQ(w->cols % w->group, 0);
+        ASSERT_EQ(w->scale.size(), static_cast<size_t>(w->rows * w->cols / w->group));
+        ASSERT_EQ(w->zero.size(), w->scale.size());
+        const int64_t lo = -(int64_t{1} << (w->bits - 1)), hi = (int64_t{1} << (w->bits - 1)) - 1;
+        for (int64_t r = 0; r < w->rows; ++r)
+          for (int64_t c = 0; c < w->cols; ++c) {
+            const size_t i = static_cast<size_t>(r * w->cols + c);
+            const size_t g = static_cast<size_t>((r * w->cols + c) / w->group);
+            ASSERT_GE(w->stored[i], lo);
+            ASSERT_LE(w->stored[i], hi);
+            ASSERT_EQ((static_cast<double>(w->stored[i]) - w->zero[g]) * w->scale[g], want(r, c))
+                << lm->shape().prefix << " [" << r << ", " << c << "]";
+          }
+        ++checked;
+      }
+    EXPECT_GT(checked, 0);
+  }
+}
+
 // The GEMMs split weight rows across threads; every output keeps its own fixed-order sum, so the
 // thread count must not change a bit of any capture point.
 TEST_F(ReferenceModels, ThreadCountDoesNotChangeABit) {
