@@ -79,6 +79,7 @@ CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMo
       mode_(mode),
       model_dtype_(model_dtype_of(cfg_)),
       run_dtype_(run_dtype.value_or(model_dtype_)),
+      weight_rounding_(run_dtype),
       rope_(cfg_) {
   arith_of(run_dtype_, "run dtype");  // BF16, F16, F32 or F64; anything else throws
 }
@@ -116,9 +117,9 @@ Matrix CausalLm::embed(std::span<const int64_t> tokens) const {
                                 std::to_string(cfg_.vocab) + ")");
     decode_to_double(embed_.dtype, embed_.bytes, static_cast<uint64_t>(tokens[t] * h), row,
                      "model.embed_tokens.weight");
-    if (embed_.dtype != run_dtype_)  // the table as an engine running in run_dtype holds it
+    if (weight_rounding_ && embed_.dtype != *weight_rounding_)  // as the engine holds the table
       for (double& v : row)
-        v = in(arith_of(run_dtype_), v);
+        v = in(arith_of(*weight_rounding_), v);
     std::copy(row.begin(), row.end(), x.data.begin() + static_cast<int64_t>(t) * h);
   }
   return x;

@@ -107,6 +107,9 @@ class CausalLm {
   PrecisionMode mode() const { return mode_; }
   DType model_dtype() const { return model_dtype_; }  // the checkpoint's (config.json)
   DType run_dtype() const { return run_dtype_; }
+  // The run dtype when one was asked for: only then are weights rounded at load (a checkpoint
+  // whose tensors differ from its config's dtype, e.g. fp32 norms in a bf16 model, keeps them).
+  std::optional<DType> weight_rounding() const { return weight_rounding_; }
 
   // Runs `tokens` at positions [cached_tokens(), cached_tokens() + T), appending their keys and
   // values to the cache; returns the logits [T, vocab].
@@ -149,6 +152,7 @@ class CausalLm {
   PrecisionMode mode_;
   DType model_dtype_;
   DType run_dtype_;
+  std::optional<DType> weight_rounding_;
   Rope rope_;
   std::shared_ptr<const Checkpoint> ckpt_;
   TensorView embed_;

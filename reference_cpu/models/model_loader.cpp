@@ -72,7 +72,7 @@ class Loader {
       norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
     }
     norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
-    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype(), m_.run_dtype())) {
+    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype(), m_.weight_rounding())) {
       std::unique_ptr<LinearMethod> lm = make(plan, ll);
       DecoderLayer* d = ll.layer >= 0 ? &m_.layers()[static_cast<size_t>(ll.layer)] : nullptr;
       switch (ll.kind) {
@@ -268,9 +268,9 @@ class Loader {
     if (!slot.found.count(wkey)) throw Error(prefix + ".weight", "missing");
     slot.out->weight = values(wkey);
     // The norm weight as an engine running in run_dtype holds it (the fp32 bias stays exact).
-    if (slot.found.at(wkey).dtype != m_.run_dtype())
+    if (const auto r = m_.weight_rounding(); r && slot.found.at(wkey).dtype != *r)
       for (double& v : slot.out->weight)
-        v = in(arith_of(m_.run_dtype()), v);
+        v = in(arith_of(*r), v);
     const std::string bkey = old ? "module.bias" : "bias";
     if (slot.found.count(bkey)) slot.out->bias = values(bkey);
     if (old && slot.found.count("bias"))

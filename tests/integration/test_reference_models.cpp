@@ -399,6 +399,24 @@ TEST_F(ReferenceModels, RunDtypeEqualsTheCheckpointConvertedToIt) {
     for (size_t i = 0; i < ta.points().size(); ++i)
       ASSERT_EQ(ta.points()[i].second.data, tb.points()[i].second.data) << ta.points()[i].first;
     EXPECT_NE(ta.at("logits").data, tc.at("logits").data) << "fp32 weights must run as fp32";
+    // A config saying bfloat16 over fp32 tensors, without run_dtype: the tensors are used as
+    // stored (only an asked-for run dtype rounds weights), so it is not the bf16 copy.
+    const fs::path mixed = root_ / (std::string(arch) + ".f32-config-bf16");
+    if (!fs::exists(mixed)) {
+      fs::create_directories(mixed);
+      fs::copy_file(b16 / "config.json", mixed / "config.json");
+      for (const auto& f : fs::directory_iterator(f32))
+        if (f.path().extension() != ".json" || f.path().filename() != "config.json")
+          fs::copy(f.path(), mixed / f.path().filename());
+    }
+    auto d = load_model(mixed, plain);
+    EXPECT_EQ(d->run_dtype(), DType::kBF16);
+    EXPECT_FALSE(d->weight_rounding().has_value());
+    Trace td;
+    ForwardHooks hd;
+    hd.trace = &td;
+    d->forward(t, hd);
+    EXPECT_NE(td.at("logits").data, tb.at("logits").data) << "weights were rounded unasked";
   }
 }
 
@@ -411,8 +429,8 @@ TEST_F(ReferenceModels, ProcessedIntWeightIsTheDequantizedWeight) {
     auto m = load_model(quantized("llama", scheme));
     int checked = 0;
     for (const DecoderLayer& l : m->layers())
-      for (const LinearMethod* lm : {l.attn.qkv.get(), l.attn.o_proj.get(), l.mlp->gate_up.get(),
-                                     l.mlp->down.get()}) {
+      for (const LinearMethod* lm :
+           {l.attn.qkv.get(), l.attn.o_proj.get(), l.mlp->gate_up.get(), l.mlp->down.get()}) {
         const std::optional<ProcessedIntWeight> w = lm->processed_int_weight(0);
         if (!w) continue;  // a linear the scheme leaves unquantized
         const Matrix want = lm->dequantized_weight(0);
