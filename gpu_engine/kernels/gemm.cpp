@@ -22,105 +22,91 @@ BlasLtGemm::BlasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_byte
   if (workspace_bytes_ > 0) QPARITY_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
+void BlasLtGemm::destroy_plan(Plan& p) {
+  cublasLtMatrixLayoutDestroy(p.a);
+  cublasLtMatrixLayoutDestroy(p.b);
+  cublasLtMatrixLayoutDestroy(p.c);
+  cublasLtMatmulDescDestroy(p.op);
+}
+
 BlasLtGemm::~BlasLtGemm() {
-  const auto destroy = [](Plan& p) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
-  };
   for (auto& [key, p] : plans_)
-    destroy(p);
+    destroy_plan(p);
   for (auto& [key, p] : plans_i8_)
-    if (p) destroy(*p);
+    if (p) destroy_plan(*p);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
 
 // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = B[N,K] A^T: cuBLASLt's first
 // operand is B read as column-major [K,N] and transposed, the second A as column-major [K,M].
-const BlasLtGemm::Plan& BlasLtGemm::plan(int64_t m, int64_t n, int64_t k, GemmOut out) {
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(out));
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-  Plan p;
-  check_blas(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+// Returns whether cuBLASLt has an algorithm for it; `p` then holds it (else p is destroyed).
+bool BlasLtGemm::make_plan(Plan& p, cublasComputeType_t compute, cudaDataType_t scale,
+                           cudaDataType_t ab, cudaDataType_t c, int64_t m, int64_t n, int64_t k,
+                           bool fp32_split_k) const {
+  check_blas(cublasLtMatmulDescCreate(&p.op, compute, scale), "MatmulDescCreate");
   const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
   check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t),
              "TRANSA");
   check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn),
              "TRANSB");
-  check_blas(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<uint64_t>(k),
-                                        static_cast<uint64_t>(n), k),
-             "layout B");
-  check_blas(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<uint64_t>(k),
-                                        static_cast<uint64_t>(m), k),
-             "layout A");
-  check_blas(cublasLtMatrixLayoutCreate(&p.c, out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F,
-                                        static_cast<uint64_t>(n), static_cast<uint64_t>(m), n),
-             "layout C");
+  check_blas(
+      cublasLtMatrixLayoutCreate(&p.a, ab, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k),
+      "layout B");
+  check_blas(
+      cublasLtMatrixLayoutCreate(&p.b, ab, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k),
+      "layout A");
+  check_blas(
+      cublasLtMatrixLayoutCreate(&p.c, c, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n),
+      "layout C");
   cublasLtMatmulPreference_t pref;
   check_blas(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
   check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &workspace_bytes_, sizeof workspace_bytes_),
              "workspace preference");
-  // Split-K partial sums must stay fp32: the in-place and output-type schemes add them in the
-  // output's type (bf16), extra roundings the fp32-accumulation contract does not allow.
-  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                  &reduction, sizeof reduction),
-             "reduction scheme preference");
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  check_blas(s, "MatmulAlgoGetHeuristic");
-  if (found == 0)
-    throw_launch_error("cublasLt", "no algorithm for M=" + std::to_string(m) +
-                                       " N=" + std::to_string(n) + " K=" + std::to_string(k));
-  p.algo = result.algo;
-  return plans_.emplace(key, p).first->second;
-}
-
-const BlasLtGemm::Plan* BlasLtGemm::plan_i8(int64_t m, int64_t n, int64_t k) {
-  const auto key = std::make_tuple(m, n, k);
-  if (auto it = plans_i8_.find(key); it != plans_i8_.end())
-    return it->second ? &*it->second : nullptr;
-  Plan p;
-  check_blas(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32I, CUDA_R_32I), "MatmulDescCreate");
-  const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
-  check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t),
-             "TRANSA");
-  check_blas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn),
-             "TRANSB");
-  check_blas(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8I, static_cast<uint64_t>(k),
-                                        static_cast<uint64_t>(n), k),
-             "layout B");
-  check_blas(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8I, static_cast<uint64_t>(k),
-                                        static_cast<uint64_t>(m), k),
-             "layout A");
-  check_blas(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32I, static_cast<uint64_t>(n),
-                                        static_cast<uint64_t>(m), n),
-             "layout C");
-  cublasLtMatmulPreference_t pref;
-  check_blas(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-  check_blas(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &workspace_bytes_, sizeof workspace_bytes_),
-             "workspace preference");
+  if (fp32_split_k) {
+    // Split-K partial sums must stay fp32: the in-place and output-type schemes add them in the
+    // output's type (bf16), extra roundings the fp32-accumulation contract does not allow.
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    check_blas(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction),
+               "reduction scheme preference");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
+    destroy_plan(p);
+    return false;
+  }
+  p.algo = result.algo;
+  return true;
+}
+
+const BlasLtGemm::Plan& BlasLtGemm::plan(int64_t m, int64_t n, int64_t k, GemmOut out) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(out));
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  Plan p;
+  if (!make_plan(p, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF,
+                 out == GemmOut::kBf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, k, true))
+    throw_launch_error("cublasLt", "no algorithm for M=" + std::to_string(m) +
+                                       " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  return plans_.emplace(key, p).first->second;
+}
+
+// Exact int32 sums of int8 products; no algorithm (a shape cuBLASLt's int8 kernels refuse) is
+// remembered as such, and the caller takes its own kernel.
+const BlasLtGemm::Plan* BlasLtGemm::plan_i8(int64_t m, int64_t n, int64_t k) {
+  const auto key = std::make_tuple(m, n, k);
+  if (auto it = plans_i8_.find(key); it != plans_i8_.end())
+    return it->second ? &*it->second : nullptr;
+  Plan p;
+  if (!make_plan(p, CUBLAS_COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_32I, m, n, k, false)) {
     plans_i8_.emplace(key, std::nullopt);
     return nullptr;
   }
-  p.algo = result.algo;
   return &*plans_i8_.emplace(key, p).first->second;
 }
 

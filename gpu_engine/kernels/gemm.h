@@ -40,6 +40,12 @@ class BlasLtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
+  // The descriptors of C = A B^T (row-major, see gemm.cpp) and cuBLASLt's first heuristic
+  // algorithm; false (p destroyed) when there is none. fp32_split_k: split-K partial sums stay in
+  // the fp32 compute type.
+  bool make_plan(Plan& p, cublasComputeType_t compute, cudaDataType_t scale, cudaDataType_t ab,
+                 cudaDataType_t c, int64_t m, int64_t n, int64_t k, bool fp32_split_k) const;
+  static void destroy_plan(Plan& p);
   const Plan& plan(int64_t m, int64_t n, int64_t k, GemmOut out);
   // nullptr when cuBLASLt has no int8 algorithm for the shape.
   const Plan* plan_i8(int64_t m, int64_t n, int64_t k);
