@@ -29,6 +29,13 @@ Json meta_json(const GoldenMeta& m) {
   return j;
 }
 
+Json declared_absent_json(const CompareReport& r) {
+  Json a = Json::array();
+  for (const auto& d : r.declared_absent)
+    a.push_back({{"point", d.point}, {"declared_as", d.glob}, {"reason", d.reason}});
+  return a;
+}
+
 }  // namespace
 
 Json json_number(double v) {
@@ -93,8 +100,20 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                          ": rounding the weights is part of every difference below");
   std::vector<double> kv_sum(static_cast<size_t>(g.seq_len()), 0.0);
   int64_t kv_layers = 0;
+  // A declaration must not hide a point the candidate has: that file contradicts itself.
+  for (const auto& name : c.point_names())
+    if (const AbsentPoint* a = declared_absent(c.meta(), name))
+      throw Error(r.candidate_file, "declares '" + a->glob +
+                                        "' absent (absent_points) but holds points/" + name +
+                                        ": a point is either dumped or declared absent");
   for (const auto& name : g.point_names()) {
     if (!c.has_point(name)) {
+      // Declared by the candidate's producer as one its engine cannot expose: listed, not
+      // failed. An undeclared gap still fails unless the policy allows it.
+      if (const AbsentPoint* a = declared_absent(c.meta(), name)) {
+        r.declared_absent.push_back({name, a->glob, a->reason});
+        continue;
+      }
       r.missing_in_candidate.push_back(name);
       if (section && !section->may_lack(name)) r.missing_failures.push_back(name);
       continue;
@@ -339,6 +358,7 @@ Json to_json(const CompareReport& r) {
           {"first_nonfinite_point", point_name(r.first_nonfinite)},
           {"missing_in_candidate", r.missing_in_candidate},
           {"missing_failures", r.missing_failures},
+          {"declared_absent", declared_absent_json(r)},
           {"extra_in_candidate", r.extra_in_candidate},
           {"warnings", r.warnings},
           {"points", points},
@@ -422,6 +442,20 @@ std::string to_text(const CompareReport& r) {
     o << "  missing in the candidate: " << m << (fails ? "  FAIL" : "  (allowed by the policy)")
       << "\n";
   }
+  // Declared absent: one line per declaration, with how many golden points it covered.
+  std::vector<std::pair<const CompareReport::DeclaredAbsent*, size_t>> declared;
+  for (const auto& d : r.declared_absent) {
+    auto it = std::find_if(declared.begin(), declared.end(),
+                           [&](const auto& x) { return x.first->glob == d.glob; });
+    if (it == declared.end())
+      declared.emplace_back(&d, 1);
+    else
+      ++it->second;
+  }
+  for (const auto& [d, n] : declared)
+    o << "  declared absent by the candidate (not compared): " << d->glob << " (" << n << " point"
+      << (n == 1 ? "" : "s, first " + d->point) << ")"
+      << (d->reason.empty() ? "" : ": " + d->reason) << "\n";
   for (const auto& m : r.extra_in_candidate)
     o << "  only in the candidate (not compared): " << m << "\n";
   for (const auto& g : r.unused_gates)

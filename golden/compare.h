@@ -54,7 +54,13 @@ struct CompareReport {
   std::vector<std::string> missing_in_candidate;  // golden points the candidate lacks
   std::vector<std::string> missing_failures;      // of those, the ones the policy does not allow
   std::vector<std::string> extra_in_candidate;    // candidate points the golden lacks
-  std::vector<std::string> unused_gates;          // the section's globs matching no common point
+  // Golden points the candidate's producer declared it cannot expose (absent_points): listed
+  // with the declaration's reason, neither compared nor failed.
+  struct DeclaredAbsent {
+    std::string point, glob, reason;
+  };
+  std::vector<DeclaredAbsent> declared_absent;
+  std::vector<std::string> unused_gates;  // the section's globs matching no common point
   // Differences of what the two files ran that the numbers alone do not show (the weight dtype:
   // an fp32 checkpoint's golden against an engine that ran its weights in bf16), one line each.
   std::vector<std::string> warnings;

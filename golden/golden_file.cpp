@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "core/capture/trace.h"
 #include "core/error.h"
 
 namespace qparity::golden {
@@ -77,6 +78,56 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
             H5Aclose, where, "cannot create attribute " + name);
   const char* p = value.c_str();
   check(H5Awrite(a.get(), type.get(), &p), where, "cannot write attribute " + name);
+}
+
+void write_string_array_attr(hid_t obj, const std::string& name,
+                             const std::vector<std::string>& values, const std::string& where) {
+  const Hid type = string_type();
+  const hsize_t n = values.size();
+  const Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  const Hid a =
+      check(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+            H5Aclose, where, "cannot create attribute " + name);
+  std::vector<const char*> p;
+  for (const auto& v : values)
+    p.push_back(v.c_str());
+  check(H5Awrite(a.get(), type.get(), p.data()), where, "cannot write attribute " + name);
+}
+
+// A 1-D array of strings (variable or fixed length, as h5py writes a list of str or a numpy
+// bytes array), or a single string (one entry).
+std::vector<std::string> read_string_array_attr(hid_t obj, const std::string& name,
+                                                const std::string& where) {
+  const Hid a = check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose, where,
+                      "cannot open attribute " + name);
+  const Hid ftype(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(ftype.get()) != H5T_STRING)
+    throw Error(where, "attribute '" + name + "' must hold strings");
+  const Hid space(H5Aget_space(a.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank > 1) throw Error(where, "attribute '" + name + "' must be a 1-D array of strings");
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0 || n > (1 << 20)) throw Error(where, "attribute '" + name + "': bad size");
+  std::vector<std::string> out;
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    const Hid type = string_type();
+    std::vector<char*> p(static_cast<size_t>(n), nullptr);
+    check(H5Aread(a.get(), type.get(), p.data()), where, "cannot read attribute " + name);
+    for (char* c : p) {
+      out.emplace_back(c ? c : "");
+      H5free_memory(c);
+    }
+    return out;
+  }
+  const size_t len = H5Tget_size(ftype.get());
+  std::vector<char> buf(len * static_cast<size_t>(n) + 1, '\0');
+  const Hid mtype(H5Tcopy(ftype.get()), H5Tclose);
+  check(H5Aread(a.get(), mtype.get(), buf.data()), where, "cannot read attribute " + name);
+  for (hssize_t i = 0; i < n; ++i) {
+    const char* c = buf.data() + static_cast<size_t>(i) * len;
+    out.emplace_back(c, strnlen(c, len));
+  }
+  return out;
 }
 
 template <typename T>
@@ -198,6 +249,27 @@ std::string rows_note(int64_t got, int64_t want) {
 
 }  // namespace
 
+AbsentPoint parse_absent_point(const std::string& entry, const std::string& where) {
+  AbsentPoint a;
+  const size_t colon = entry.find(": ");
+  a.glob = entry.substr(0, colon);
+  if (colon != std::string::npos) a.reason = entry.substr(colon + 2);
+  while (!a.glob.empty() && a.glob.back() == ' ')
+    a.glob.pop_back();
+  if (a.glob.empty() || a.glob.find('/') != std::string::npos ||
+      a.glob.find(' ') != std::string::npos)
+    throw Error(where, "absent_points entry '" + entry +
+                           "': must be a capture-point name or glob (no spaces, no '/'), "
+                           "optionally followed by ': reason'");
+  return a;
+}
+
+const AbsentPoint* declared_absent(const GoldenMeta& meta, const std::string& point) {
+  for (const auto& a : meta.absent_points)
+    if (glob_match(a.glob, point)) return &a;
+  return nullptr;
+}
+
 const char* to_string(RunMode m) {
   return m == RunMode::kFree ? "free-run" : "layer-local";
 }
@@ -281,6 +353,15 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
     write_string_attr(f, "point_dtype", to_string(m.point_precision), where);
     write_string_attr(f, "run", to_string(m.run_mode), where);
     if (!m.model_dtype.empty()) write_string_attr(f, "model_dtype", m.model_dtype, where);
+    if (!m.absent_points.empty()) {
+      std::vector<std::string> entries;
+      for (const auto& a : m.absent_points) {
+        const std::string e = a.reason.empty() ? a.glob : a.glob + ": " + a.reason;
+        parse_absent_point(e, where);  // the same rule the reader applies
+        entries.push_back(e);
+      }
+      write_string_array_attr(f, "absent_points", entries, where);
+    }
     write_scalar_attr<uint64_t>(f, "seed", H5T_STD_U64LE, m.seed, where);
 
     const auto s = static_cast<hsize_t>(g.sequences), t = static_cast<hsize_t>(g.seq_len);
@@ -390,6 +471,9 @@ GoldenReader GoldenReader::open(const fs::path& path) {
   m.point_precision = pd == "float32" ? PointPrecision::kF32 : PointPrecision::kF64;
   m.seed = read_scalar_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, where);
   if (H5Aexists(f, "model_dtype") > 0) m.model_dtype = read_string_attr(f, "model_dtype", where);
+  if (H5Aexists(f, "absent_points") > 0)
+    for (const auto& e : read_string_array_attr(f, "absent_points", where))
+      m.absent_points.push_back(parse_absent_point(e, where));
   if (H5Aexists(f, "run") > 0) {
     const std::string run = read_string_attr(f, "run", where);
     if (run != "free-run" && run != "layer-local")

@@ -43,6 +43,16 @@ const char* to_string(PointPrecision p);
 enum class RunMode { kFree, kLayerLocal };
 const char* to_string(RunMode m);
 
+// A capture point a candidate's engine cannot expose (a glob over point names), and why: compare
+// lists the golden's points it names as declared absent instead of failing them. Stored in the
+// optional root attribute `absent_points`, a 1-D array of strings "GLOB" or "GLOB: reason".
+struct AbsentPoint {
+  std::string glob;    // "layers.*.attn.rope_q"
+  std::string reason;  // "rotary applied inside the fused attention kernel"
+};
+// "GLOB: reason" -> {GLOB, reason}; an error (naming `where`) for an empty glob or one with '/'.
+AbsentPoint parse_absent_point(const std::string& entry, const std::string& where);
+
 struct GoldenMeta {
   std::string producer = "qparity-reference";
   std::string producer_version;
@@ -62,7 +72,11 @@ struct GoldenMeta {
   // The checkpoint's model dtype ("F32", "BF16", "F16"; optional attribute `model_dtype`, empty
   // when a writer does not say): "bf16" as a scheme id means "unquantized", whatever it holds.
   std::string model_dtype;
+  // Points the producer declares it cannot expose (optional attribute `absent_points`).
+  std::vector<AbsentPoint> absent_points;
 };
+// The declaration naming `point` (the first whose glob matches it), or null.
+const AbsentPoint* declared_absent(const GoldenMeta& meta, const std::string& point);
 
 // The string attributes of schema v1 and the GoldenMeta field each one holds, in SCHEMA.md's
 // order (point_dtype and the integer attributes are written separately).

@@ -289,6 +289,9 @@ Json report_json(const CompareReport& r, const std::string& role) {
       {"nonfinite_logit_rows", e.nonfinite_candidate_rows + e.nonfinite_golden_rows},
       {"missing_points", r.missing_in_candidate.size()},
       {"missing_points_failing", r.missing_failures.size()},
+      {"declared_absent_points", r.declared_absent.size()},
+      {"engine", r.candidate.producer},
+      {"engine_version", r.candidate.producer_version},
       {"math_check", role == "format" && !r.policy_file.empty()
                          ? Json(math_failures(r) ? "FAIL" : "ok")
                          : Json(nullptr)},
@@ -374,6 +377,10 @@ std::string render_markdown(const Json& rep) {
   std::ostringstream o;
   o << "# " << s["model"].get<std::string>() << " — " << s["scheme"].get<std::string>() << " on "
     << s["device"].get<std::string>() << "\n\n";
+  if (s.value("role", std::string()) == "engine" && s.contains("engine"))
+    o << "Engine: `" << s["engine"].get<std::string>() << "` "
+      << s.value("engine_version", std::string()) << " on " << s.value("device_name", std::string())
+      << ".\n\n";
   const std::string dtype = s.value("model_dtype", std::string());
   const std::string mode = s.value("golden_mode", std::string());
   const std::string arithmetic =
@@ -419,6 +426,9 @@ std::string render_markdown(const Json& rep) {
   if (s.value("nonfinite_points", 0) + s.value("nonfinite_logit_rows", 0) > 0)
     o << "| NaN/Inf | " << s["nonfinite_points"] << " capture point(s), "
       << s["nonfinite_logit_rows"] << " logit row(s) |\n";
+  if (s.value("declared_absent_points", 0) > 0)
+    o << "| capture points the candidate's engine declares it cannot expose | "
+      << s["declared_absent_points"] << " (listed in the JSON's compare.declared_absent) |\n";
   if (s.value("missing_points", 0) > 0)
     o << "| capture points missing in the candidate | " << s["missing_points"] << " ("
       << s["missing_points_failing"] << " not allowed by the policy) |\n";
@@ -721,11 +731,30 @@ bool lies_under(const fs::path& p, const fs::path& root) {
 
 }  // namespace
 
+namespace {
+
+// The engine a report row judged ("" in reports written before the column existed).
+std::string report_engine(const Json& summary) {
+  return summary.contains("engine") && summary["engine"].is_string()
+             ? summary["engine"].get<std::string>()
+             : std::string();
+}
+
+bool is_own_producer(const std::string& producer) {
+  return producer.empty() || producer.rfind("qparity-", 0) == 0;
+}
+
+}  // namespace
+
 ReportFiles write_report(const Json& rep, const fs::path& root) {
   const Json& s = rep.at("summary");
   const std::string dev = path_safe(s["device"].get<std::string>());
   const std::string model = path_safe(s["model"].get<std::string>());
-  const std::string base = path_safe(s["scheme"].get<std::string>());
+  // Another engine's row sits beside qparity's own for the same scheme and device:
+  // "<scheme>.<engine>" ("bf16.hf-transformers").
+  const std::string engine = report_engine(s);
+  const std::string base =
+      path_safe(s["scheme"].get<std::string>() + (is_own_producer(engine) ? "" : "." + engine));
   const fs::path dir = root / dev / model;
   ReportFiles f{dir / (base + ".json"), dir / (base + ".md"), dir / (base + ".html")};
   for (const fs::path& p : {f.json, f.md, f.html})
@@ -799,14 +828,17 @@ void write_index(const fs::path& root) {
       {"Δ ln PPL [hi]",
        "ln(PPL candidate / PPL golden) over the scored targets, with its upper "
        "95% bound"},
+      {"engine",
+       "what produced the candidate: qparity-reference (format rows), qparity-gpu-engine, or "
+       "another engine's dump (its producer attribute: hf-transformers, vllm, ...)"},
       {"worst point", "the capture point with the largest relative L2 error"},
       {"router flips", "MoE: fraction of tokens whose top-k expert set changed"},
       {"act. saturation", "largest fraction of activation codes at the format's extreme"},
       {"notes", "identical rows and other remarks (the report says why)"}};
   static const char* const header[] = {
-      "model",         "scheme",          "device",        "role",          "verdict",
-      "mean KLD [hi]", "top-1 [lo]",      "Δ ln PPL [hi]", "logits rel L2", "worst point",
-      "router flips",  "act. saturation", "notes"};
+      "model",       "scheme",        "device",          "engine",        "role",
+      "verdict",     "mean KLD [hi]", "top-1 [lo]",      "Δ ln PPL [hi]", "logits rel L2",
+      "worst point", "router flips",  "act. saturation", "notes"};
   md << "# qparity accuracy reports\n\nSchemes × metrics × devices.\n\n|";
   html << "<!doctype html><html><head><meta charset='utf-8'><title>qparity accuracy "
           "reports</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
@@ -846,6 +878,7 @@ void write_index(const fs::path& root) {
         r.model,
         r.scheme,
         r.device,
+        report_engine(s).empty() ? "-" : report_engine(s),
         s.value("role", ""),
         verdict,
         with_bound(s, "kld_mean", "kld_mean_hi", "%.3g"),
@@ -860,7 +893,7 @@ void write_index(const fs::path& root) {
     html << "<tr>";
     for (size_t i = 0; i < std::size(cells); ++i) {
       md << " " << (i == 1 ? "[" + cells[i] + "](" + r.rel + ".md)" : cells[i]) << " |";
-      const std::string cls = i != 4                           ? ""
+      const std::string cls = i != 5                           ? ""
                               : cells[i].rfind("FAIL", 0) == 0 ? " class='fail'"
                               : cells[i].rfind("PASS", 0) == 0 ? " class='pass'"
                                                                : " class='unjudged'";

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant/dialect.h"
 #include "core/sha256.h"
 #include "core/temp_cleanup.h"
 #include "fixtures/checkpoint_quantizer.h"
@@ -79,6 +81,7 @@ struct ValidateOptions {
   uint64_t seed = 7;
   bool keep_work = false;
   bool no_engine = false;
+  std::vector<std::string> candidates;  // --candidate: another engine's dumps of --model
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -419,17 +422,113 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
 #endif
 }
 
+// `--candidate FILE`: another engine's dump (python/qparity_dump, or any writer of the schema)
+// of the checkpoint --model, judged as an engine row: the reference golden is made here from
+// --model on the candidate's own tokens, the way the qparity engine's rows are made (emulate,
+// the candidate's run dtype and dialect), and compared under the engine policy of the
+// candidate's scheme for its device. True when no row failed.
+bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs::path& work) {
+  const std::string name = golden::model_name(o.model);
+  std::vector<std::string> failed;
+  for (const auto& file : o.candidates) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto cand = golden::GoldenReader::open(file);
+    const golden::GoldenMeta& m = cand.meta();
+    std::vector<std::string> notes;
+    const auto check_hash = [&](const std::string& recorded, const std::string& actual,
+                                const char* what) {
+      if (recorded.empty()) {
+        notes.push_back(std::string("the candidate records no ") + what +
+                        ": not checked that it ran --model's checkpoint");
+        return;
+      }
+      if (recorded != actual)
+        throw Error(file, std::string(what) + " " + recorded.substr(0, 16) +
+                              "... differs from --model " + o.model + "'s " + actual.substr(0, 16) +
+                              "...: the candidate ran another checkpoint");
+    };
+    check_hash(m.model_config_hash, golden::config_hash(o.model), "model_config_hash");
+    check_hash(m.checkpoint_hash, golden::checkpoint_tensor_hash(o.model), "checkpoint_hash");
+    const SchemeId id = parse_scheme_id(m.scheme);  // an unknown scheme id is an error
+    const fs::path policy_file = policies / (m.scheme + ".json");
+    const golden::Policy policy = golden::load_policy(policy_file);
+    golden::TokenInputs in;
+    in.sequences = cand.sequences();
+    in.seq_len = cand.seq_len();
+    in.tokens = cand.tokens();
+    in.seed = m.seed;
+    in.description = m.input_set;
+    golden::ReferenceRunOptions er;
+    er.point_precision = golden::PointPrecision::kF32;
+    er.mode = reference::PrecisionMode::kEmulate;
+    er.dialect = parse_dialect(m.dialect);
+    if (!m.model_dtype.empty()) {
+      const auto dt = dtype_from_name(m.model_dtype);
+      if (!dt || (*dt != DType::kBF16 && *dt != DType::kF16 && *dt != DType::kF32))
+        throw Error(file, "model_dtype '" + m.model_dtype + "' (BF16, F16 or F32)");
+      er.run_dtype = *dt;
+    }
+    (void)id;
+    std::cerr << "qparity validate: " << m.producer << " " << m.producer_version << " on "
+              << m.device << ": the reference of " << name << " (" << m.scheme << ", dialect "
+              << m.dialect << ", emulate" << (m.model_dtype.empty() ? "" : ", " + m.model_dtype)
+              << ") on the candidate's " << in.sequences << "x" << in.seq_len << " tokens\n";
+    golden::Golden ref = golden::run_reference(o.model, in, er, nullptr);
+    ref.meta.model = name;
+    ref.meta.scheme = m.scheme;
+    const fs::path rfile = work / (name + "." + m.scheme + ".candidate-golden.h5");
+    write_golden(rfile, ref, OverwritePolicy::kReplace);
+    golden::CompareOptions co;
+    co.policy = &policy;
+    golden::CompareReport r = golden::compare_goldens(golden::GoldenReader::open(rfile), cand, co);
+    r.candidate.model = name;  // the row sits beside the qparity engine's rows of this model
+    r.policy_source = "validate --candidate: " + policy_file.string();
+    Json rep = golden::report_json(r, "engine");
+    rep["summary"]["notes"].push_back("external engine " + m.producer + " " + m.producer_version +
+                                      " (" + m.precision_mode + "), its dump " +
+                                      fs::path(file).filename().string() +
+                                      " against the reference made here from --model");
+    if (!r.declared_absent.empty())
+      rep["summary"]["notes"].push_back(
+          std::to_string(r.declared_absent.size()) +
+          " capture point(s) declared absent by the engine (not compared), first " +
+          r.declared_absent.front().point + ": " + r.declared_absent.front().reason);
+    for (const auto& n : notes)
+      rep["summary"]["notes"].push_back(n);
+    const auto files = golden::write_report(rep, o.out);
+    std::cerr << "qparity validate: " << name << " " << m.scheme << " " << m.producer << " on "
+              << m.device << ": " << golden::to_string(r.verdict) << " (" << to_string(m.run_mode)
+              << "), mean KLD " << r.e2e.kld_mean.value << ", top-1 " << r.e2e.top1.value << " ("
+              << static_cast<int64_t>(seconds_since(t0)) << " s) -> " << files.md.string() << "\n";
+    if (r.verdict == golden::Judgement::kFail) {
+      failed.push_back(name + "/" + m.scheme + " " + m.producer + " on " + m.device + ": " +
+                       r.failures.front());
+      for (const auto& f : r.failures)
+        std::cerr << "qparity validate:   " << f << "\n";
+    }
+  }
+  golden::write_index(o.out);
+  for (const auto& f : failed)
+    std::cerr << "qparity validate: FAIL " << f << "\n";
+  return failed.empty();
+}
+
 // True when no row failed.
 bool run(const ValidateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> wanted = o.schemes == "all" ? kAllSchemes : split(o.schemes);
   if (wanted.empty()) throw UsageError("--schemes", "names no scheme");
+  if (!o.candidates.empty() && o.model.empty())
+    throw UsageError("validate --candidate",
+                     "needs --model DIR, the checkpoint the candidate ran: its hashes are checked "
+                     "against the candidate's and the reference golden is made from it");
   // Everything that can be wrong with the command line or the policies, before any work.
   const fs::path policies = policy_dir(o.policies);
-  for (const auto& s : wanted) {
-    parse_scheme_id(s);                             // an unknown id is an error up front
-    golden::load_policy(policies / (s + ".json"));  // a missing or broken policy too
-  }
+  if (o.candidates.empty())
+    for (const auto& s : wanted) {
+      parse_scheme_id(s);                             // an unknown id is an error up front
+      golden::load_policy(policies / (s + ".json"));  // a missing or broken policy too
+    }
   golden::load_policy(policies / "bf16.json");
   check_output_dir(o.out);
   const fs::path work = fs::path(o.out) / ".work";
@@ -438,6 +537,7 @@ bool run(const ValidateOptions& o) {
   TempPathGuard work_guard(
       work, o.keep_work ? TempPathGuard::OnExit::kKeep : TempPathGuard::OnExit::kRemove);
   if (o.keep_work) work_guard.release();
+  if (!o.candidates.empty()) return run_candidates(o, policies, work);
   std::vector<Target> targets;
   if (!o.model.empty()) {
     const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
@@ -513,6 +613,9 @@ void add_validate_command(CLI::App& app, int& rc) {
   cmd->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
   cmd->add_flag("--keep-work", o->keep_work, "keep quantized checkpoints and goldens in .work/");
   cmd->add_flag("--no-engine", o->no_engine, "skip the engine-vs-reference rows on a GPU machine");
+  cmd->add_option("--candidate", o->candidates,
+                  "another engine's dump of --model (python -m qparity_dump ...): adds its engine "
+                  "row to the report set instead of running the schemes (repeatable)");
   cmd->callback([o, &rc] {
     // 3: a row failed its policy or budget (reports are written either way).
     rc = run(*o) ? 0 : 3;
