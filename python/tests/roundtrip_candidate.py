@@ -2,7 +2,7 @@
 tests/integration/test_cli_python_candidate.cpp): the same numbers, so compare must find them
 bit for bit equal. Modes: declared (attn.core left out and declared absent), undeclared (left
 out silently), contradict (declared absent but present: written with h5py behind the writer's
-back, which refuses it). Exit 2 when the package's checkpoint hashes differ from the golden's."""
+back, which refuses it), perturbed (declared, and layers.0.attn.out scaled by 1.05). Exit 2 when the package's checkpoint hashes differ from the golden's."""
 import argparse
 import sys
 
@@ -17,7 +17,7 @@ def main():
     ap.add_argument("--golden", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["declared", "undeclared", "contradict"], required=True)
+    ap.add_argument("--mode", choices=["declared", "undeclared", "contradict", "perturbed"], required=True)
     a = ap.parse_args()
     with h5py.File(a.golden, "r") as g:
         for name, got in (("model_config_hash", config_hash(a.model)),
@@ -32,8 +32,10 @@ def main():
         for name in g["points"]:
             if name.endswith(".attn.core") and a.mode != "contradict":
                 continue
-            c.add_point(name, g["points"][name][()])
-        if a.mode == "declared":
+            values = g["points"][name][()]
+            c.add_point(name, values * 1.05 if a.mode == "perturbed" and
+                        name == "layers.0.attn.out" else values)
+        if a.mode in ("declared", "perturbed"):
             c.declare_absent("layers.*.attn.core", "written by the round-trip test")
         c.set_logits(g["outputs/logits"][()])
         c.write(a.out, overwrite=True)

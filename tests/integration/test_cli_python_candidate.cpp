@@ -139,6 +139,17 @@ TEST_P(CliPythonCandidate, ValidateAddsAnEngineRow) {
   EXPECT_EQ(s["worst_point_rel_l2"].get<double>(), 0.0);
   EXPECT_GT(s["declared_absent_points"].get<int64_t>(), 0);
   EXPECT_THAT(slurp(dir_ / "rep" / "index.md"), HasSubstr("| python-roundtrip |"));
+  EXPECT_THAT(s["notes"].dump(), testing::Not(HasSubstr("first capture point outside")));
+
+  // A point off by 5 %: the row (judged end to end, the logits being the golden's) says where
+  // the engine's numbers first leave the point gates.
+  ASSERT_EQ(write("perturbed", "p.h5"), 0);
+  const CliRun pv = run_cli(dir_, "validate --model " + fx + " --candidate " +
+                                      (dir_ / "p.h5").string() + " --out " + rep);
+  ASSERT_EQ(pv.status, 0) << pv.err;
+  EXPECT_THAT(Json::parse(slurp(json))["summary"]["notes"].dump(),
+              HasSubstr("first capture point outside the policy's point gates (shown, not judged, "
+                        "in a free run): layers.0.attn.out"));
 
   ASSERT_EQ(run_cli(dir_, "make-fixture --arch " + std::string(GetParam()) +
                               " --size tiny --seed 6 --out " + (dir_ / "other").string())

@@ -493,6 +493,15 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
           std::to_string(r.declared_absent.size()) +
           " capture point(s) declared absent by the engine (not compared), first " +
           r.declared_absent.front().point + ": " + r.declared_absent.front().reason);
+    // Where the engine's numbers first leave the point gates: in a free run (judged end to end)
+    // that says where its end-to-end difference starts, not a verdict.
+    if (r.first_failing >= 0) {
+      const auto& p = r.points[static_cast<size_t>(r.first_failing)];
+      rep["summary"]["notes"].push_back(
+          "first capture point outside the policy's point gates" +
+          std::string(r.point_gates_judge ? "" : " (shown, not judged, in a free run)") + ": " +
+          p.name + (p.verdict.failures.empty() ? "" : " (" + p.verdict.failures.front() + ")"));
+    }
     for (const auto& n : notes)
       rep["summary"]["notes"].push_back(n);
     const auto files = golden::write_report(rep, o.out);
