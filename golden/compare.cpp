@@ -98,8 +98,19 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     r.warnings.push_back("weight dtype: the golden ran the weights in " + r.golden.model_dtype +
                          ", the candidate in " + r.candidate.model_dtype +
                          ": rounding the weights is part of every difference below");
+  // KV error by position: from what a quantized cache holds (attn.k_cache / attn.v_cache) when
+  // the golden has those points, else from the keys entering the cache (attn.rope_k).
   std::vector<double> kv_sum(static_cast<size_t>(g.seq_len()), 0.0);
   int64_t kv_layers = 0;
+  bool cache_points = false;
+  for (const auto& name : g.point_names())
+    cache_points = cache_points || point_suffix(name) == point::kAttnKCache;
+  r.kv_error_source = cache_points ? "attn.k_cache+attn.v_cache" : "attn.rope_k";
+  const auto kv_point = [&](const std::string& name) {
+    const std::string sfx = point_suffix(name);
+    return cache_points ? sfx == point::kAttnKCache || sfx == point::kAttnVCache
+                        : sfx == point::kAttnRopeK;
+  };
   // A declaration must not hide a point the candidate has: that file contradicts itself.
   for (const auto& name : c.point_names())
     if (const AbsentPoint* a = declared_absent(c.meta(), name))
@@ -165,7 +176,7 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       r.nonfinite.push_back("points/" + name + ": " + f);
     if (r.first_nonfinite < 0 && !nonfinite_failures(p.stats).empty())
       r.first_nonfinite = static_cast<int64_t>(r.points.size());
-    if (point_suffix(name) == point::kAttnRopeK) {
+    if (kv_point(name)) {
       ++kv_layers;
       for (int64_t row = 0; row < a.rows; ++row)
         kv_sum[static_cast<size_t>(row % g.seq_len())] +=
@@ -392,6 +403,7 @@ Json to_json(const CompareReport& r) {
           {"router", router},
           {"experts", experts},
           {"kv_error_by_position", kv},
+          {"kv_error_source", r.kv_error_source},
           {"activation_stats", act}};
 }
 

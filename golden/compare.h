@@ -77,9 +77,12 @@ struct CompareReport {
   std::vector<LayerRouter> router;
   std::vector<LayerExperts> experts;
   std::vector<ActivationStatsRow> activation_stats;  // candidate's order, then golden-only rows
-  // Mean over layers of the rope_k rows' relative L2, per position in the sequence: how the
-  // keys that go into the KV cache drift with position.
+  // Mean over layers (and over K and V) of the rows' relative L2, per position in the sequence,
+  // from what a quantized KV cache holds (attn.k_cache, attn.v_cache) when the golden has those
+  // points, else from the keys entering the cache (attn.rope_k): how the cache drifts with
+  // position. kv_error_source names which ("attn.k_cache+attn.v_cache" or "attn.rope_k").
   std::vector<double> kv_error_by_position;
+  std::string kv_error_source;
   // Every NaN/Inf finding, one line each ("points/layers.3.mlp.out: 4 NaN / 0 Inf in the
   // candidate ..."); any of them fails the comparison.
   std::vector<std::string> nonfinite;

@@ -371,6 +371,19 @@ std::string point_cell(const Json& p) {
 
 }  // namespace
 
+namespace {
+
+// What the KV-by-position numbers measure: the quantized cache's contents, or (no cache points:
+// an unquantized cache) the keys entering it.
+std::string kv_title(const Json& c) {
+  return c.value("kv_error_source", std::string("attn.rope_k")) == "attn.rope_k"
+             ? "Keys entering the KV cache (rope_k): rel L2 by position, mean over layers"
+             : "What the quantized KV cache holds (k_cache, v_cache): rel L2 by position, mean "
+               "over layers and K/V";
+}
+
+}  // namespace
+
 std::string render_markdown(const Json& rep) {
   const Json& s = rep.at("summary");
   const Json& c = rep.at("compare");
@@ -499,7 +512,7 @@ std::string render_markdown(const Json& rep) {
     }
   }
   if (!c["kv_error_by_position"].empty()) {
-    o << "\n## Keys entering the KV cache: rel L2 by position (mean over layers)\n\n";
+    o << "\n## " << kv_title(c) << "\n\n";
     int i = 0;
     for (const auto& v : c["kv_error_by_position"])
       o << (i++ ? ", " : "") << fmt(num(v));
@@ -610,7 +623,7 @@ std::string render_html(const Json& rep) {
   }
   if (!c["kv_error_by_position"].empty()) {
     BarChart chart;
-    chart.title = "keys entering the cache (rope_k): rel L2 by position, mean over layers";
+    chart.title = kv_title(c);
     chart.y_label = "rel L2 (log10)";
     chart.x_label = "position in the sequence";
     chart.log_y = true;

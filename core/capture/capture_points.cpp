@@ -19,7 +19,9 @@ std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& s
   using namespace point;
   std::vector<std::string_view> suffixes = {kInputNorm, kAttnQkv};
   if (shape.qk_norm) suffixes.insert(suffixes.end(), {kAttnQNorm, kAttnKNorm});
-  suffixes.insert(suffixes.end(), {kAttnRopeQ, kAttnRopeK, kAttnCore, kAttnOut, kPostAttnNorm});
+  suffixes.insert(suffixes.end(), {kAttnRopeQ, kAttnRopeK});
+  if (shape.quantized_kv_cache) suffixes.insert(suffixes.end(), {kAttnKCache, kAttnVCache});
+  suffixes.insert(suffixes.end(), {kAttnCore, kAttnOut, kPostAttnNorm});
   if (shape.moe)
     suffixes.insert(suffixes.end(),
                     {kMoeRouterLogits, kMoeTopkIds, kMoeTopkWeights, kMoeExpertOut, kMoeOut});
@@ -44,10 +46,11 @@ std::string point_of(const std::string& prefix, std::string_view suffix) {
   return out;
 }
 
-std::vector<std::string> model_capture_points(const ModelConfig& cfg) {
+std::vector<std::string> model_capture_points(const ModelConfig& cfg, bool quantized_kv_cache) {
   std::vector<std::string> out = points_before_layers();
   for (int64_t l = 0; l < cfg.num_layers; ++l)
-    for (auto& p : layer_capture_points(l, {cfg.has_qk_norm, cfg.is_moe_layer(l)}))
+    for (auto& p :
+         layer_capture_points(l, {cfg.has_qk_norm, cfg.is_moe_layer(l), quantized_kv_cache}))
       out.push_back(std::move(p));
   for (const auto& p : points_after_layers())
     out.push_back(p);

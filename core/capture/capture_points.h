@@ -61,6 +61,7 @@ std::string point_of(const std::string& prefix, std::string_view suffix);
 struct LayerShape {
   bool qk_norm = false;
   bool moe = false;
+  bool quantized_kv_cache = false;  // attn.k_cache / attn.v_cache: what the cache holds
 };
 
 // The points of one decoder layer, "layers.<i>.<suffix>", in execution order.
@@ -77,8 +78,10 @@ const std::vector<std::string>& activation_code_linears();
 // Whether a point is one of those (compared exactly: a dialect fixes every bit).
 bool is_activation_code_point(const std::string& point);
 
-// Every capture point of a model, in execution order: what a full dump of it holds.
-std::vector<std::string> model_capture_points(const ModelConfig& cfg);
+// Every capture point of a model, in execution order: what a full dump of it holds (with the
+// KV-cache points when its cache is quantized).
+std::vector<std::string> model_capture_points(const ModelConfig& cfg,
+                                              bool quantized_kv_cache = false);
 
 // Each comma-separated glob of a --capture value must name at least one of `points` (a model's
 // points): otherwise an error naming the glob and a few of the names it could have meant.

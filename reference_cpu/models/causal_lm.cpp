@@ -171,8 +171,15 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
       hooks.on_activation_codes(point_of(lp, point::kAttnKCache), ks);
       hooks.on_activation_codes(point_of(lp, point::kAttnVCache), vs);
     }
-    append_rows(a.k_cache, a.kv->read(KvWhich::kKey, ks));
-    append_rows(a.v_cache, a.kv->read(KvWhich::kValue, vs));
+    const Matrix kc = a.kv->read(KvWhich::kKey, ks), vc = a.kv->read(KvWhich::kValue, vs);
+    // What a quantized cache holds, dequantized, as attention reads it (rope_k and v are what
+    // went in): the cache's own error, where a KV-cache format shows.
+    if (!plain && hooks.trace) {
+      hooks.trace->record(point_of(lp, point::kAttnKCache), kc);
+      hooks.trace->record(point_of(lp, point::kAttnVCache), vc);
+    }
+    append_rows(a.k_cache, kc);
+    append_rows(a.v_cache, vc);
   }
   std::vector<int64_t> kv_pos(static_cast<size_t>(a.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)

@@ -43,7 +43,8 @@ void make(const MakeOptions& o) {
   if (!o.run_dtype.empty()) ro.run_dtype = parse_run_dtype(o.run_dtype);
   ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-  check_capture_globs(o.capture, model_capture_points(cfg));
+  check_capture_globs(o.capture,
+                      model_capture_points(cfg, true));  // a quantized cache adds its points
   const golden::TokenInputs in =
       token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed);
   std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len

@@ -44,7 +44,8 @@ struct TraceOptions {
 void run(const TraceOptions& o) {
   check_output_file(o.out, o.force);  // before the run, not after it
   const ModelConfig cfg = load_model_config(std::filesystem::path(o.model) / "config.json");
-  check_capture_globs(o.capture, model_capture_points(cfg));
+  check_capture_globs(o.capture,
+                      model_capture_points(cfg, true));  // a quantized cache adds its points
   // One sequence: every id of the file or list, or --synthetic N tokens.
   const golden::TokenInputs in = token_inputs(
       "trace", o.tokens, o.token_ids, o.synthetic > 0 ? 1 : 0, o.synthetic, cfg.vocab, o.seed);
