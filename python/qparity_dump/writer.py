@@ -8,6 +8,7 @@ perplexity) computed here in float64; chunked, shuffled, gzip-compressed dataset
 landed atomically (temporary file, fsync, rename) and never over an existing file unless asked.
 """
 import datetime
+import fnmatch
 import os
 import re
 import tempfile
@@ -237,5 +238,4 @@ def _dataset(f, name, data):
 
 
 def _glob_match(glob, name):
-    import fnmatch
     return fnmatch.fnmatchcase(name, glob)

@@ -429,6 +429,9 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
 // candidate's scheme for its device. True when no row failed.
 bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs::path& work) {
   const std::string name = golden::model_name(o.model);
+  // --model's hashes, once for all candidates (the tensor hash reads every weight).
+  const std::string config_hash = golden::config_hash(o.model),
+                    tensor_hash = golden::checkpoint_tensor_hash(o.model);
   std::vector<std::string> failed;
   for (const auto& file : o.candidates) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -447,9 +450,9 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
                               "... differs from --model " + o.model + "'s " + actual.substr(0, 16) +
                               "...: the candidate ran another checkpoint");
     };
-    check_hash(m.model_config_hash, golden::config_hash(o.model), "model_config_hash");
-    check_hash(m.checkpoint_hash, golden::checkpoint_tensor_hash(o.model), "checkpoint_hash");
-    const SchemeId id = parse_scheme_id(m.scheme);  // an unknown scheme id is an error
+    check_hash(m.model_config_hash, config_hash, "model_config_hash");
+    check_hash(m.checkpoint_hash, tensor_hash, "checkpoint_hash");
+    parse_scheme_id(m.scheme);  // an unknown scheme id is an error
     const fs::path policy_file = policies / (m.scheme + ".json");
     const golden::Policy policy = golden::load_policy(policy_file);
     golden::TokenInputs in;
@@ -468,7 +471,6 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
         throw Error(file, "model_dtype '" + m.model_dtype + "' (BF16, F16 or F32)");
       er.run_dtype = *dt;
     }
-    (void)id;
     std::cerr << "qparity validate: " << m.producer << " " << m.producer_version << " on "
               << m.device << ": the reference of " << name << " (" << m.scheme << ", dialect "
               << m.dialect << ", emulate" << (m.model_dtype.empty() ? "" : ", " + m.model_dtype)
