@@ -55,6 +55,7 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
                               std::to_string(attn_chunk_) + ")");
   attn_max_chunks_ = (o.max_context + attn_chunk_ - 1) / attn_chunk_;
   attn_whole_ = (o.max_context + 127) / 128 * 128;  // paged_attention's chunk: a multiple of 128
+  if (model_.quantized_kv_cache()) kv_read_ = Bf16Buffer(t * 2 * static_cast<size_t>(c.kv_size()));
   qk_roped_ = Bf16Buffer(
       static_cast<size_t>(std::min(o.max_tokens, kSkinnyMaxM) * (c.q_size() + c.kv_size())));
   const AttentionScratchSize as = paged_attention_scratch(

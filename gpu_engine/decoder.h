@@ -102,6 +102,8 @@ class Decoder {
                                  const __nv_bfloat16* w, void* y, int64_t n) const;
   // decoder_attention.cpp: q/k norm, RoPE, the cache write and softmax(QK^T)V into core_.
   void attention(int64_t layer, Trace* capture);
+  // A quantized cache's attn.k_cache / v_cache points: the batch's rows read back from the cache.
+  void capture_kv_cache(int64_t layer, Trace* capture);
   // decoder_moe.cpp
   void moe_layer(int64_t layer, Trace* capture);
   void moe_experts_via_host(int64_t layer);
@@ -134,6 +136,7 @@ class Decoder {
   // chunk covering max_context, for larger batches.
   int64_t attn_chunk_ = 64, attn_max_chunks_ = 1, attn_whole_ = 128;
   Bf16Buffer qk_roped_;  // decode attention's rope_q / rope_k capture, [kSkinnyMaxM, q + kv]
+  Bf16Buffer kv_read_;   // a quantized cache's read-back for its capture points, [2, tokens, kv]
   DeviceBuffer<float> attn_partial_acc_, attn_partial_ml_;
   DeviceBuffer<uint32_t> attn_chunks_done_;
   // MoE scratch.

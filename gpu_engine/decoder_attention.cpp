@@ -41,6 +41,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
     da.positions = in_.positions, da.seq = in_.slots;
     da.inv_freq = model_.inv_freq.get(), da.rope_scaling = model_.rope_scaling;
     da.k_cache = cache_.k(l), da.v_cache = cache_.v(l), da.block_table = cache_.block_table();
+    da.kv = w.kv.quant;
     da.block_size = ks.block_size, da.max_blocks_per_seq = ks.max_blocks_per_seq;
     da.token_table = in_.token_tables;
     da.out = core_.get(), da.out_stride = q;
@@ -68,6 +69,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
             q_cols_);
     capture(tr, point_of(p, point::kAttnRopeK), qk_roped_.get() + q, Elem::kBf16, t, kv, q + kv, s,
             k_cols_);
+    capture_kv_cache(l, tr);
     capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
     return;
   }
@@ -83,6 +85,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
                                     .rope_scaling = model_.rope_scaling,
                                     .k_cache = cache_.k(l),
                                     .v_cache = cache_.v(l),
+                                    .kv = w.kv.quant,
                                     .block_table = cache_.block_table(),
                                     .seq = in_.slots,
                                     .tokens = t,
@@ -103,9 +106,12 @@ void Decoder::attention(int64_t l, Trace* tr) {
   capture(tr, point_of(p, point::kAttnRopeK), kp, Elem::kBf16, t, kv, qkv_w, s, k_cols_);
   if (options_.ablate_attention) {
     // a timing study: no attention
-  } else if (in_.tiled_attention) {
+  } else if (in_.tiled_attention &&
+             (w.kv.quant.format == KvCacheFormat::kBf16 || w.kv.quant.read_bf16)) {
+    // The tensor-core kernel takes bf16 operands: a cache read in fp32 goes to the paged kernel.
     PrefillAttentionParams pa;
     pa.q = qp, pa.q_stride = qkv_w, pa.k_cache = cache_.k(l), pa.v_cache = cache_.v(l);
+    pa.kv = w.kv.quant;
     pa.block_table = cache_.block_table(), pa.seq = in_.slots, pa.pos = in_.positions;
     pa.tiles = in_.tiles, pa.max_tiles = in_.attention_tiles, pa.out = core_.get();
     pa.out_stride = q, pa.num_heads = c.num_heads, pa.num_kv_heads = c.num_kv_heads;
@@ -131,10 +137,42 @@ void Decoder::attention(int64_t l, Trace* tr) {
                             .max_blocks_per_seq = ks.max_blocks_per_seq,
                             .scale = scale,
                             .chunk = attn_whole_,
-                            .max_chunks = 1},
+                            .max_chunks = 1,
+                            .kv = w.kv.quant},
                            s);
   }
+  capture_kv_cache(l, tr);
   capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
+}
+
+void Decoder::capture_kv_cache(int64_t l, Trace* tr) {
+  const std::string p = layer_prefix(l);
+  if (!tr || cache_.format(l) == KvCacheFormat::kBf16 ||
+      !(tr->wants(point_of(p, point::kAttnKCache)) || tr->wants(point_of(p, point::kAttnVCache))))
+    return;
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t, kv = c.kv_size();
+  const KvCacheShape& ks = cache_.shape();
+  launch_kv_cache_read({.k_cache = cache_.k(l),
+                        .v_cache = cache_.v(l),
+                        .k = kv_read_.get(),
+                        .v = kv_read_.get() + t * kv,
+                        .k_stride = kv,
+                        .v_stride = kv,
+                        .block_table = cache_.block_table(),
+                        .seq = in_.slots,
+                        .pos = in_.positions,
+                        .tokens = t,
+                        .num_kv_heads = c.num_kv_heads,
+                        .head_dim = c.head_dim,
+                        .block_size = ks.block_size,
+                        .max_blocks_per_seq = ks.max_blocks_per_seq,
+                        .kv = model_.layers[static_cast<size_t>(l)].kv.quant},
+                       stream_);
+  capture(tr, point_of(p, point::kAttnKCache), kv_read_.get(), Elem::kBf16, t, kv, kv, stream_,
+          k_cols_);
+  capture(tr, point_of(p, point::kAttnVCache), kv_read_.get() + t * kv, Elem::kBf16, t, kv, kv,
+          stream_, k_cols_);
 }
 
 }  // namespace qparity::gpu

@@ -25,7 +25,7 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   ks.max_seqs = o.max_seqs;
   ks.max_blocks_per_seq = (o.max_context + o.block_size - 1) / o.block_size;
   ks.num_blocks = ks.max_seqs * ks.max_blocks_per_seq;
-  cache_ = std::make_unique<PagedKvCache>(c, ks);
+  cache_ = std::make_unique<PagedKvCache>(c, ks, model_->kv_formats());
   const size_t t = static_cast<size_t>(o.max_tokens);
   // [tokens | slots | positions | prefill tiles (count, then first row and rows per tile)]
   // ... then, at a fixed offset, decode-sized batches' per-token block-table rows.

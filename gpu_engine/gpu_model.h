@@ -18,6 +18,7 @@
 #include "core/quant/dialect.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "gpu_engine/quant/kv_cache_upload.h"
 
 namespace qparity::gpu {
 
@@ -40,6 +41,8 @@ struct GpuLayerWeights {
   // the RMSNorm into a bf16 GEMM's prologue then give way to a separate norm kernel.
   bool quantized_qkv() const { return qkv_q != nullptr || input_norm_bias.size() > 0; }
   bool quantized_gate_up() const { return gate_up_q != nullptr || post_norm_bias.size() > 0; }
+  // The layer's KV-cache format and its parameters (bf16 unless the plan quantizes the cache).
+  GpuKvCache kv;
 };
 
 struct GpuModel {
@@ -61,6 +64,17 @@ struct GpuModel {
   // zero-padded at load (shape_padding.h); empty when nothing is padded.
   std::optional<ModelConfig> padded;
   const ModelConfig& kcfg() const { return padded ? *padded : cfg; }
+  std::vector<KvCacheFormat> kv_formats() const {
+    std::vector<KvCacheFormat> f;
+    for (const GpuLayerWeights& l : layers)
+      f.push_back(l.kv.quant.format);
+    return f;
+  }
+  bool quantized_kv_cache() const {
+    for (const GpuLayerWeights& l : layers)
+      if (l.kv.quant.format != KvCacheFormat::kBf16) return true;
+    return false;
+  }
 };
 
 // The RoPE tables of the model's config (fp64 inverse frequencies, the attention scaling).

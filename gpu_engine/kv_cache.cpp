@@ -7,15 +7,22 @@
 
 namespace qparity::gpu {
 
-PagedKvCache::PagedKvCache(const ModelConfig& cfg, const KvCacheShape& s) : shape_(s) {
+PagedKvCache::PagedKvCache(const ModelConfig& cfg, const KvCacheShape& s,
+                           std::vector<KvCacheFormat> formats)
+    : shape_(s), formats_(std::move(formats)) {
   if (s.num_blocks <= 0 || s.block_size <= 0 || s.max_seqs <= 0 || s.max_blocks_per_seq <= 0)
     throw Error("kv cache", "num_blocks, block_size, max_seqs and max_blocks_per_seq must be > 0");
-  const size_t per_layer =
+  if (formats_.empty()) formats_.assign(static_cast<size_t>(cfg.num_layers), KvCacheFormat::kBf16);
+  if (static_cast<int64_t>(formats_.size()) != cfg.num_layers)
+    throw Error("kv cache", std::to_string(formats_.size()) + " layer formats for " +
+                                std::to_string(cfg.num_layers) + " layers");
+  const size_t elements =
       static_cast<size_t>(s.num_blocks * s.block_size * cfg.num_kv_heads * cfg.head_dim);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const size_t per_layer = elements * kv_element_bytes(formats_[static_cast<size_t>(l)]);
     k_.emplace_back(per_layer);
     v_.emplace_back(per_layer);
-    bytes_ += 2 * per_layer * sizeof(__nv_bfloat16);
+    bytes_ += 2 * per_layer;
   }
   table_.assign(static_cast<size_t>(s.max_seqs * s.max_blocks_per_seq), -1);
   blocks_of_.assign(static_cast<size_t>(s.max_seqs), 0);

@@ -1,6 +1,7 @@
 #pragma once
 // Paged KV cache: per layer, K and V pools of num_blocks blocks of block_size positions
-// ([num_blocks, block_size, num_kv_heads, head_dim] bf16), and a block table mapping each
+// ([num_blocks, block_size, num_kv_heads, head_dim] elements of the layer's format: bf16, or a
+// quantized KV scheme's int8 / fp8 codes, kernels/kv_quant.h), and a block table mapping each
 // sequence slot's positions to blocks (row s: block of positions [j * block_size, (j+1) *
 // block_size)). Blocks come from one free list shared by all slots, so sequences of different
 // lengths share the pool (continuous batching); release() returns a finished sequence's blocks.
@@ -12,6 +13,7 @@
 
 #include "core/config/model_config.h"
 #include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/kv_quant.h"
 
 namespace qparity::gpu {
 
@@ -24,7 +26,9 @@ struct KvCacheShape {
 
 class PagedKvCache {
  public:
-  PagedKvCache(const ModelConfig& cfg, const KvCacheShape& shape);
+  // formats: one per layer (empty: every layer bf16).
+  PagedKvCache(const ModelConfig& cfg, const KvCacheShape& shape,
+               std::vector<KvCacheFormat> formats = {});
 
   // Slot s gets blocks for positions [0, length). Throws qparity::Error ("kv cache") naming the
   // slot when the pool or the slot's table row is exhausted.
@@ -35,8 +39,9 @@ class PagedKvCache {
   // Copies the host block table to the device when it changed (stream-ordered).
   void sync(cudaStream_t stream);
 
-  __nv_bfloat16* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
-  __nv_bfloat16* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
+  void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
+  void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
+  KvCacheFormat format(int64_t layer) const { return formats_[static_cast<size_t>(layer)]; }
   const int32_t* block_table() const { return table_dev_.get(); }
   // Slot s's row of the host block table (max_blocks_per_seq entries, -1 past its blocks).
   const int32_t* host_row(int32_t slot) const {
@@ -48,7 +53,8 @@ class PagedKvCache {
 
  private:
   KvCacheShape shape_;
-  std::vector<DeviceBuffer<__nv_bfloat16>> k_, v_;
+  std::vector<KvCacheFormat> formats_;
+  std::vector<DeviceBuffer<uint8_t>> k_, v_;  // bytes
   std::vector<int32_t> table_;      // [max_seqs, max_blocks_per_seq], -1 = none
   std::vector<int64_t> blocks_of_;  // per slot
   std::vector<int32_t> free_;

@@ -61,10 +61,11 @@ void check_gpu_can_run(const QuantPlan& plan) {
                                     "the engine never runs a quantized layer as bf16");
         break;
       case ModuleRole::kKvCache:
-        if (e.quantized())
+        if (e.quantized() && e.scheme->kind != SchemeKind::kKvInt8 &&
+            e.scheme->kind != SchemeKind::kKvFp8)
           throw Error(e.prefix, "KV-cache scheme " + scheme + why_entry +
-                                    ": a quantized KV cache is not on the GPU yet (issue 26); the "
-                                    "engine never runs a quantized cache as bf16");
+                                    " is not on the GPU; the engine never runs a quantized cache "
+                                    "as bf16");
         break;
       case ModuleRole::kNorm:
         // A folded transform (smoothquant): the norm's weight and bias run in the engine's
@@ -201,6 +202,10 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
   }
   attach_rope(*m);
   pad_for_kernels(*m);
+  // The caches' parameters in the kernels' (possibly padded) head layout.
+  for (const reference::DecoderLayer& hl : host->layers())
+    m->layers[static_cast<size_t>(hl.index)].kv =
+        upload_kv_cache(*hl.attn.kv, m->kcfg().head_dim);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   if (progress)
     *progress << "qparity engine: " << (m->weight_bytes >> 20) << " MiB of weights (" << m->scheme

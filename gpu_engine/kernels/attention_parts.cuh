@@ -6,6 +6,7 @@
 #include <cuda/atomic>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "gpu_engine/kernels/kernel_probe.h"
@@ -13,10 +14,11 @@
 namespace qparity::gpu {
 
 // The launchers' dispatch to a kernel instantiated per head_dim / 32 (kPerLane, 1..8; head_dim is
-// checked before): f.template operator()<kPerLane>().
+// checked before): f(std::integral_constant<int, kPerLane>{}) (device code is C++17: no
+// template lambdas).
 template <typename F, int... N>
 void with_per_lane_impl(int64_t per_lane, F& f, std::integer_sequence<int, N...>) {
-  ((per_lane == N + 1 ? (f.template operator()<N + 1>(), 0) : 0), ...);
+  ((per_lane == N + 1 ? (f(std::integral_constant<int, N + 1>{}), 0) : 0), ...);
 }
 template <typename F>
 void with_per_lane(int64_t head_dim, F&& f) {
@@ -75,19 +77,23 @@ struct PackedRow {
 // count: q.k in fp32 (each lane's partial dot, then xor shuffles: every lane holds the sum), the
 // running max m, sum l and accumulator acc updated online (rescaled by exp(m_old - m_new)).
 // q is pre-scaled; masked keys weigh 0.
-template <int kPerLane, int kKeys>
-__device__ __forceinline__ void online_softmax_step(const float (&q)[kPerLane],
-                                                    const PackedRow<kPerLane> (&kv)[kKeys],
-                                                    const PackedRow<kPerLane> (&vv)[kKeys],
-                                                    int64_t base, int64_t end, float& m, float& l,
-                                                    float (&acc)[kPerLane]) {
+// k_at(row, j) / v_at(row, j): element j of a key's / value's row as fp32 (a PackedRow's at(),
+// or a quantized cache's codes read as kv_quant.cuh reads them, so no dequantized copy of the
+// step's rows needs registers).
+template <int kPerLane, int kKeys, class KRow, class VRow, class KAt, class VAt>
+__device__ __forceinline__ void online_softmax_step_with(const float (&q)[kPerLane],
+                                                         const KRow (&kv)[kKeys],
+                                                         const VRow (&vv)[kKeys], int64_t base,
+                                                         int64_t end, float& m, float& l,
+                                                         float (&acc)[kPerLane], KAt k_at,
+                                                         VAt v_at) {
   float dot[kKeys];
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
     dot[u] = 0.f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      dot[u] += q[j] * kv[u].at(j);
+      dot[u] += q[j] * k_at(kv[u], j);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1)
@@ -112,10 +118,20 @@ __device__ __forceinline__ void online_softmax_step(const float (&q)[kPerLane],
     float a = acc[j] * corr;
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
-      a += e[u] * vv[u].at(j);
+      a += e[u] * v_at(vv[u], j);
     acc[j] = a;
   }
   m = m_new;
+}
+
+template <int kPerLane, int kKeys>
+__device__ __forceinline__ void online_softmax_step(const float (&q)[kPerLane],
+                                                    const PackedRow<kPerLane> (&kv)[kKeys],
+                                                    const PackedRow<kPerLane> (&vv)[kKeys],
+                                                    int64_t base, int64_t end, float& m, float& l,
+                                                    float (&acc)[kPerLane]) {
+  const auto at = [](const PackedRow<kPerLane>& r, int j) { return r.at(j); };
+  online_softmax_step_with(q, kv, vv, base, end, m, l, acc, at, at);
 }
 
 // The block's warps' softmax states (m, l, acc) into shared memory (sm, sl, sacc, then one

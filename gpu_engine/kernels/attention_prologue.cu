@@ -1,4 +1,5 @@
 #include "gpu_engine/kernels/attention_prologue.h"
+#include "gpu_engine/kernels/kv_quant.cuh"
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/pdl.h"
 
@@ -50,9 +51,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (hh >= nq + 2 * nkv) return;
   __nv_bfloat16* head = p.qkv + t * p.row_stride + hh * d;
   if (is_v) {  // V: straight into the cache
-    const int64_t o = (cache_row + (hh - nq - nkv)) * d;
+    const int64_t o = (cache_row + (hh - nq - nkv)) * d, ch = (hh - nq - nkv) * d;
     for (int64_t i = lane; i < d; i += 32)
-      p.v_cache[o + i] = head[i];
+      kv_store(p.kv, p.v_cache, o + i, 1, ch + i, head[i]);
     return;
   }
   float* s = vec[warp];
@@ -77,7 +78,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   __syncwarp();
-  __nv_bfloat16* cache = is_q ? nullptr : p.k_cache + (cache_row + (hh - nq)) * d;
+  // K: quantized on write; the qkv row keeps the rotated value (the rope_k point).
+  const int64_t k_at = (cache_row + (hh - nq)) * d, k_ch = (hh - nq) * d;
 #pragma unroll
   for (int j = 0; j < kMaxHeadDim / 64; ++j) {
     const int64_t i = lane + 32 * j;
@@ -87,9 +89,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                           o2 = __double2bfloat16(x2 * c[j] + x1 * sn[j]);
       head[i] = o1;
       head[i + half] = o2;
-      if (cache) {
-        cache[i] = o1;
-        cache[i + half] = o2;
+      if (!is_q) {
+        kv_store(p.kv, p.k_cache, k_at + i, 0, k_ch + i, o1);
+        kv_store(p.kv, p.k_cache, k_at + i + half, 0, k_ch + i + half, o2);
       }
     }
   }
@@ -111,6 +113,7 @@ void launch_attention_prologue(const AttentionPrologueParams& p, cudaStream_t st
   require(p.block_size > 0 && p.max_blocks_per_seq > 0, k, "positive block sizes");
   require(p.eps >= 0, k, "eps must be >= 0");
   require(p.norm_dim >= 0 && p.norm_dim <= p.head_dim, k, "norm_dim in [0, head_dim]");
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
   if (p.tokens == 0) return;
   const int64_t heads = p.num_heads + 2 * p.num_kv_heads;
   launch_pdl(

@@ -11,7 +11,7 @@
 //      larger than bf16's. inv_freq comes from reference_cpu's Rope (llama3 scaling included);
 //      scaling is HF's attention_scaling (1 for default / linear / llama3);
 //   3. K (rotated) and V into the paged cache at the token's position (paged_attention.h's
-//      layout).
+//      layout), quantized on write in the cache's format (kv_quant.h).
 // Each stored value is the same function of its inputs as the separate kernels compute, up to
 // the fp32 summation order of the norm. normed_out, when given, receives q and k after the norm
 // and before RoPE (the attn.q_norm / attn.k_norm capture points).
@@ -19,6 +19,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "gpu_engine/kernels/kv_quant.h"
 
 namespace qparity::gpu {
 
@@ -32,8 +34,9 @@ struct AttentionPrologueParams {
   const int32_t* positions = nullptr;   // [tokens]
   const double* inv_freq = nullptr;     // [head_dim / 2]
   double rope_scaling = 1.0;
-  __nv_bfloat16* k_cache = nullptr;
-  __nv_bfloat16* v_cache = nullptr;
+  void* k_cache = nullptr;  // elements of kv.format
+  void* v_cache = nullptr;
+  KvQuant kv = {};
   const int32_t* block_table = nullptr;
   const int32_t* seq = nullptr;  // [tokens]
   int64_t tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;

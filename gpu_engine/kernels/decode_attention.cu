@@ -3,6 +3,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/attention_parts.cuh"
 #include "gpu_engine/kernels/decode_attention.h"
+#include "gpu_engine/kernels/kv_quant.cuh"
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
@@ -79,7 +80,7 @@ __device__ unsigned long long g_stages[kMaxStageBlocks * kStageSlots];
 
 // kStamp: the stage-stamping instantiation (DecodeAttentionParams::stages), so the plain one
 // carries no trace of it.
-template <int kPerLane, bool kStamp>
+template <int kPerLane, bool kStamp, KvCacheFormat F>
 __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(DecodeAttentionParams p) {
   unsigned long long st[kStamp ? kStageSlots : 1];
   const bool stamp = kStamp && threadIdx.x == 0;
@@ -163,6 +164,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     return ((static_cast<int64_t>(ent[u]) * bs + off[u]) * nkv + kv_h) * d;
   };
   PackedRow<kPerLane> kv[kKeys], vv[kKeys];
+  // A quantized cache's raw codes (bf16 loads straight into kv / vv), and the lane's channels'
+  // read parameters (weights: read before the wait).
+  KvCodes<F, kPerLane> kc[kKeys], vc[kKeys];
+  KvLaneScales<F, kPerLane> ksc, vsc;
+  const int64_t ch0 = kv_h * d + lane * kPerLane;  // the lane's first channel
+  ksc.load(p.kv, 0, ch0);
+  vsc.load(p.kv, 1, ch0);
   int src[kKeys];  // per key of the current step: the batch token holding it, or -1
 #pragma unroll
   for (int u = 0; u < kKeys; ++u)
@@ -176,14 +184,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
       if (src[u] == i) own_at = cache_at(u);
       if (key < end && src[u] < 0) {
         const int64_t o = cache_at(u) + lane * kPerLane;
-        kv[u].load(p.k_cache + o);
-        vv[u].load(p.v_cache + o);
-      } else {
+        if constexpr (F == KvCacheFormat::kBf16) {
+          kv[u].load(static_cast<const __nv_bfloat16*>(p.k_cache) + o);
+          vv[u].load(static_cast<const __nv_bfloat16*>(p.v_cache) + o);
+        } else {
+          kc[u].load(p.k_cache, o);
+          vc[u].load(p.v_cache, o);
+        }
+      } else if constexpr (F == KvCacheFormat::kBf16) {
         kv[u].zero();
         vv[u].zero();
+      } else {
+        kc[u].zero();
+        vc[u].zero();
       }
     }
   };
+
   if (base < end) load_cached(base);  // the first step's cached keys stream during the wait
   // RoPE at the token's own position (its q and its own key): each lane its own frequencies,
   // kept in the warp's own shared-memory slots across the wait (registers are the scarce part).
@@ -270,17 +287,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
           rj.angles(pos_j, p.inv_freq, p.rope_scaling, lane);
         PackedRow<kPerLane> normed = kv[u];  // the raw k slice load_new fetched
         norm_rope(kw, norm, p.eps, p.norm_dim > 0 ? p.norm_dim : d, rj, lane, normed, kv[u]);
-        if (j == i && h == kv_h * group) {  // token i's own K/V: into the cache, and its captures
-          const int64_t o = own_at + lane * kPerLane;
-          store_row(p.k_cache + o, kv[u]);
-          store_row(p.v_cache + o, vv[u]);
+        const bool own = j == i && h == kv_h * group;  // token i's own K/V: one block writes it
+        if (own) {  // the captures: before the cache's quantization (rope_k)
           const int64_t at = i * (nq + nkv) * d + (nq + kv_h) * d + lane * kPerLane;
           if (p.normed_out) store_row(p.normed_out + at, normed);
           if (p.rope_out) store_row(p.rope_out + at, kv[u]);
         }
+        // Into the cache (the owner), and used as the cache holds it (everyone): a quantized
+        // cache's batch keys join the cached ones as codes.
+        const int64_t o = own_at + lane * kPerLane;
+        kv_store_codes<F>(p.kv, kv[u], kc[u], p.k_cache, o, 0, ch0, own);
+        kv_store_codes<F>(p.kv, vv[u], vc[u], p.v_cache, o, 1, ch0, own);
       }
     }
-    online_softmax_step(q, kv, vv, base, end, m, l, acc);
+    if constexpr (F == KvCacheFormat::kBf16)
+      online_softmax_step(q, kv, vv, base, end, m, l, acc);
+    else
+      online_softmax_step_with(
+          q, kc, vc, base, end, m, l, acc,
+          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
+          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
   }
   stage(4);
   // Merge the warps' partial softmax states in warp order.
@@ -307,16 +333,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   }
 }
 
-template <int kPerLane>
+template <int kPerLane, KvCacheFormat F>
 void launch_per_lane(const DecodeAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));
-  if (p.stages)
-    launch_pdl("decode_attention", decode_attention_kernel<kPerLane, true>, grid, dim3(kWarps * 32),
-               0, stream, p);
-  else
-    launch_pdl("decode_attention", decode_attention_kernel<kPerLane, false>, grid,
-               dim3(kWarps * 32), 0, stream, p);
+  if constexpr (F == KvCacheFormat::kBf16) {
+    if (p.stages) {
+      launch_pdl("decode_attention", decode_attention_kernel<kPerLane, true, F>, grid,
+                 dim3(kWarps * 32), 0, stream, p);
+      return;
+    }
+  }
+  launch_pdl("decode_attention", decode_attention_kernel<kPerLane, false, F>, grid,
+             dim3(kWarps * 32), 0, stream, p);
 }
 
 }  // namespace
@@ -364,8 +393,15 @@ void launch_decode_attention(const DecodeAttentionParams& p, cudaStream_t stream
                            p.partial_acc, p.partial_ml, p.chunks_done);
   require(p.chunk * p.max_chunks <= INT32_MAX && p.max_blocks_per_seq * p.block_size <= INT32_MAX,
           k, "key positions (chunk * max_chunks, max_blocks_per_seq * block_size) must fit int32");
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
+  require(!p.stages || p.kv.format == KvCacheFormat::kBf16, k,
+          "the stage stamps are instantiated for bf16 caches only");
   if (p.tokens == 0) return;
-  with_per_lane(p.head_dim, [&]<int kPerLane>() { launch_per_lane<kPerLane>(p, stream); });
+  with_per_lane(p.head_dim, [&](auto lanes) {
+    with_kv_format(p.kv.format, [&](auto format) {
+      launch_per_lane<decltype(lanes)::value, decltype(format)::value>(p, stream);
+    });
+  });
 }
 
 }  // namespace qparity::gpu

@@ -23,7 +23,9 @@
 // token's qkv row, never read from the cache (this launch writes it there); every other key
 // comes from the cache. So a batch may hold several tokens of one sequence (a short prefill).
 // Each token's K/V is written exactly once: by its own block at its last chunk, for the first q
-// head of each KV group.
+// head of each KV group. With a quantized cache (kv_quant.h) the batch's keys and values are
+// quantized there and used dequantized, by every block that reads them: each token attends to
+// what the cache holds, the cached keys dequantized as they are loaded.
 //
 // Split keys: token i's positions are cut into chunks of `chunk` keys (a multiple of 64), one
 // block per (token, head, chunk); chunk states merge in chunk order in the token's last block to
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "gpu_engine/kernels/kernel_probe.h"
+#include "gpu_engine/kernels/kv_quant.h"
 
 namespace qparity::gpu {
 
@@ -59,8 +62,9 @@ struct DecodeAttentionParams {
   const int32_t* seq = nullptr;        // [tokens]
   const double* inv_freq = nullptr;    // [head_dim / 2]
   double rope_scaling = 1.0;
-  __nv_bfloat16* k_cache = nullptr;
-  __nv_bfloat16* v_cache = nullptr;
+  void* k_cache = nullptr;  // elements of kv.format (kv_quant.h)
+  void* v_cache = nullptr;
+  KvQuant kv = {};
   const int32_t* block_table = nullptr;
   // Optional [tokens, max_blocks_per_seq]: token i's own copy of its sequence's block-table row,
   // uploaded with the batch. Read instead of block_table[seq[i]], it removes one dependent
@@ -86,7 +90,8 @@ struct DecodeAttentionParams {
   uint32_t* chunks_done = nullptr;  // zero; each launch leaves it zero
   KernelProbe* probe = nullptr;     // optional timeline stamps (kernel_probe.h)
   // Optional (a diagnostic): decode_attention_stage_buffer(), to stamp where each block's time
-  // goes; a separate instantiation of the kernel, so the plain one carries none of it.
+  // goes; a separate instantiation of the kernel, so the plain one carries none of it (bf16
+  // caches only).
   unsigned long long* stages = nullptr;
 };
 

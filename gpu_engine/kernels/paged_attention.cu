@@ -1,4 +1,5 @@
 #include "gpu_engine/kernels/attention_parts.cuh"
+#include "gpu_engine/kernels/kv_quant.cuh"
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
@@ -25,8 +26,21 @@ __global__ void kv_cache_write_kernel(KvCacheWriteParams p) {
     const int64_t o = cache_offset(p.block_table, p.max_blocks_per_seq, p.block_size,
                                    p.num_kv_heads, p.head_dim, p.seq[i], p.pos[i], h) +
                       d;
-    p.k_cache[o] = p.k[i * p.k_stride + e];
-    p.v_cache[o] = p.v[i * p.v_stride + e];
+    kv_store(p.kv, p.k_cache, o, 0, e, p.k[i * p.k_stride + e]);
+    kv_store(p.kv, p.v_cache, o, 1, e, p.v[i * p.v_stride + e]);
+  }
+}
+
+__global__ void kv_cache_read_kernel(KvCacheReadParams p) {
+  const int64_t i = blockIdx.x;
+  const int64_t width = p.num_kv_heads * p.head_dim;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    const int64_t h = e / p.head_dim, d = e % p.head_dim;
+    const int64_t o = cache_offset(p.block_table, p.max_blocks_per_seq, p.block_size,
+                                   p.num_kv_heads, p.head_dim, p.seq[i], p.pos[i], h) +
+                      d;
+    p.k[i * p.k_stride + e] = kv_load(p.kv, p.k_cache, o, 0, e);
+    p.v[i * p.v_stride + e] = kv_load(p.kv, p.v_cache, o, 1, e);
   }
 }
 
@@ -40,7 +54,7 @@ constexpr int kMaxPerLane = 8;  // head_dim <= 256
 // used (memory-level parallelism, the decode bottleneck). Then the warps' states merge in warp
 // order; a token with one chunk writes its output, else the chunk's state goes to scratch and
 // the token's last chunk block to finish merges all chunks in chunk order.
-template <int kPerLane>
+template <int kPerLane, KvCacheFormat F>
 __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
     paged_attention_kernel(PagedAttentionParams p) {
   pdl_launch_dependents();
@@ -75,10 +89,13 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
   for (int64_t j = threadIdx.x; j < blocks; j += blockDim.x)
     table[j] = p.block_table[s * p.max_blocks_per_seq + first_block + j];
   __syncthreads();
+  KvLaneScales<F, kPerLane> ksc, vsc;  // the lane's channels' read parameters
+  ksc.load(p.kv, 0, kv_h * p.head_dim + lane * kPerLane);
+  vsc.load(p.kv, 1, kv_h * p.head_dim + lane * kPerLane);
   float m = -INFINITY, l = 0.f;
   for (int64_t base = begin + static_cast<int64_t>(warp) * kKeys; base < end;
        base += kWarps * kKeys) {
-    PackedRow<kPerLane> kv[kKeys], vv[kKeys];
+    KvCodes<F, kPerLane> kc[kKeys], vc[kKeys];  // every load of the step in flight, then used
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
       const int64_t key = base + u;
@@ -90,14 +107,17 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
                            kv_h) *
                               p.head_dim +
                           lane * kPerLane;
-        kv[u].load(p.k_cache + o);
-        vv[u].load(p.v_cache + o);
+        kc[u].load(p.k_cache, o);
+        vc[u].load(p.v_cache, o);
       } else {
-        kv[u].zero();
-        vv[u].zero();
+        kc[u].zero();
+        vc[u].zero();
       }
     }
-    online_softmax_step(q, kv, vv, base, end, m, l, acc);
+    online_softmax_step_with(
+        q, kc, vc, base, end, m, l, acc,
+        [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
+        [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
   }
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
@@ -126,8 +146,7 @@ void require_attention_chunks(const char* k, int64_t chunk, int64_t keys_per_ste
           "max_chunks > 1 needs the scratch (partial_acc, partial_ml, chunks_done)");
 }
 
-void require_attention_shapes(const char* k, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
+void require_attention_shapes(const char* k, const void* k_cache, const void* v_cache, int64_t num_heads, int64_t num_kv_heads,
                               int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
                               int64_t q_stride, int64_t out_stride, float scale) {
   require(num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0, k,
@@ -149,8 +168,24 @@ void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream) {
           k, "positive sizes");
   require(p.k_stride >= p.num_kv_heads * p.head_dim && p.v_stride >= p.num_kv_heads * p.head_dim, k,
           "k / v stride < num_kv_heads * head_dim");
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
   if (p.tokens == 0) return;
   kv_cache_write_kernel<<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
+  check_launch(k);
+}
+
+void launch_kv_cache_read(const KvCacheReadParams& p, cudaStream_t stream) {
+  constexpr const char* k = "kv_cache_read";
+  require(p.k && p.v && p.k_cache && p.v_cache && p.block_table && p.seq && p.pos, k,
+          "every pointer is required");
+  require(p.tokens >= 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.block_size > 0 &&
+              p.max_blocks_per_seq > 0,
+          k, "positive sizes");
+  require(p.k_stride >= p.num_kv_heads * p.head_dim && p.v_stride >= p.num_kv_heads * p.head_dim, k,
+          "k / v stride < num_kv_heads * head_dim");
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
+  if (p.tokens == 0) return;
+  kv_cache_read_kernel<<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
   check_launch(k);
 }
 
@@ -171,11 +206,15 @@ void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream) 
                            p.block_size, p.max_blocks_per_seq, p.q_stride, p.out_stride, p.scale);
   require_attention_chunks(k, p.chunk, kWarps * kKeys, p.block_size, kMaxTable, p.max_chunks,
                            p.partial_acc, p.partial_ml, p.chunks_done);
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.max_chunks));
-  with_per_lane(p.head_dim, [&]<int kPerLane>() {
-    launch_pdl(k, paged_attention_kernel<kPerLane>, grid, dim3(kWarps * 32), 0, stream, p);
+  with_per_lane(p.head_dim, [&](auto lanes) {
+    with_kv_format(p.kv.format, [&](auto format) {
+      launch_pdl(k, paged_attention_kernel<decltype(lanes)::value, decltype(format)::value>, grid,
+                 dim3(kWarps * 32), 0, stream, p);
+    });
   });
 }
 

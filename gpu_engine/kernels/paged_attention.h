@@ -2,7 +2,8 @@
 // Causal attention over a paged KV cache, for prefill and decode alike (one kernel, so a prefill
 // and the decode steps that follow see the same arithmetic), with grouped-query heads.
 //
-// Cache: k_cache and v_cache [num_blocks, block_size, num_kv_heads, head_dim] bf16. Sequence s's
+// Cache: k_cache and v_cache [num_blocks, block_size, num_kv_heads, head_dim], bf16 or a
+// quantized format (kv_quant.h: the kernels read every element dequantized to bf16). Sequence s's
 // position p lives in block block_table[s * max_blocks_per_seq + p / block_size], slot
 // p % block_size. launch_kv_cache_write stores new tokens' K and V there; launch_paged_attention
 // then lets token i (sequence seq[i], position pos[i]) attend to positions 0..pos[i] of its
@@ -27,26 +28,46 @@
 
 #include <cstdint>
 
+#include "gpu_engine/kernels/kv_quant.h"
+
 namespace qparity::gpu {
 
 struct KvCacheWriteParams {
   const __nv_bfloat16* k = nullptr;  // token i's K heads at k + i * k_stride
   const __nv_bfloat16* v = nullptr;
   int64_t k_stride = 0, v_stride = 0;
-  __nv_bfloat16* k_cache = nullptr;
-  __nv_bfloat16* v_cache = nullptr;
+  void* k_cache = nullptr;  // elements of kv.format, quantized on write
+  void* v_cache = nullptr;
   const int32_t* block_table = nullptr;
   const int32_t* seq = nullptr;  // [tokens]
   const int32_t* pos = nullptr;  // [tokens]
   int64_t tokens = 0, num_kv_heads = 0, head_dim = 0;
   int64_t block_size = 0, max_blocks_per_seq = 0, num_blocks = 0;
+  KvQuant kv = {};
+};
+
+// The inverse, for the k_cache / v_cache capture points: what the cache holds at each token's
+// (seq[i], pos[i]), read back as the attention kernels read it (bf16), into k and v
+// [tokens, num_kv_heads * head_dim] (row strides k_stride, v_stride).
+struct KvCacheReadParams {
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  __nv_bfloat16* k = nullptr;
+  __nv_bfloat16* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;
+  const int32_t* block_table = nullptr;
+  const int32_t* seq = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t tokens = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t block_size = 0, max_blocks_per_seq = 0;
+  KvQuant kv = {};
 };
 
 struct PagedAttentionParams {
   const __nv_bfloat16* q = nullptr;  // token i, head h at q + i * q_stride + h * head_dim
   int64_t q_stride = 0;
-  const __nv_bfloat16* k_cache = nullptr;
-  const __nv_bfloat16* v_cache = nullptr;
+  const void* k_cache = nullptr;  // elements of kv.format (kv_quant.h), dequantized on read
+  const void* v_cache = nullptr;
   const int32_t* block_table = nullptr;
   const int32_t* seq = nullptr;
   const int32_t* pos = nullptr;
@@ -61,6 +82,7 @@ struct PagedAttentionParams {
   float* partial_acc = nullptr;     // [tokens, num_heads, max_chunks, head_dim]
   float* partial_ml = nullptr;      // [tokens, num_heads, max_chunks, 2]: max, sum
   uint32_t* chunks_done = nullptr;  // [tokens, num_heads], zero; each launch leaves it zero
+  KvQuant kv = {};                       // the cache's format (last: positional initializers)
 };
 
 // The scratch sizes for a launch of up to `tokens` tokens (floats, floats, counters).
@@ -72,8 +94,7 @@ AttentionScratchSize paged_attention_scratch(int64_t tokens, int64_t num_heads, 
 
 // The checks every attention launcher over this cache makes (a qparity::Error naming `kernel`):
 // heads, GQA grouping, cache geometry, strides, scale, 16-byte aligned caches.
-void require_attention_shapes(const char* kernel, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, int64_t num_heads, int64_t num_kv_heads,
+void require_attention_shapes(const char* kernel, const void* k_cache, const void* v_cache, int64_t num_heads, int64_t num_kv_heads,
                               int64_t head_dim, int64_t block_size, int64_t max_blocks_per_seq,
                               int64_t q_stride, int64_t out_stride, float scale);
 // The key-chunk scheme's checks: chunk a positive multiple of the kernel's keys per block step,
@@ -85,6 +106,7 @@ void require_attention_chunks(const char* kernel, int64_t chunk, int64_t keys_pe
                               const uint32_t* chunks_done);
 
 void launch_kv_cache_write(const KvCacheWriteParams& p, cudaStream_t stream);
+void launch_kv_cache_read(const KvCacheReadParams& p, cudaStream_t stream);
 // head_dim a multiple of 32, at most 256.
 void launch_paged_attention(const PagedAttentionParams& p, cudaStream_t stream);
 

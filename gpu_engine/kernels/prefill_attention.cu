@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "gpu_engine/kernels/kv_quant.cuh"
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
@@ -69,7 +70,9 @@ __device__ __forceinline__ uint32_t bf16_bits_as_f32(__nv_bfloat16 v) {
 // memory once, K through ldmatrix), masked and scaled in fp32, the online softmax in fp32 per row
 // (quad shuffles), P V on tf32 tensor cores (mma m16n8k8, V read as exact tf32 from the bf16
 // cache, P split into two tf32 terms), fp32 accumulation throughout.
-template <int D>
+// A quantized cache (kv_quant.h) is staged synchronously instead: each thread loads 8 codes and
+// stores their 8 dequantized bf16 values, so the products run on exactly what a read gives.
+template <int D, KvCacheFormat F>
 __global__ void __launch_bounds__(128, 3)
     prefill_attention_kernel(PrefillAttentionParams p, int w) {
   constexpr int kPitch = D + 8;  // halves a staged row: 16-byte aligned, ldmatrix conflict-free
@@ -130,9 +133,26 @@ __global__ void __launch_bounds__(128, 3)
                  D +
              c8 * 8;
       }
-      const int bytes = key <= max_pos ? 16 : 0;
-      cp_async_16(&k_stage[b][j * kPitch + c8 * 8], p.k_cache + at, bytes);
-      cp_async_16(&v_stage[b][j * kPitch + c8 * 8], p.v_cache + at, bytes);
+      if constexpr (F == KvCacheFormat::kBf16) {
+        const int bytes = key <= max_pos ? 16 : 0;
+        cp_async_16(&k_stage[b][j * kPitch + c8 * 8],
+                    static_cast<const __nv_bfloat16*>(p.k_cache) + at, bytes);
+        cp_async_16(&v_stage[b][j * kPitch + c8 * 8],
+                    static_cast<const __nv_bfloat16*>(p.v_cache) + at, bytes);
+      } else {
+        uint4 kz = make_uint4(0u, 0u, 0u, 0u), vz = kz;  // keys past max_pos: zeros
+        if (key <= max_pos) {
+          const int64_t ch0 = kv_h * D + c8 * 8;
+          kz = kv_dequantize8<F>(
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.k_cache) + at), p.kv,
+              0, ch0);
+          vz = kv_dequantize8<F>(
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.v_cache) + at), p.kv,
+              1, ch0);
+        }
+        *reinterpret_cast<uint4*>(&k_stage[b][j * kPitch + c8 * 8]) = kz;
+        *reinterpret_cast<uint4*>(&v_stage[b][j * kPitch + c8 * 8]) = vz;
+      }
     }
     cp_async_commit();
   };
@@ -291,10 +311,18 @@ void launch_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stre
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int w = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const dim3 grid(static_cast<unsigned>(p.max_tiles), static_cast<unsigned>(p.num_heads / w));
-  if (p.head_dim == 64)
-    launch_pdl(k, prefill_attention_kernel<64>, grid, dim3(32 * w), 0, stream, p, w);
-  else
-    launch_pdl(k, prefill_attention_kernel<128>, grid, dim3(32 * w), 0, stream, p, w);
+  require_kv_quant(k, p.kv, p.num_kv_heads, p.head_dim);
+  require(p.kv.format == KvCacheFormat::kBf16 || p.kv.read_bf16, k,
+          "a " + to_string(p.kv.format) +
+              " cache read in fp32 (kv_quant.h): the tensor-core kernel takes bf16 operands; "
+              "paged_attention reads it");
+  with_kv_format(p.kv.format, [&](auto format) {
+    constexpr KvCacheFormat F = decltype(format)::value;
+    if (p.head_dim == 64)
+      launch_pdl(k, prefill_attention_kernel<64, F>, grid, dim3(32 * w), 0, stream, p, w);
+    else
+      launch_pdl(k, prefill_attention_kernel<128, F>, grid, dim3(32 * w), 0, stream, p, w);
+  });
 }
 
 }  // namespace qparity::gpu

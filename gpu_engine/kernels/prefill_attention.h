@@ -25,6 +25,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "gpu_engine/kernels/kv_quant.h"
 #include <vector>
 
 namespace qparity::gpu {
@@ -34,8 +36,11 @@ constexpr int kPrefillTileRows = 16;
 struct PrefillAttentionParams {
   const __nv_bfloat16* q = nullptr;  // row i, head h at q + i * q_stride + h * head_dim
   int64_t q_stride = 0;
-  const __nv_bfloat16* k_cache = nullptr;
-  const __nv_bfloat16* v_cache = nullptr;
+  // Elements of kv.format (kv_quant.h); a quantized cache only where its read is bf16
+  // (kv.read_bf16): the products take bf16 operands.
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  KvQuant kv = {};
   const int32_t* block_table = nullptr;
   const int32_t* seq = nullptr;
   const int32_t* pos = nullptr;

@@ -17,7 +17,8 @@
 set -uo pipefail
 bins=(tests/gpu/test_gpu_kernels tests/gpu/test_gpu_engine tests/gpu/test_gpu_codecs
       tests/gpu/test_gpu_tensor_parallel tests/gpu/test_gpu_quant_linears
-      tests/gpu/test_gpu_engine_quantized bench/bench_engine bench/bench_quant_linears)
+      tests/gpu/test_gpu_engine_quantized tests/gpu/test_gpu_kv_cache bench/bench_engine
+      bench/bench_quant_linears bench/bench_kv_attention)
 cmd=${1:-}
 shift || true
 case "$cmd" in

@@ -69,7 +69,7 @@ void run(const RunOptions& o) {
     throw UsageError("engine run", "--local needs --dump FILE");
   if (!o.dump.empty()) check_output_file(o.dump, o.force);  // before the run, not after it
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-  check_capture_globs(o.capture, model_capture_points(cfg));
+  check_capture_globs(o.capture, model_capture_points(cfg, true));  // a quantized cache adds its points
   std::optional<golden::TokenInputs> in;
   if (o.local.empty())
     in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,

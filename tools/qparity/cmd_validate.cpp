@@ -318,12 +318,10 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
   std::vector<std::string> schemes = {"bf16"};
   for (const auto& scheme : t.schemes) {
     const SchemeId id = parse_scheme_id(scheme);
-    if (scheme_family(id.kind) == SchemeFamily::kKvCache) {
-      std::cerr << "qparity validate: " << t.name << " " << scheme
-                << ": no engine row (quantized KV caches are not on the GPU yet)\n";
-      continue;
-    }
-    if (scheme_family(id.kind) == SchemeFamily::kTransform) {  // bf16 linears, folded norms
+    // KV caches (bf16 linears, the cache quantized on write) and transforms (bf16 linears,
+    // folded norms) need no linear method.
+    if (scheme_family(id.kind) == SchemeFamily::kKvCache ||
+        scheme_family(id.kind) == SchemeFamily::kTransform) {
       schemes.push_back(scheme);
       continue;
     }
@@ -348,6 +346,11 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
             "the MoE experts stay bf16 in this engine row: quantized experts are not "
             "on the GPU yet; the format row quantizes them");
       }
+      if (scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kKvCache)
+        notes.push_back(
+            "the engine reads its quantized cache as bf16(fp32 dequantized value) for its bf16 "
+            "attention operands: one rounding beyond the reference's read, shown at the "
+            "attn.k_cache / attn.v_cache points; the codes it writes are the reference's");
       dir = work / (t.name + "." + scheme + ".engine-ckpt");
       // Produced under the engine's dialect, whose loader rules (fp8-block's partition
       // alignment, ...) the engine then meets; the linears it cannot take stay bf16 and the row
