@@ -36,6 +36,12 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
     for (const GpuLinearMethod* m :
          {l.qkv_q.get(), l.o_proj_q.get(), l.gate_up_q.get(), l.down_q.get()})
       if (m) ws = std::max(ws, m->workspace_bytes(o.max_tokens));
+  // Quantized experts take up to every (token, slot) pair of a forward.
+  for (const GpuLayerWeights& l : model_.layers)
+    for (const auto* stack : {&l.w13_q, &l.w2_q})
+      for (const auto& m : *stack)
+        ws = std::max(ws, m->workspace_bytes(o.max_tokens * std::max<int64_t>(
+                                                                 model_.cfg.num_experts_per_tok, 1)));
   quant_workspace_ = DeviceBuffer<uint8_t>(ws);
   mlp_out_ = Bf16Buffer(t * h);
   const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
@@ -179,6 +185,9 @@ void Decoder::forward_final(Trace* tr) {
 
 bool Decoder::moe_on_device(int64_t t) const {
   const ModelConfig& c = model_.kcfg();
+  // Quantized experts run per expert from the host's grouping (decoder_moe.cpp).
+  for (const GpuLayerWeights& l : model_.layers)
+    if (l.quantized_experts()) return false;
   return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
          c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
 }

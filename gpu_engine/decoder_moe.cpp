@@ -59,8 +59,11 @@ void Decoder::moe_layer(int64_t l, Trace* tr) {
   capture(tr, point_of(p, point::kMoeOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
-// Larger batches: the ids come to the host, which groups the pairs and runs a GEMM per expert
-// with tokens.
+// Larger batches, and quantized experts at every size: the ids come to the host, which groups the
+// pairs and runs a GEMM per expert with tokens (a quantized expert: its GPU method, the rows of
+// that expert alone, so a token's activation quantization sees only its own row, as per token).
+// Quantized experts have no grouped kernel yet: one launch (or two, with activation
+// quantization) per active expert and weight.
 void Decoder::moe_experts_via_host(int64_t l) {
   const ModelConfig& c = model_.kcfg();
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
@@ -98,15 +101,23 @@ void Decoder::moe_experts_via_host(int64_t l) {
   for (int64_t x = 0; x < e; ++x) {
     const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
     if (cnt == 0) continue;
-    linear(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd, moe_gate_up_.get() + a * 2 * mi,
-           false, cnt, 2 * mi, hd);
+    if (!w.w13_q.empty())
+      w.w13_q[static_cast<size_t>(x)]->apply(moe_x_.get() + a * hd, moe_gate_up_.get() + a * 2 * mi,
+                                             cnt, s, quant_workspace_.get());
+    else
+      linear(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd,
+             moe_gate_up_.get() + a * 2 * mi, false, cnt, 2 * mi, hd);
   }
   launch_silu_and_mul({moe_gate_up_.get(), moe_act_.get(), n, mi}, s);
   for (int64_t x = 0; x < e; ++x) {
     const int64_t a = first[static_cast<size_t>(x)], cnt = first[static_cast<size_t>(x + 1)] - a;
     if (cnt == 0) continue;
-    linear(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd, false, cnt, hd,
-           mi);
+    if (!w.w2_q.empty())
+      w.w2_q[static_cast<size_t>(x)]->apply(moe_act_.get() + a * mi, moe_y_.get() + a * hd, cnt, s,
+                                            quant_workspace_.get());
+    else
+      linear(moe_act_.get() + a * mi, w.w2.get() + x * hd * mi, moe_y_.get() + a * hd, false, cnt,
+             hd, mi);
   }
 }
 

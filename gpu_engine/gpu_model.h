@@ -37,6 +37,9 @@ struct GpuLayerWeights {
   DeviceBuffer<float> input_norm_bias, post_norm_bias;
   // Quantized linears (their bf16 buffer above is then empty).
   std::unique_ptr<GpuLinearMethod> qkv_q, o_proj_q, gate_up_q, down_q;
+  // Quantized MoE experts: one method per expert (their w13 / w2 buffers above then empty).
+  std::vector<std::unique_ptr<GpuLinearMethod>> w13_q, w2_q;
+  bool quantized_experts() const { return !w13_q.empty() || !w2_q.empty(); }
   // Whether the attention input or MLP input linears are quantized: the decode-sized fusions of
   // the RMSNorm into a bf16 GEMM's prologue then give way to a separate norm kernel.
   bool quantized_qkv() const { return qkv_q != nullptr || input_norm_bias.size() > 0; }

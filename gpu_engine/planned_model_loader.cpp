@@ -54,12 +54,13 @@ void check_gpu_can_run(const QuantPlan& plan) {
                                     "; the engine never runs a quantized layer as bf16");
         break;
       }
-      case ModuleRole::kExpertStack:
-        if (e.quantized())
-          throw Error(e.prefix, "scheme " + scheme + why_entry +
-                                    ": quantized MoE experts are not on the GPU yet (issue 26); "
-                                    "the engine never runs a quantized layer as bf16");
+      case ModuleRole::kExpertStack: {
+        std::string why;
+        if (e.quantized() && !gpu_supports_expert_scheme(*e.scheme, &why))
+          throw Error(e.prefix, "scheme " + scheme + why_entry + ": quantized MoE experts: " +
+                                    why + "; the engine never runs a quantized layer as bf16");
         break;
+      }
       case ModuleRole::kKvCache:
         if (e.quantized() && e.scheme->kind != SchemeKind::kKvInt8 &&
             e.scheme->kind != SchemeKind::kKvFp8)
@@ -178,6 +179,9 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
       require_unpadded(c, hl.index, "mlp.gate_up_proj", !is_bf16_method(*hl.mlp->gate_up));
       require_unpadded(c, hl.index, "mlp.down_proj", !is_bf16_method(*hl.mlp->down));
     }
+    if (hl.moe)
+      require_unpadded(c, hl.index, "mlp.experts",
+                       !is_bf16_method(*hl.moe->w13) || !is_bf16_method(*hl.moe->w2));
   }
   m->layers.resize(host->layers().size());
   for (const reference::DecoderLayer& hl : host->layers()) {
@@ -193,8 +197,20 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
     l.moe = hl.moe.has_value();
     if (l.moe) {
       l.router = dense_buffer(*hl.moe->router, m->weight_bytes);
-      l.w13 = dense_buffer(*hl.moe->w13, m->weight_bytes);
-      l.w2 = dense_buffer(*hl.moe->w2, m->weight_bytes);
+      // Each stack bf16 (stacked for the grouped kernels) or one GPU method per expert.
+      const auto stack = [&](const reference::LinearMethod& lm, Bf16Buffer& dense,
+                             std::vector<std::unique_ptr<GpuLinearMethod>>& q) {
+        if (is_bf16_method(lm)) {
+          dense = dense_buffer(lm, m->weight_bytes);
+          return;
+        }
+        for (int64_t x = 0; x < lm.shape().num_experts; ++x) {
+          q.push_back(make_gpu_linear_method(lm, options.methods, x));
+          m->weight_bytes += q.back()->device_bytes();
+        }
+      };
+      stack(*hl.moe->w13, l.w13, l.w13_q);
+      stack(*hl.moe->w2, l.w2, l.w2_q);
     } else {
       place(*hl.mlp->gate_up, l.gate_up, l.gate_up_q, options.methods, m->weight_bytes);
       place(*hl.mlp->down, l.down, l.down_q, options.methods, m->weight_bytes);

@@ -96,7 +96,10 @@ void require_unpadded(const ModelConfig& cfg, int64_t layer, const std::string& 
   if (linear.rfind("self_attn.", 0) == 0 && k.head_dim != cfg.head_dim)
     why = "head_dim " + std::to_string(cfg.head_dim) + " (the kernels take " +
           std::to_string(k.head_dim) + ")";
-  if (linear.rfind("mlp.", 0) == 0 && k.intermediate != cfg.intermediate)
+  if (linear == "mlp.experts" && k.moe_intermediate_size != cfg.moe_intermediate_size)
+    why = "moe_intermediate_size " + std::to_string(cfg.moe_intermediate_size) +
+          " (the kernels take " + std::to_string(k.moe_intermediate_size) + ")";
+  else if (linear.rfind("mlp.", 0) == 0 && k.intermediate != cfg.intermediate)
     why = "intermediate_size " + std::to_string(cfg.intermediate) + " (the kernels take " +
           std::to_string(k.intermediate) + ")";
   if (!why.empty())

@@ -79,14 +79,15 @@ struct PackedRow {
 // q is pre-scaled; masked keys weigh 0.
 // k_at(row, j) / v_at(row, j): element j of a key's / value's row as fp32 (a PackedRow's at(),
 // or a quantized cache's codes read as kv_quant.cuh reads them, so no dequantized copy of the
-// step's rows needs registers).
+// step's rows needs registers). dot_bias is subtracted from every summed q.k (kv_quant.cuh's
+// factored int8 read).
 template <int kPerLane, int kKeys, class KRow, class VRow, class KAt, class VAt>
 __device__ __forceinline__ void online_softmax_step_with(const float (&q)[kPerLane],
                                                          const KRow (&kv)[kKeys],
                                                          const VRow (&vv)[kKeys], int64_t base,
                                                          int64_t end, float& m, float& l,
                                                          float (&acc)[kPerLane], KAt k_at,
-                                                         VAt v_at) {
+                                                         VAt v_at, float dot_bias = 0.f) {
   float dot[kKeys];
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
@@ -100,6 +101,9 @@ __device__ __forceinline__ void online_softmax_step_with(const float (&q)[kPerLa
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
       dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off);
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u)
+    dot[u] -= dot_bias;
   float m_new = m;
 #pragma unroll
   for (int u = 0; u < kKeys; ++u)

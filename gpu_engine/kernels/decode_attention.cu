@@ -255,6 +255,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
       if (p.rope_out) store_row(p.rope_out + at, roped);
     }
   }
+  // A cache read in fp32: its scales factored out of the loop (kv_quant.cuh).
+  const bool factored = kv_factored<F>(p.kv);
+  float k_bias = 0.f;
+  if constexpr (F != KvCacheFormat::kBf16)
+    if (factored) k_bias = kv_scale_q<F>(p.kv, ch0, q);
   stage(3);
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
@@ -302,12 +307,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
     }
     if constexpr (F == KvCacheFormat::kBf16)
       online_softmax_step(q, kv, vv, base, end, m, l, acc);
+    else if (factored)
+      online_softmax_step_with(
+          q, kc, vc, base, end, m, l, acc,
+          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); },
+          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); }, k_bias);
     else
       online_softmax_step_with(
           q, kc, vc, base, end, m, l, acc,
           [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
           [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
   }
+  if constexpr (F != KvCacheFormat::kBf16)
+    if (factored) kv_finish_acc<F>(p.kv, ch0, l, acc);
   stage(4);
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];

@@ -90,8 +90,14 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
     table[j] = p.block_table[s * p.max_blocks_per_seq + first_block + j];
   __syncthreads();
   KvLaneScales<F, kPerLane> ksc, vsc;  // the lane's channels' read parameters
-  ksc.load(p.kv, 0, kv_h * p.head_dim + lane * kPerLane);
-  vsc.load(p.kv, 1, kv_h * p.head_dim + lane * kPerLane);
+  const int64_t ch0 = kv_h * p.head_dim + lane * kPerLane;
+  ksc.load(p.kv, 0, ch0);
+  vsc.load(p.kv, 1, ch0);
+  // A cache read in fp32: its scales factored out of the loop (kv_quant.cuh).
+  const bool factored = kv_factored<F>(p.kv);
+  float k_bias = 0.f;
+  if constexpr (F != KvCacheFormat::kBf16)
+    if (factored) k_bias = kv_scale_q<F>(p.kv, ch0, q);
   float m = -INFINITY, l = 0.f;
   for (int64_t base = begin + static_cast<int64_t>(warp) * kKeys; base < end;
        base += kWarps * kKeys) {
@@ -114,11 +120,19 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
         vc[u].zero();
       }
     }
-    online_softmax_step_with(
-        q, kc, vc, base, end, m, l, acc,
-        [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
-        [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
+    if (factored)
+      online_softmax_step_with(
+          q, kc, vc, base, end, m, l, acc,
+          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); },
+          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); }, k_bias);
+    else
+      online_softmax_step_with(
+          q, kc, vc, base, end, m, l, acc,
+          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
+          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
   }
+  if constexpr (F != KvCacheFormat::kBf16)
+    if (factored) kv_finish_acc<F>(p.kv, ch0, l, acc);
   // Merge the warps' partial softmax states in warp order.
   __shared__ float sm[kWarps], sl[kWarps];
   __shared__ float sacc[kWarps][kMaxPerLane * 32];

@@ -19,13 +19,14 @@ const reference::Fp8LinearBase& as_fp8(const reference::LinearMethod& h) {
 
 }  // namespace
 
-Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host)
-    : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
-                      host.shape().in_features) {
+Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert)
+    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
+                      host.shape().out_features(), host.shape().in_features) {
   const auto& m = as_fp8(host);
   const std::string& where = prefix();
-  if (host.shape().num_experts > 0)
-    throw Error(where, "a quantized expert stack: not on the GPU in this version (issue 26)");
+  // An expert's weight after the stack's processing (per-expert scales; fp8-tensor's w13 scale
+  // unified across gate and up, each shard requantized with the max, as the dialect does it).
+  const int64_t e = method_expert(host, expert);
   const std::string dialect(qparity::to_string(m.dialect()));
   if (m.dialect() != Dialect::kVllm && m.dialect() != Dialect::kSglang)
     throw Error(where, to_string(scheme()) + " in dialect " + dialect +
@@ -65,7 +66,7 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host)
     throw Error(where, "in_features " + std::to_string(in_features()) +
                            " must be a multiple of 16 for the GPU's fp8 GEMM");
   // Weight: codes on the 2^-9 lattice -> e4m3fn bytes (exact: they are e4m3fn values).
-  const reference::QuantizedMatrix& w = m.processed_weight(0);
+  const reference::QuantizedMatrix& w = m.processed_weight(e);
   if (w.rows != out_features() || w.cols != in_features())
     throw Error(where, "processed fp8 weight has the wrong shape");
   std::vector<uint8_t> bytes(static_cast<size_t>(w.rows * w.cols));

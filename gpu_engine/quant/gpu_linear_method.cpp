@@ -26,8 +26,9 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
       return true;
-    case SchemeKind::kNvfp4:
     case SchemeKind::kMxint4:
+      return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
+    case SchemeKind::kNvfp4:
     case SchemeKind::kMxfp4:
     case SchemeKind::kMxfp8:
       return no("the 4-bit and MX formats are not on the GPU yet (issue 26)");
@@ -40,11 +41,39 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
   return no("unknown scheme");
 }
 
+bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
+  switch (s.kind) {
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+    case SchemeKind::kW4A16G32:
+    case SchemeKind::kMxint4:  // compressed-tensors int4 group-32 experts, bf16 scales
+    case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+      return true;
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+      if (why) *why = "static-activation int8 MoE experts are not on the GPU yet";
+      return false;
+    default: {
+      std::string w;
+      if (!gpu_supports_linear_scheme(s, &w)) {
+        if (why) *why = w;
+        return false;
+      }
+      if (why) *why = "the GPU has no expert method for this scheme";
+      return false;
+    }
+  }
+}
+
 std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearMethod& host,
-                                                        const GpuMethodOptions& options) {
+                                                        const GpuMethodOptions& options,
+                                                        int64_t expert) {
   const SchemeId& s = host.config().scheme;
   std::string why;
-  if (!gpu_supports_linear_scheme(s, &why))
+  if (expert >= 0 ? !gpu_supports_expert_scheme(s, &why) : !gpu_supports_linear_scheme(s, &why))
     throw Error(host.shape().prefix, "scheme " + to_string(s) + ": " + why);
   if (!host.processed())
     throw Error(host.shape().prefix, "the reference method was not processed before the upload");
@@ -52,20 +81,20 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW4A16G32:
-      return std::make_unique<WeightOnlyIntMethod>(host, options);
+    case SchemeKind::kMxint4:
+      return std::make_unique<WeightOnlyIntMethod>(host, options, expert);
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
       return std::make_unique<W8A8StaticMethod>(host);
     case SchemeKind::kW8A8Int8Dyn:
-      return std::make_unique<W8A8Int8Method>(host);
+      return std::make_unique<W8A8Int8Method>(host, expert);
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
-      return std::make_unique<Fp8LinearMethod>(host);
+      return std::make_unique<Fp8LinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
     case SchemeKind::kNvfp4:
-    case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:
     case SchemeKind::kMxfp8:
     case SchemeKind::kKvBf16:

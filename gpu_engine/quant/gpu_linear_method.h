@@ -73,15 +73,19 @@ class GpuLinearMethod {
 // Whether the GPU has a method for `scheme` on a dense (non-expert) linear; when not, `why` says
 // what is missing.
 bool gpu_supports_linear_scheme(const SchemeId& scheme, std::string* why);
+// Whether it has one for the experts of a MoE stack (each expert its own method).
+bool gpu_supports_expert_scheme(const SchemeId& scheme, std::string* why);
 
 struct GpuMethodOptions {
   // Test-only fault injection (weight_only_gemm.h): the deliberate bug bisect must find.
   bool fault_group_off_by_one = false;
 };
 
-// Step 3 on the device: the GPU method of a processed reference method. Throws naming the layer
-// (host.shape().prefix) and the scheme when the GPU cannot run it.
+// Step 3 on the device: the GPU method of a processed reference method (expert -1: a dense
+// layer; e >= 0: expert e of a stack). Throws naming the layer (host.shape().prefix) and the
+// scheme when the GPU cannot run it.
 std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearMethod& host,
-                                                        const GpuMethodOptions& options = {});
+                                                        const GpuMethodOptions& options = {},
+                                                        int64_t expert = -1);
 
 }  // namespace qparity::gpu

@@ -4,11 +4,29 @@
 
 namespace qparity::gpu {
 
-reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMethod& host) {
-  const std::string& where = host.shape().prefix;
-  if (host.shape().num_experts > 0)
-    throw Error(where, "a quantized expert stack: not on the GPU in this version (issue 26)");
-  auto w = host.processed_int_weight();
+int64_t method_expert(const reference::LinearMethod& host, int64_t expert) {
+  const int64_t n = host.shape().num_experts;
+  if (expert < 0) {
+    if (n > 0)
+      throw Error(host.shape().prefix,
+                  "an expert stack: the GPU takes it one expert at a time (expert >= 0)");
+    return 0;
+  }
+  if (expert >= n)
+    throw Error(host.shape().prefix, "expert " + std::to_string(expert) + " outside [0, " +
+                                         std::to_string(n) + ")");
+  return expert;
+}
+
+std::string method_prefix(const reference::LinearMethod& host, int64_t expert) {
+  return expert < 0 ? host.shape().prefix
+                    : host.shape().prefix + ".experts." + std::to_string(expert);
+}
+
+reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMethod& host,
+                                                      int64_t expert) {
+  const std::string where = method_prefix(host, expert);
+  auto w = host.processed_int_weight(method_expert(host, expert));
   if (!w)
     throw Error(where, "scheme " + to_string(host.config().scheme) +
                            " has no integer weight the GPU methods can take");

@@ -8,9 +8,17 @@
 
 namespace qparity::gpu {
 
-// The method's ProcessedIntWeight (expert 0 of a dense layer); an Error naming the layer for an
-// expert stack (not on the GPU yet) or a scheme without an integer weight.
-reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMethod& host);
+// Which weight of `host` a GPU method takes: expert -1 a dense layer's (the host must not be an
+// expert stack), expert e >= 0 expert e of a stack. Returns the reference's expert index (0 for a
+// dense layer); an Error naming the layer otherwise.
+int64_t method_expert(const reference::LinearMethod& host, int64_t expert);
+// The GPU method's name: the layer's prefix, "<prefix>.experts.<e>" for expert e of a stack.
+std::string method_prefix(const reference::LinearMethod& host, int64_t expert);
+
+// The method's ProcessedIntWeight (method_expert's); an Error naming the layer for a scheme
+// without an integer weight.
+reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMethod& host,
+                                                      int64_t expert = -1);
 
 // fp64 values that are fp32 values, as fp32; an Error naming `where` and the first element that
 // would round (the GPU holds scales, zeros and biases exactly or not at all).

@@ -16,9 +16,9 @@ const reference::W8A8Int8DynamicLinearMethod& as_int8_dynamic(const reference::L
 
 }  // namespace
 
-W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
-    : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
-                      host.shape().in_features) {
+W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host, int64_t expert)
+    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
+                      host.shape().out_features(), host.shape().in_features) {
   ws_.k = in_features();
   ws_.n = out_features();
   ws_.int8_product = true;
@@ -45,7 +45,7 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host)
   if (in_features() % 16 != 0)
     throw Error(where, "in_features " + std::to_string(in_features()) +
                            " must be a multiple of 16 for the GPU's int8 GEMM");
-  const reference::ProcessedIntWeight w = processed_int_weight_of(host);
+  const reference::ProcessedIntWeight w = processed_int_weight_of(host, expert);
   for (double z : w.zero)
     if (z != 0) throw Error(where, "w8a8-int8-dyn weights are symmetric; a zero point is not");
   codes_ = DeviceBuffer<int8_t>(w.stored);

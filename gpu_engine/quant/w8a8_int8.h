@@ -19,7 +19,8 @@ namespace qparity::gpu {
 
 class W8A8Int8Method final : public GpuLinearMethod {
  public:
-  explicit W8A8Int8Method(const reference::LinearMethod& host);
+  // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
+  explicit W8A8Int8Method(const reference::LinearMethod& host, int64_t expert = -1);
   void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
              void* workspace) const override;
   size_t workspace_bytes(int64_t max_tokens) const override;

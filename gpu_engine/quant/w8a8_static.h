@@ -15,7 +15,7 @@ namespace qparity::gpu {
 
 class W8A8StaticMethod final : public GpuLinearMethod {
  public:
-  explicit W8A8StaticMethod(const reference::LinearMethod& host);
+  explicit W8A8StaticMethod(const reference::LinearMethod& host);  // dense layers only
   void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
              void* workspace) const override;
   size_t workspace_bytes(int64_t max_tokens) const override;

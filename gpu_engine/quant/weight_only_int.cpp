@@ -24,11 +24,11 @@ bool all_bf16_values(const std::vector<double>& v) {
 }  // namespace
 
 WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
-                                         const GpuMethodOptions& options)
-    : GpuLinearMethod(host.shape().prefix, host.config().scheme, host.shape().out_features(),
-                      host.shape().in_features),
+                                         const GpuMethodOptions& options, int64_t expert)
+    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
+                      host.shape().out_features(), host.shape().in_features),
       fault_(options.fault_group_off_by_one) {
-  const reference::ProcessedIntWeight w = processed_int_weight_of(host);
+  const reference::ProcessedIntWeight w = processed_int_weight_of(host, expert);
   const std::string& where = prefix();
   bits_ = w.bits;
   group_ = w.group;

@@ -26,7 +26,9 @@ namespace qparity::gpu {
 
 class WeightOnlyIntMethod final : public GpuLinearMethod {
  public:
-  WeightOnlyIntMethod(const reference::LinearMethod& host, const GpuMethodOptions& options);
+  // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
+  WeightOnlyIntMethod(const reference::LinearMethod& host, const GpuMethodOptions& options,
+                      int64_t expert = -1);
   void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
              void* workspace) const override;
   size_t device_bytes() const override;

@@ -93,6 +93,17 @@ void Mxint4LinearMethod::process() {
   }
 }
 
+std::optional<ProcessedIntWeight> Mxint4LinearMethod::processed_int_weight(int64_t expert) const {
+  const FusedIntWeight& f = fused_.at(sz(expert));
+  // check_mxint4_args: group 32, symmetric, no actorder; the fused blocks say the same.
+  if (!f.identity || f.w.block_cols != 32 || f.w.block_rows != 1 || !f.w.zero_points.empty())
+    throw Error(shape().prefix, "fused mxint4 weight is not [1, 32]-blocked, symmetric, in order");
+  ProcessedIntWeight w = int_weight_of(f.w, 32, 4, IntCodes::kStored);
+  w.scale = f.w.scales.data;
+  w.zero.assign(w.scale.size(), 0.0);
+  return w;
+}
+
 Matrix Mxint4LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   return apply_fused(fused_[sz(expert)], x);
 }

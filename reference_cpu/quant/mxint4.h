@@ -45,6 +45,9 @@ class Mxint4LinearMethod final : public LinearMethod {
   Mxint4LinearMethod(LinearShape shape, MethodConfig config);
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
   TensorMap runtime_tensors() const override;
+  // Expert e's codes q (int4, columns in order), bf16 scales per 32 columns, no zero points: the
+  // form a GPU method takes.
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
 
  protected:
   void process() override;

@@ -306,8 +306,8 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
 #ifdef QPARITY_HAS_ENGINE
   // Engine against the reference, when a GPU is here: the bf16 model and every scheme the GPU
   // runs, each against the reference golden of the same checkpoint in emulate mode, judged by that
-  // scheme's engine policy. MoE experts stay bf16 in the engine rows' checkpoints (quantized
-  // experts are not on the GPU yet); the row's report says so.
+  // scheme's engine policy. MoE experts stay bf16 in the engine rows' checkpoints where the GPU has
+  // no expert method for the scheme; the row's report says so.
   std::string why;
   if (o_.no_engine) return;
   if (!gpu::query_device(0, &why)) {
@@ -325,7 +325,9 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
       schemes.push_back(scheme);
       continue;
     }
-    if (!gpu::gpu_supports_linear_scheme(id, &why)) {
+    // An expert-only format (mxint4) runs where the model has experts.
+    const bool experts_run = cfg.num_experts > 0 && gpu::gpu_supports_expert_scheme(id, nullptr);
+    if (!gpu::gpu_supports_linear_scheme(id, &why) && !experts_run) {
       std::cerr << "qparity validate: " << t.name << " " << scheme << ": no engine row (" << why
                 << ")\n";
       continue;
@@ -339,12 +341,13 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
     if (scheme != "bf16") {
       fixtures::QuantizeCheckpointOptions qo;
       qo.ignore_unsupported = true;
+      std::string expert_why;
       if (cfg.num_experts > 0 &&
-          scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight) {
+          scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight &&
+          !gpu::gpu_supports_expert_scheme(parse_scheme_id(scheme), &expert_why)) {
         qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
-        notes.push_back(
-            "the MoE experts stay bf16 in this engine row: quantized experts are not "
-            "on the GPU yet; the format row quantizes them");
+        notes.push_back("the MoE experts stay bf16 in this engine row (" + expert_why +
+                        "); the format row quantizes them");
       }
       if (scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kKvCache)
         notes.push_back(
