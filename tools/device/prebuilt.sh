@@ -3,14 +3,17 @@
 # builds sm_90a code here without a GPU. So: build here, carry the stripped binaries, run there.
 #   here:   bash tools/device/prebuilt.sh pack [BUILD_DIR]   (default build/) -> .devbin/
 #   there:  bash tools/device/prebuilt.sh run [STAGE...]     (device tool, carry [".devbin"])
+# The stripped binaries go into .devbin/bins.tar.xz (~25 MB: the device tool carries 64 MiB at
+# most, the binaries alone are ~120 MB); run unpacks them.
 # Stages (default: tests sanitize ab bench; tp needs two GPUs, e.g. nvidia-h200-x2; qbench and
-# qsanitize are the quantized linears' bench and sanitizer runs):
+# qsanitize are the quantized linears' bench and sanitizer runs; kv the quantized KV cache's):
 #   tp        the NCCL tensor-parallel tests, three rounds of fresh seeds, then memcheck (memory
 #             errors only: NCCL's own probes return API errors it handles) and racecheck
 #   tests     every gpu suite (on a one-GPU machine the tp suite skips, saying why)
 #   sanitize  memcheck + racecheck over the skinny GEMM and decode attention tests
 #   ab        batch-1 decode of the 0.6B shape, the single-pass skinny GEMM off / on, three rounds
 #   bench     the full bench_engine
+#   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
 # Built on Debian 12 (glibc 2.36, libstdc++ of g++ 12, libhdf5_serial.so.103), the binaries run on
 # the device image (Ubuntu 24.04: newer glibc and libstdc++, the same HDF5 soname). At most 8
 # files come back from $OUT, so each stage writes one log.
@@ -24,11 +27,12 @@ shift || true
 case "$cmd" in
 pack)
   build=${1:-build}
-  mkdir -p .devbin
+  rm -rf .devbin && mkdir -p .devbin/stage
   for b in "${bins[@]}"; do
     [ -x "$build/$b" ] || { echo "prebuilt: $build/$b missing (build it first)" >&2; exit 1; }
-    strip -o ".devbin/$(basename "$b")" "$build/$b"
+    strip -o ".devbin/stage/$(basename "$b")" "$build/$b"
   done
+  (cd .devbin/stage && tar cJf ../bins.tar.xz -- *) && rm -rf .devbin/stage
   # The tests read policies from the source tree whose path the build baked in (QPARITY_SOURCE_DIR).
   (cd "$(dirname "$0")/../.." && pwd) > .devbin/source_dir
   du -sh .devbin
@@ -39,6 +43,7 @@ run)
   source "$(dirname "$0")/sanitizer_flags.sh"
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   B=$PWD/.devbin
+  [ -f "$B/bins.tar.xz" ] && tar xJf "$B/bins.tar.xz" -C "$B"
   baked=$(cat "$B/source_dir")
   if [ "$baked" != "$PWD" ]; then mkdir -p "$(dirname "$baked")" && ln -sfn "$PWD" "$baked"; fi
   nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv \
@@ -104,6 +109,11 @@ run)
       timeout 120 python3 tools/device/bench_int_mm.py >> "$OUT/qbench.log" 2>&1 || rc=1
       cat "$OUT/qbench.log"
       ;;
+    kv)
+      timeout 120 "$B/bench_kv_attention" > "$OUT/kvbench.log" 2>&1 || rc=1
+      cat "$OUT/kvbench.log"
+      sanitize "$OUT/kvsanitizer.log" "$B/test_gpu_kv_cache"
+      ;;
     bench)
       timeout 300 "$B/bench_engine" > "$OUT/bench.log" 2>&1 || rc=1
       grep -E 'copy|decode batch|prefill .* tokens/s' "$OUT/bench.log"
@@ -114,7 +124,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench ...]" >&2
+  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|qsanitize|qbench|kv ...]" >&2
   exit 2
   ;;
 esac
