@@ -6,7 +6,8 @@
 // Each time is the mean of 20 launches after 3 warm-ups (CUDA events). Printed per row:
 // microseconds, GB/s of the cache bytes the launch must read (each KV head's K and V rows once),
 // and the bf16 cache's time over this one's (the target at batch 64: >= 1.6x for int8 and
-// fp8, half the bytes). The cache holds constant codes: these kernels' time does not depend on
+// fp8, half the bytes). fp8 twice: vLLM's read (each element rounded to bf16) and SGLang's (fp32,
+// the scale factored out of the loop, kv_quant.cuh). The cache holds constant codes: these kernels' time does not depend on
 // the values.
 #include <cuda_runtime_api.h>
 
@@ -61,11 +62,21 @@ int main() {
   cudaEvent_t e0, e1;
   QPARITY_CUDA_CHECK(cudaEventCreate(&e0));
   QPARITY_CUDA_CHECK(cudaEventCreate(&e1));
-  const auto quant_of = [&](KvCacheFormat f) {
+  struct Variant {
+    const char* name;
+    KvCacheFormat format;
+    bool read_bf16;
+  };
+  const std::vector<Variant> variants = {{"bf16", KvCacheFormat::kBf16, false},
+                                         {"int8", KvCacheFormat::kInt8, false},
+                                         {"fp8 vllm", KvCacheFormat::kFp8E4m3, true},
+                                         {"fp8 sglang", KvCacheFormat::kFp8E4m3, false}};
+  const auto quant_of = [&](const Variant& v) {
     gpu::KvQuant q;
-    q.format = f;
-    if (f == KvCacheFormat::kInt8) q.channels = dch.get(), q.num_channels = kv_heads * d;
-    if (f == KvCacheFormat::kFp8E4m3) q.k_scale = q.v_scale = 0.01f;
+    q.format = v.format;
+    q.read_bf16 = v.read_bf16;
+    if (v.format == KvCacheFormat::kInt8) q.channels = dch.get(), q.num_channels = kv_heads * d;
+    if (v.format == KvCacheFormat::kFp8E4m3) q.k_scale = q.v_scale = 0.01f;
     return q;
   };
   const int64_t max_chunks = context / 64;
@@ -78,12 +89,12 @@ int main() {
     std::iota(seq.begin(), seq.end(), 0);
     DeviceBuffer<int32_t> ds(seq), dp(pos);
     double bf16_us = 0;
-    for (const KvCacheFormat f :
-         {KvCacheFormat::kBf16, KvCacheFormat::kInt8, KvCacheFormat::kFp8E4m3}) {
+    for (const Variant& variant : variants) {
+      const KvCacheFormat f = variant.format;
       const size_t eb = gpu::kv_element_bytes(f);
       QPARITY_CUDA_CHECK(cudaMemset(kc.get(), f == KvCacheFormat::kBf16 ? 0x3C : 0x30, elems * eb));
       QPARITY_CUDA_CHECK(cudaMemset(vc.get(), f == KvCacheFormat::kBf16 ? 0x3C : 0x30, elems * eb));
-      const gpu::KvQuant q = quant_of(f);
+      const gpu::KvQuant q = quant_of(variant);
       const auto launch = [&] {
         if (batch > 4) {
           gpu::PagedAttentionParams pa;
@@ -120,7 +131,7 @@ int main() {
       const double bytes =
           2.0 * static_cast<double>(batch * context * kv_heads * d) * static_cast<double>(eb);
       std::cout << "batch " << std::setw(2) << batch << " context " << context << " "
-                << std::setw(8) << gpu::to_string(f) << " (" << (batch > 4 ? "paged_attention" : "decode_attention")
+                << std::setw(10) << variant.name << " (" << (batch > 4 ? "paged_attention" : "decode_attention")
                 << "): " << std::setprecision(1) << std::setw(8) << us << " us  "
                 << std::setprecision(0) << std::setw(5) << bytes / us / 1e3 << " GB/s  bf16/this "
                 << std::setprecision(2) << bf16_us / us << "x\n";

@@ -17,6 +17,18 @@ __device__ float fp8_scale_of(const QuantizeFp8Params& p, float amax) {
   return s;
 }
 
+// The E8M0 scale of an MX block (fp8_gemm.h): a power of two, built from its bits.
+__device__ float mx_bump_scale(float amax) {
+  int byte = 0;
+  if (amax > 0.f) {
+    int e;
+    const float f = frexpf(amax, &e);  // amax = f * 2^e, f in [0.5, 1): exact
+    const int p = (e - 1) + (f >= 0.875f ? 1 : 0);
+    byte = p > 127 ? 254 : min(max(p - 8 + 127, 0), 254);
+  }
+  return byte > 0 ? __int_as_float(byte << 23) : __int_as_float(0x00400000);  // 2^-127
+}
+
 __device__ uint8_t fp8_code(const QuantizeFp8Params& p, float x, float s, float inv) {
   if (s == 0.f) {
     if (!p.zero_saturates) return 0;
@@ -70,9 +82,11 @@ __global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
         s = fp8_scale_of(p, *p.tensor_amax);
         break;
       case Fp8ActMode::kDynamicToken:
-      case Fp8ActMode::kDynamicGroup:
-        s = fp8_scale_of(p, block_amax(x, begin, end));
+      case Fp8ActMode::kDynamicGroup: {
+        const float amax = block_amax(x, begin, end);
+        s = p.mx_bump ? mx_bump_scale(amax) : fp8_scale_of(p, amax);
         break;
+      }
     }
     const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
     if (threadIdx.x == 0) p.scales[row * groups + g] = s;
@@ -157,6 +171,9 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   require(p.mode != Fp8ActMode::kDynamicTensor || p.tensor_amax, kn,
           "a dynamic per-tensor scale needs tensor_amax scratch");
   require(p.mode != Fp8ActMode::kStatic || p.static_scale > 0, kn, "a static scale must be > 0");
+  require(!p.mx_bump || (p.mode == Fp8ActMode::kDynamicGroup && p.group == 32 &&
+                         !p.multiply_reciprocal),
+          kn, "MX scales need dynamic 32-element groups and a division");
   if (p.m == 0) return;
   if (p.mode == Fp8ActMode::kDynamicTensor) {
     if (cudaMemsetAsync(p.tensor_amax, 0, sizeof(float), stream) != cudaSuccess)

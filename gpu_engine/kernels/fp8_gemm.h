@@ -10,8 +10,15 @@
 //   code = e4m3fn(clamp(t, -448, 448)), round half to even;
 //   s == 0: codes +448 / -448 by sign (zero_saturates, vLLM's x * (1/0) through fminf/fmaxf), else
 //   codes 0.
-// UE8M0 scale rounding is not implemented here (the reference's group_ue8m0 is off for vllm and
-// sglang; a rule asking for it is refused by the GPU method).
+// UE8M0 scale rounding of fp8-block is not implemented here (the reference's group_ue8m0 is off
+// for vllm and sglang; a rule asking for it is refused by the GPU method).
+// MX (mx_bump, with kDynamicGroup and group 32: `mxfp8`'s activations, reference_cpu/quant/
+// mx_scale.h, the vllm / sglang / compressed-tensors kBump rule): per 32-group the amax's
+// exponent floor(log2 amax) (frexp, exact, subnormals included) plus 1 when its mantissa is
+// >= 1.75, minus 8, as an E8M0 byte clamped to [0, 254] (amax 0: byte 0; a bumped power of two
+// beyond bf16's range: 254); the scale is that power of two, exactly (2^-127 subnormal);
+// t = x / 2^E (exact but for quotients below fp32's normal range, which round to a zero code in
+// bf16 as in fp32), clamped to +-448, RNE to e4m3fn.
 // GEMM: each lane sums 16 products at a time (exact in fp32: e4m3 x e4m3 needs 8 significant
 // bits), then adds chunk * s_b * s_a when the scales vary along K (block scales, 1 x 128 groups)
 // or multiplies the whole sum once (y = (acc * s_b) * s_a, CUTLASS's ScaledEpilogue order); fp32
@@ -39,6 +46,7 @@ struct QuantizeFp8Params {
   bool multiply_reciprocal = false;
   float amax_floor = 0, min_scale = 0;
   bool zero_saturates = false;
+  bool mx_bump = false;  // kDynamicGroup, group 32: E8M0 scales (above)
 };
 
 // Columns of the scale grid per token for a mode.

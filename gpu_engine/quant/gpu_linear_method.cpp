@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/fp8_linear.h"
+#include "gpu_engine/quant/mx_linear.h"
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
@@ -25,13 +26,13 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
+    case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
       return true;
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxfp4:
-    case SchemeKind::kMxfp8:
-      return no("the 4-bit and MX formats are not on the GPU yet (issue 26)");
+      return no("the 4-bit float formats (nvfp4, mxfp4) are not on the GPU yet (issue 26)");
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:
@@ -51,6 +52,7 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
+    case SchemeKind::kMxfp8:
       return true;
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
@@ -92,11 +94,12 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
       return std::make_unique<Fp8LinearMethod>(host, expert);
+    case SchemeKind::kMxfp8:
+      return std::make_unique<MxLinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
     case SchemeKind::kNvfp4:
     case SchemeKind::kMxfp4:
-    case SchemeKind::kMxfp8:
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:

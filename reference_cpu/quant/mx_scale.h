@@ -151,6 +151,15 @@ class MxLinearMethodBase : public LinearMethod {
  public:
   const MxScaleRules& rules() const { return rules_; }
   bool quantizes_activations() const { return act_; }
+  MxElem element() const { return elem_; }
+  // Expert e's fused [N, K] weight after processing (element codes, E8M0 block scales as powers of
+  // two, blocks [1, 32]) and its bias (zeros when none): the form a GPU method takes.
+  const QuantizedMatrix& processed_weight(int64_t expert) const {
+    return weights_.at(static_cast<size_t>(expert));
+  }
+  const std::vector<double>& processed_bias(int64_t expert) const {
+    return biases_.at(static_cast<size_t>(expert));
+  }
   TensorMap runtime_tensors() const override;
 
  protected:

@@ -62,7 +62,7 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
   const fs::path root = test_root("rows");
   for (const std::string scheme :
        {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-static", "w8a8s", "smoothquant",
-        "w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block"}) {
+        "w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8"}) {
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
     golden::CompareOptions co;
@@ -113,7 +113,7 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
             codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
             mismatches += p.stats.mismatches;
           }
-        if (scheme.rfind("w8a8", 0) == 0 || scheme.rfind("fp8", 0) == 0) {
+        if (scheme.rfind("w8a8", 0) == 0 || scheme.rfind("fp8", 0) == 0 || scheme == "mxfp8") {
           EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
           std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
                     << " in " << code_points << " points";
@@ -326,7 +326,7 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
   const fs::path root = test_root("experts");
   for (const std::string scheme :
        {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn", "fp8-tensor", "fp8-channel",
-        "fp8-block"}) {
+        "fp8-block", "mxfp8"}) {
     SCOPED_TRACE(scheme);
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
@@ -387,8 +387,8 @@ TEST(GpuEngineQuantizedLoader, RefusesWhatTheGpuCannotRunByName) {
     return test::error_of(
         [&] { gpu::load_gpu_model(test::tiny_checkpoint(root, arch, scheme, 3), nullptr); });
   };
-  EXPECT_THAT(refusal("llama", "mxfp8"),
-              AllOf(HasSubstr("model.layers.0.self_attn.q_proj"), HasSubstr("mxfp8"),
+  EXPECT_THAT(refusal("llama", "mxfp4"),
+              AllOf(HasSubstr("model.layers.0.self_attn.q_proj"), HasSubstr("mxfp4"),
                     HasSubstr("never runs a quantized layer as bf16")));
   EXPECT_THAT(refusal("llama", "nvfp4"),
               AllOf(HasSubstr("nvfp4"), HasSubstr("not on the GPU yet")));

@@ -1,0 +1,37 @@
+#pragma once
+// `mxfp8` on the GPU (reference_cpu/quant/mxfp8.h, mx_scale.h): Hopper has no MX tensor-core
+// instructions (Blackwell's block-scaled MMA takes the E8M0 scales inside the product), so this is
+// an emulation: e4m3fn weight codes with their E8M0 block scales as fp32 powers of two ([N, K/32]),
+// activations quantized on the fly per token and 32-group by the dialect's E8M0 rule (bit for bit:
+// kernels/fp8_gemm.h, mx_bump), and the fp8 scaled GEMM of the fp8 schemes: each 16 products
+// summed exactly in fp32, then times the two block scales, fp32 accumulation, one bf16 rounding.
+// A native kernel would accumulate each 32-block inside the tensor core (its own order and width)
+// and apply the scales there; the products and scales are the same values.
+// Dialects: vllm and sglang (the kBump exponent, half-even elements); MXFP8A16 (weight-only) and
+// mxfp4 are refused by name.
+#include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/fp8_gemm.h"
+#include "gpu_engine/quant/activation_workspace.h"
+#include "gpu_engine/quant/gpu_linear_method.h"
+#include "reference_cpu/quant/linear_method.h"
+
+namespace qparity::gpu {
+
+class MxLinearMethod final : public GpuLinearMethod {
+ public:
+  // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
+  explicit MxLinearMethod(const reference::LinearMethod& host, int64_t expert = -1);
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+             void* workspace) const override;
+  size_t workspace_bytes(int64_t max_tokens) const override;
+  size_t device_bytes() const override;
+  ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
+
+ private:
+  ActivationWorkspace ws_;
+  QuantizeFp8Params quant_;
+  DeviceBuffer<uint8_t> codes_;
+  DeviceBuffer<float> scales_, bias_;
+};
+
+}  // namespace qparity::gpu
