@@ -17,16 +17,28 @@ __device__ float fp8_scale_of(const QuantizeFp8Params& p, float amax) {
   return s;
 }
 
-// The E8M0 scale of an MX block (fp8_gemm.h): a power of two, built from its bits.
-__device__ float mx_bump_scale(float amax) {
+// The E8M0 scale of an MX block (fp8_gemm.h): a power of two, built from its bits. emax: the
+// element format's largest exponent (8 for e4m3fn, 2 for e2m1).
+__device__ float mx_bump_scale(float amax, int emax) {
   int byte = 0;
-  if (amax > 0.f) {
+  if (isinf(amax)) {
+    byte = 254;
+  } else if (amax > 0.f) {
     int e;
     const float f = frexpf(amax, &e);  // amax = f * 2^e, f in [0.5, 1): exact
     const int p = (e - 1) + (f >= 0.875f ? 1 : 0);
-    byte = p > 127 ? 254 : min(max(p - 8 + 127, 0), 254);
+    byte = p > 127 ? 254 : min(max(p - emax + 127, 0), 254);
   }
   return byte > 0 ? __int_as_float(byte << 23) : __int_as_float(0x00400000);  // 2^-127
+}
+
+// t clamped to +-6 and rounded half to even on e2m1's grid (steps 0.5 below 2, 1 below 4, then
+// 2), as the e4m3fn byte of that value.
+__device__ uint8_t e2m1_as_e4m3(float t) {
+  const float a = fminf(fabsf(t), 6.f);  // NaN: fminf gives 6, as CUDA's e2m1 cast saturates
+  const float r = a < 2.f ? rintf(a * 2.f) * 0.5f : a < 4.f ? rintf(a) : rintf(a * 0.5f) * 2.f;
+  return static_cast<uint8_t>(
+      __nv_cvt_float_to_fp8(signbit(t) ? -r : r, __NV_SATFINITE, __NV_E4M3));
 }
 
 __device__ uint8_t fp8_code(const QuantizeFp8Params& p, float x, float s, float inv) {
@@ -84,14 +96,15 @@ __global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
       case Fp8ActMode::kDynamicToken:
       case Fp8ActMode::kDynamicGroup: {
         const float amax = block_amax(x, begin, end);
-        s = p.mx_bump ? mx_bump_scale(amax) : fp8_scale_of(p, amax);
+        s = p.mx_bump ? mx_bump_scale(amax, p.mx_e2m1 ? 2 : 8) : fp8_scale_of(p, amax);
         break;
       }
     }
     const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
     if (threadIdx.x == 0) p.scales[row * groups + g] = s;
     for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-      q[i] = fp8_code(p, __bfloat162float(x[i]), s, inv);
+      q[i] = p.mx_e2m1 ? e2m1_as_e4m3(__fdiv_rn(__bfloat162float(x[i]), s))
+                       : fp8_code(p, __bfloat162float(x[i]), s, inv);
   }
 }
 
@@ -174,6 +187,7 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   require(!p.mx_bump || (p.mode == Fp8ActMode::kDynamicGroup && p.group == 32 &&
                          !p.multiply_reciprocal),
           kn, "MX scales need dynamic 32-element groups and a division");
+  require(!p.mx_e2m1 || p.mx_bump, kn, "e2m1 elements come with MX scales");
   if (p.m == 0) return;
   if (p.mode == Fp8ActMode::kDynamicTensor) {
     if (cudaMemsetAsync(p.tensor_amax, 0, sizeof(float), stream) != cudaSuccess)

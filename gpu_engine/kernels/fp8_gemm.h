@@ -18,7 +18,10 @@
 // >= 1.75, minus 8, as an E8M0 byte clamped to [0, 254] (amax 0: byte 0; a bumped power of two
 // beyond bf16's range: 254); the scale is that power of two, exactly (2^-127 subnormal);
 // t = x / 2^E (exact but for quotients below fp32's normal range, which round to a zero code in
-// bf16 as in fp32), clamped to +-448, RNE to e4m3fn.
+// bf16 as in fp32), clamped to +-448, RNE to e4m3fn. With mx_e2m1 (`mxfp4`) the elements are
+// e2m1: minus 2 instead of 8 in the exponent, t clamped to +-6 and rounded half to even on e2m1's
+// grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}, stored as the e4m3fn byte of that value (exact: e2m1 values
+// are e4m3fn values), so the GEMM below takes MXFP4 as it takes MXFP8.
 // GEMM: each lane sums 16 products at a time (exact in fp32: e4m3 x e4m3 needs 8 significant
 // bits), then adds chunk * s_b * s_a when the scales vary along K (block scales, 1 x 128 groups)
 // or multiplies the whole sum once (y = (acc * s_b) * s_a, CUTLASS's ScaledEpilogue order); fp32
@@ -47,6 +50,7 @@ struct QuantizeFp8Params {
   float amax_floor = 0, min_scale = 0;
   bool zero_saturates = false;
   bool mx_bump = false;  // kDynamicGroup, group 32: E8M0 scales (above)
+  bool mx_e2m1 = false;  // with mx_bump: e2m1 elements
 };
 
 // Columns of the scale grid per token for a mode.

@@ -27,12 +27,12 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
+    case SchemeKind::kMxfp4:
       return true;
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
     case SchemeKind::kNvfp4:
-    case SchemeKind::kMxfp4:
-      return no("the 4-bit float formats (nvfp4, mxfp4) are not on the GPU yet (issue 26)");
+      return no("nvfp4 is not on the GPU yet (issue 26)");
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:
@@ -53,6 +53,7 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp8:
+    case SchemeKind::kMxfp4:
       return true;
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
@@ -95,11 +96,11 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kFp8Block:
       return std::make_unique<Fp8LinearMethod>(host, expert);
     case SchemeKind::kMxfp8:
+    case SchemeKind::kMxfp4:
       return std::make_unique<MxLinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
     case SchemeKind::kNvfp4:
-    case SchemeKind::kMxfp4:
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:

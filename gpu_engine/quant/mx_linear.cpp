@@ -16,11 +16,8 @@ MxLinearMethod::MxLinearMethod(const reference::LinearMethod& host, int64_t expe
   const std::string& where = prefix();
   if (!m) throw Error(where, "not an MX linear layer");
   const int64_t e = method_expert(host, expert);
-  if (m->element() != reference::MxElem::kE4M3)
-    throw Error(where, to_string(scheme()) +
-                           ": e2m1 elements are not on the GPU yet (only mxfp8's e4m3fn)");
   if (!m->quantizes_activations())
-    throw Error(where, "MX weight-only (MXFP8A16) is not on the GPU yet");
+    throw Error(where, "MX weight-only (MXFP8A16 / MXFP4A16) is not on the GPU yet");
   const reference::MxScaleRules& r = m->rules();
   if (r.exponent != reference::MxExponentRule::kBump || r.byte_min != 0 || r.byte_max != 254 ||
       r.element_round != reference::IntRound::kHalfEven ||
@@ -38,7 +35,9 @@ MxLinearMethod::MxLinearMethod(const reference::LinearMethod& host, int64_t expe
   quant_.mode = Fp8ActMode::kDynamicGroup;
   quant_.group = 32;
   quant_.mx_bump = true;
-  // Weight: element codes on the 2^-9 lattice -> e4m3fn bytes; block scales 2^E as fp32.
+  quant_.mx_e2m1 = m->element() == reference::MxElem::kE2M1;
+  // Weight: element values (e4m3fn, or e2m1 on the 0.5 lattice: a subset of e4m3fn) -> e4m3fn
+  // bytes; block scales 2^E as fp32.
   const reference::QuantizedMatrix& w = m->processed_weight(e);
   if (w.rows != out_features() || w.cols != in_features() || w.block_rows != 1 ||
       w.block_cols != 32)

@@ -1,5 +1,6 @@
 #pragma once
-// `mxfp8` on the GPU (reference_cpu/quant/mxfp8.h, mx_scale.h): Hopper has no MX tensor-core
+// `mxfp8` and `mxfp4` on the GPU (reference_cpu/quant/mxfp8.h, mxfp4.h, mx_scale.h): Hopper has
+// no MX tensor-core
 // instructions (Blackwell's block-scaled MMA takes the E8M0 scales inside the product), so this is
 // an emulation: e4m3fn weight codes with their E8M0 block scales as fp32 powers of two ([N, K/32]),
 // activations quantized on the fly per token and 32-group by the dialect's E8M0 rule (bit for bit:
@@ -7,8 +8,12 @@
 // summed exactly in fp32, then times the two block scales, fp32 accumulation, one bf16 rounding.
 // A native kernel would accumulate each 32-block inside the tensor core (its own order and width)
 // and apply the scales there; the products and scales are the same values.
-// Dialects: vllm and sglang (the kBump exponent, half-even elements); MXFP8A16 (weight-only) and
-// mxfp4 are refused by name.
+// mxfp4's e2m1 weights and activations are held as e4m3fn bytes of the same values (exact: e2m1's
+// eight magnitudes are e4m3fn values), so one GEMM serves both; the weights take a byte per
+// element in device memory where packed nibbles would take half (a dedicated e2m1 kernel is not
+// written yet).
+// Dialects: vllm and sglang (the kBump exponent, half-even elements); the weight-only presets
+// (MXFP8A16, MXFP4A16) are refused by name.
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"

@@ -130,6 +130,8 @@ std::vector<Case> cases() {
       {"fp8-block", true, {256, 128}, 512, Dialect::kSglang},
       {"mxfp8", true, {192}, 512, Dialect::kVllm},
       {"mxfp8", true, {96, 32, 32}, 256, Dialect::kSglang},
+      {"mxfp4", true, {192}, 512, Dialect::kVllm},
+      {"mxfp4", true, {64, 32, 32}, 256, Dialect::kSglang},
   };
 }
 
@@ -189,11 +191,12 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
   for (const std::string scheme :
-       {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8"})
+       {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8",
+        "mxfp4"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang}) {
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
-      const bool fp8 = scheme.rfind("fp8", 0) == 0 || scheme == "mxfp8";
+      const bool fp8 = scheme.rfind("fp8", 0) == 0 || scheme.rfind("mx", 0) == 0;
       const auto host = reference_method(c, rng);
       const auto g = gpu::make_gpu_linear_method(*host);
       const int64_t t = 70;

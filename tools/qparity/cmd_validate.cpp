@@ -349,10 +349,12 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
         notes.push_back("the MoE experts stay bf16 in this engine row (" + expert_why +
                         "); the format row quantizes them");
       }
-      if (parse_scheme_id(scheme).kind == SchemeKind::kMxfp8)
+      if (parse_scheme_id(scheme).kind == SchemeKind::kMxfp8 ||
+          parse_scheme_id(scheme).kind == SchemeKind::kMxfp4)
         notes.push_back(
             "Hopper emulation of a Blackwell (MX) format: sm_90 has no block-scaled tensor-core "
-            "MMA, so e4m3 products are summed in fp32 on CUDA cores, 16 at a time, and each "
+            "MMA, so element products (e2m1 held as e4m3 bytes of the same values) are summed in "
+            "fp32 on CUDA cores, 16 at a time, and each "
             "32-block's E8M0 scales multiply its sum; a native kernel applies the scales inside "
             "the MMA, accumulating in its own order and width. The activation codes and scales "
             "are the dialect's bit for bit either way");
