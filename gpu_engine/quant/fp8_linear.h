@@ -8,9 +8,7 @@
 //
 // Dialects: vllm and sglang (fp32 rules, reproduced bit for bit); any other is refused by name,
 // as is UE8M0 scale rounding.
-#include "gpu_engine/device_buffer.h"
-#include "gpu_engine/kernels/fp8_gemm.h"
-#include "gpu_engine/quant/activation_workspace.h"
+#include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -27,11 +25,7 @@ class Fp8LinearMethod final : public GpuLinearMethod {
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
 
  private:
-  ActivationWorkspace ws_;  // extra: the per-tensor amax
-  QuantizeFp8Params quant_;  // the rule; pointers filled per call
-  int64_t b_block_rows_ = 1, b_block_cols_ = 0;
-  DeviceBuffer<uint8_t> codes_;
-  DeviceBuffer<float> scales_, bias_;
+  Fp8GemmRuntime rt_;
 };
 
 }  // namespace qparity::gpu

@@ -14,9 +14,7 @@
 // written yet).
 // Dialects: vllm and sglang (the kBump exponent, half-even elements); the weight-only presets
 // (MXFP8A16, MXFP4A16) are refused by name.
-#include "gpu_engine/device_buffer.h"
-#include "gpu_engine/kernels/fp8_gemm.h"
-#include "gpu_engine/quant/activation_workspace.h"
+#include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -33,10 +31,7 @@ class MxLinearMethod final : public GpuLinearMethod {
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
 
  private:
-  ActivationWorkspace ws_;
-  QuantizeFp8Params quant_;
-  DeviceBuffer<uint8_t> codes_;
-  DeviceBuffer<float> scales_, bias_;
+  Fp8GemmRuntime rt_;
 };
 
 }  // namespace qparity::gpu
