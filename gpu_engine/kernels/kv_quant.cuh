@@ -240,6 +240,28 @@ __device__ __forceinline__ void kv_finish_acc(const KvQuant& kq, int64_t ch0, fl
   }
 }
 
+// One warp step of the online softmax over a quantized cache's raw codes (attention_parts.cuh):
+// factored (kv_scale_q applied to q, k_bias its bias, kv_finish_acc after the last step) or each
+// element read as the format reads it.
+template <KvCacheFormat F, int kN, int kKeys>
+__device__ __forceinline__ void kv_softmax_step(bool factored, const float (&q)[kN],
+                                                const KvCodes<F, kN> (&kc)[kKeys],
+                                                const KvCodes<F, kN> (&vc)[kKeys],
+                                                const KvLaneScales<F, kN>& ksc,
+                                                const KvLaneScales<F, kN>& vsc, float k_bias,
+                                                int64_t base, int64_t end, float& m, float& l,
+                                                float (&acc)[kN]) {
+  if (factored) {
+    const auto raw = [](const KvCodes<F, kN>& r, int j) { return kv_raw(r, j); };
+    online_softmax_step_with(q, kc, vc, base, end, m, l, acc, raw, raw, k_bias);
+  } else {
+    online_softmax_step_with(
+        q, kc, vc, base, end, m, l, acc,
+        [&](const KvCodes<F, kN>& r, int j) { return kv_value(r, ksc, j); },
+        [&](const KvCodes<F, kN>& r, int j) { return kv_value(r, vsc, j); });
+  }
+}
+
 // A lane's kN freshly computed values of K or V (channels ch0..ch0+kN-1, bf16 `row`): their codes
 // into `codes` (what attention then reads, as for a cached key), written to the cache at element
 // `at` when `write`. bf16: the row itself.

@@ -120,16 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32, kPerLane <= 4 ? 2 : 1)
         vc[u].zero();
       }
     }
-    if (factored)
-      online_softmax_step_with(
-          q, kc, vc, base, end, m, l, acc,
-          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); },
-          [](const KvCodes<F, kPerLane>& r, int j) { return kv_raw(r, j); }, k_bias);
-    else
-      online_softmax_step_with(
-          q, kc, vc, base, end, m, l, acc,
-          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, ksc, j); },
-          [&](const KvCodes<F, kPerLane>& r, int j) { return kv_value(r, vsc, j); });
+    kv_softmax_step(factored, q, kc, vc, ksc, vsc, k_bias, base, end, m, l, acc);
   }
   if constexpr (F != KvCacheFormat::kBf16)
     if (factored) kv_finish_acc<F>(p.kv, ch0, l, acc);
