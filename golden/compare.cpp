@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/capture/capture_points.h"
 #include "core/error.h"
@@ -65,6 +67,37 @@ const char* to_string(Judgement j) {
   }
   return "?";
 }
+
+namespace {
+
+// An activation-code point "<linear>.x_values" whose scales "<linear>.x_scales" vary along K in
+// both files (blocks of K / scale_cols codes): the codes times their block's scale, golden and
+// candidate. nullopt for per-token or per-tensor scales (compared as codes) and anything else.
+std::optional<std::pair<std::vector<double>, std::vector<double>>> dequantized_block_codes(
+    const GoldenReader& g, const GoldenReader& c, const std::string& name, const Array2D& a,
+    const Array2D& b) {
+  static const std::string leaf = "." + std::string(point::kXValues);
+  if (!name.ends_with(leaf)) return std::nullopt;
+  const std::string scales = name.substr(0, name.size() - leaf.size() + 1) +
+                             std::string(point::kXScales);
+  if (!g.has_point(scales) || !c.has_point(scales)) return std::nullopt;
+  const Array2D gs = g.point(scales), cs = c.point(scales);
+  if (gs.cols <= 1 || gs.cols != cs.cols || a.cols % gs.cols != 0 || gs.rows != a.rows ||
+      cs.rows != b.rows || a.rows != b.rows)
+    return std::nullopt;
+  const int64_t block = a.cols / gs.cols;
+  std::pair<std::vector<double>, std::vector<double>> out{a.data, b.data};
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t k = 0; k < a.cols; ++k) {
+      const size_t i = static_cast<size_t>(r * a.cols + k);
+      const size_t s = static_cast<size_t>(r * gs.cols + k / block);
+      out.first[i] *= gs.data[s];
+      out.second[i] *= cs.data[s];
+    }
+  return out;
+}
+
+}  // namespace
 
 CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                               const CompareOptions& o) {
@@ -163,6 +196,14 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       p.stats.nan_candidate = raw.nan_candidate, p.stats.inf_candidate = raw.inf_candidate;
       if (p.stats.first_nonfinite < 0) p.stats.first_nonfinite = raw.first_nonfinite;
       if (expert_out) r.experts.push_back({name, al.matched, al.unmatched, std::move(al.experts)});
+    } else if (const auto deq = dequantized_block_codes(g, c, name, a, b)) {
+      // Block-scaled codes (MX, fp8-block): the float metrics on code x block scale, so a block
+      // whose scale moved by one power of two (its amax crossed a boundary by one inherited ULP,
+      // every code of the block rescaled) weighs what it changes; mismatches still count codes.
+      p.stats = compare_point(deq->first, deq->second, a.rows, a.cols, false);
+      const PointStats raw = compare_point(a.data, b.data, a.rows, a.cols, true);
+      p.stats.integer_codes = raw.integer_codes;
+      p.stats.mismatches = raw.mismatches;
     } else {
       p.stats = compare_point(a.data, b.data, a.rows, a.cols, ids || exact);
     }
