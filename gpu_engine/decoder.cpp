@@ -74,7 +74,7 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
         cudaMemset(attn_chunks_done_.get(), 0, static_cast<size_t>(as.counters) * 4));
   }
   for (const auto& l : model_.layers)
-    any_moe_ = any_moe_ || l.moe;
+    any_moe_ = any_moe_ || l.moe, quantized_experts_ = quantized_experts_ || l.quantized_experts();
   if (any_moe_) {
     const size_t k = static_cast<size_t>(c.num_experts_per_tok),
                  mi = static_cast<size_t>(c.moe_intermediate_size);
@@ -186,8 +186,7 @@ void Decoder::forward_final(Trace* tr) {
 bool Decoder::moe_on_device(int64_t t) const {
   const ModelConfig& c = model_.kcfg();
   // Quantized experts run per expert from the host's grouping (decoder_moe.cpp).
-  for (const GpuLayerWeights& l : model_.layers)
-    if (l.quantized_experts()) return false;
+  if (quantized_experts_) return false;
   return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
          c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
 }

@@ -147,6 +147,7 @@ class Decoder {
   // largest method at max_tokens.
   DeviceBuffer<uint8_t> quant_workspace_;
   bool any_moe_ = false;
+  bool quantized_experts_ = false;  // some layer's experts run as GPU methods
   int64_t last_layer_ = 0;  // the layer whose MLP output is pending (close_residual names it)
 };
 
