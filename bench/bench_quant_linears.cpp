@@ -7,6 +7,10 @@
 // forward does. Printed per row: microseconds, GB/s of the bytes the kernel must read (codes,
 // scales, zeros), and the speedup over cuBLASLt bf16 (the issue's targets: w4a16-g32 >= 3.5x and
 // w8a16-ch >= 1.85x at M = 1; w4a16-g32 >= 2.5x at M = 16 and 64).
+// Emulated W4A4 (Hopper has no FP4 MMA): nvfp4 (packed e2m1, e4m3 scale per 16, static input
+// global scale) and mxfp4 (packed e2m1, E8M0 per 32), each as its GPU method runs it: the
+// activation quantizer (codes, doubled codes, scales) then the packed fp4 GEMM, and the GEMM alone
+// (issue 26's target: >= 3x cuBLASLt bf16 at M = 1).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,6 +21,8 @@
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/gpu_model.h"
+#include "gpu_engine/kernels/fp4_gemm.h"
+#include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/kernels/random_init.h"
@@ -136,6 +142,50 @@ int main() {
         const double bytes = bytes_of(v, sh.n, sh.k);
         std::cout << "  " << v.name << ": " << us << " us (" << bytes / us / 1e3
                   << " GB/s of packed bytes), speedup over cuBLASLt bf16 " << us_blas / us << "x\n";
+      }
+      for (const bool nv : {true, false}) {
+        const int64_t g = nv ? 16 : 32;
+        const size_t code_bytes = wsize / 2, scale_bytes = static_cast<size_t>(sh.n * sh.k / g);
+        const size_t per = code_bytes + scale_bytes;
+        const int vcopies = static_cast<int>(std::max<size_t>(1, kCycle / per));
+        gpu::DeviceBuffer<uint8_t> codes(code_bytes * static_cast<size_t>(vcopies)),
+            sb(scale_bytes * static_cast<size_t>(vcopies)), q(static_cast<size_t>(m * sh.k));
+        gpu::DeviceBuffer<int8_t> q2(static_cast<size_t>(m * sh.k));
+        gpu::DeviceBuffer<float> sa(static_cast<size_t>(m * sh.k / g)),
+            rep(static_cast<size_t>(m * sh.k / g));
+        gpu::launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(codes.get()),
+                                     static_cast<int64_t>(codes.size() / 2), 0.f, 1.f, 11, s);
+        // Scale bytes: e4m3 0.5 (0x30) or E8M0 2^-8 (119): finite either way.
+        QPARITY_CUDA_CHECK(cudaMemsetAsync(sb.get(), nv ? 0x30 : 119, sb.bytes(), s));
+        gpu::QuantizeFp8Params qp;
+        qp.x = x.get(), qp.q = q.get(), qp.q_doubled = q2.get(), qp.scales = sa.get();
+        qp.m = m, qp.k = sh.k, qp.mode = gpu::Fp8ActMode::kDynamicGroup, qp.group = g;
+        if (nv) {
+          qp.nvfp4_global = 672.f;  // 2688 / 4: a calibrated amax of 4
+          qp.reported_scales = rep.get();
+        } else {
+          qp.mx_bump = qp.mx_e2m1 = true;
+        }
+        const auto gemm_params = [&](int i) {
+          const size_t c = static_cast<size_t>(i % vcopies);
+          gpu::Fp4GemmParams p;
+          p.a = q2.get(), p.a_scales = sa.get(), p.a_group = g;
+          p.b = codes.get() + c * code_bytes, p.b_scales = sb.get() + c * scale_bytes;
+          p.b_scale = nv ? gpu::Fp4BlockScale::kE4m3Group16 : gpu::Fp4BlockScale::kE8m0Group32;
+          p.alpha = nv ? 1.f / (672.f * 672.f) : 1.f;
+          p.y = y.get(), p.m = m, p.n = sh.n, p.k = sh.k;
+          return p;
+        };
+        gpu::launch_quantize_fp8(qp, s);
+        const double us_gemm = time([&](int i) { gpu::launch_fp4_scaled_gemm(gemm_params(i), s); });
+        const double us = time([&](int i) {
+          gpu::launch_quantize_fp8(qp, s);
+          gpu::launch_fp4_scaled_gemm(gemm_params(i), s);
+        });
+        std::cout << "  " << (nv ? "nvfp4" : "mxfp4") << " (emulated W4A4): quantize + GEMM " << us
+                  << " us, " << us_blas / us << "x cuBLASLt bf16; GEMM alone " << us_gemm << " us ("
+                  << static_cast<double>(per) / us_gemm / 1e3 << " GB/s of packed bytes), "
+                  << us_blas / us_gemm << "x\n";
       }
     }
   }

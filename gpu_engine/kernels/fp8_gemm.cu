@@ -1,7 +1,10 @@
 #include <cuda_fp8.h>
 
+#include <cmath>
+
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/token_tiles.cuh"
 
 namespace qparity::gpu {
@@ -33,12 +36,16 @@ __device__ float mx_bump_scale(float amax, int emax) {
 }
 
 // t clamped to +-6 and rounded half to even on e2m1's grid (steps 0.5 below 2, 1 below 4, then
-// 2), as the e4m3fn byte of that value.
-__device__ uint8_t e2m1_as_e4m3(float t) {
+// 2).
+__device__ float e2m1_value(float t) {
   const float a = fminf(fabsf(t), 6.f);  // NaN: fminf gives 6, as CUDA's e2m1 cast saturates
   const float r = a < 2.f ? rintf(a * 2.f) * 0.5f : a < 4.f ? rintf(a) : rintf(a * 0.5f) * 2.f;
-  return static_cast<uint8_t>(
-      __nv_cvt_float_to_fp8(signbit(t) ? -r : r, __NV_SATFINITE, __NV_E4M3));
+  return signbit(t) ? -r : r;
+}
+
+// An e2m1 value as the e4m3fn byte of the same value (exact).
+__device__ uint8_t e4m3_byte(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
 __device__ uint8_t fp8_code(const QuantizeFp8Params& p, float x, float s, float inv) {
@@ -76,11 +83,76 @@ __global__ void tensor_amax_kernel(QuantizeFp8Params p) {
     atomicMax(reinterpret_cast<unsigned int*>(p.tensor_amax), __float_as_uint(a));
 }
 
+// NVFP4's e4m3 block scale of a 16-group (fp8_gemm.h).
+__device__ float nvfp4_block_scale(const QuantizeFp8Params& p, float amax) {
+  const float v = p.nvfp4_divide ? __fmul_rn(p.nvfp4_global, __fdiv_rn(amax, 6.f))
+                                 : __fmul_rn(p.nvfp4_global, __fmul_rn(amax, 1.f / 6.f));
+  __nv_fp8_e4m3 e;
+  e.__x = __nv_cvt_float_to_fp8(fminf(v, 448.f), __NV_SATFINITE, __NV_E4M3);
+  const float s = static_cast<float>(e);
+  return s == 0.f && p.nvfp4_divide ? 0.125f : s;
+}
+
+// NVFP4's element quotient of x in a block with scale s, before the e2m1 rounding (fp8_gemm.h).
+__device__ float nvfp4_quotient(const QuantizeFp8Params& p, float x, float s) {
+  float t;
+  if (p.nvfp4_divide) {
+    t = __fdiv_rn(x, __fdiv_rn(s, p.nvfp4_global));
+  } else {
+    const float m = __fmul_rn(s, __frcp_rn(p.nvfp4_global));
+    t = __fmul_rn(x, m == 0.f ? 0.f : __frcp_rn(m));
+  }
+  return isnan(t) ? 0.f : t;
+}
+
+// The scale of one group with this amax, for the modes with per-group dynamic scales.
+__device__ float group_scale(const QuantizeFp8Params& p, float amax) {
+  if (p.nvfp4_global > 0.f) return nvfp4_block_scale(p, amax);
+  if (p.mx_bump) return mx_bump_scale(amax, p.mx_e2m1 ? 2 : 8);
+  return fp8_scale_of(p, amax);
+}
+
+// Stores element i's code (and its doubled e2m1 code when asked).
+__device__ void store_code(const QuantizeFp8Params& p, int64_t i, float x, float s, float inv) {
+  if (p.nvfp4_global > 0.f || p.mx_e2m1) {
+    const float v =
+        e2m1_value(p.nvfp4_global > 0.f ? nvfp4_quotient(p, x, s) : __fdiv_rn(x, s));
+    p.q[i] = e4m3_byte(v);
+    if (p.q_doubled) p.q_doubled[i] = static_cast<int8_t>(__float2int_rn(v * 2.f));
+    return;
+  }
+  p.q[i] = fp8_code(p, x, s, inv);
+}
+
+// Groups of 16 or 32 that divide k: a thread per element, the group's amax by warp shuffles
+// within the group's lanes; grid (ceil(k / kThreads), m).
+// Launched with PDL (pdl.h): it waits for the kernel before it (x, and the workspace the previous
+// GEMM may still read) and lets the GEMM after it start its weight loads early.
+__global__ void quantize_small_groups_kernel(QuantizeFp8Params p) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t row = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const bool in = i < p.k;
+  const float x = in ? __bfloat162float(p.x[row * p.k + i]) : 0.f;
+  float amax = fabsf(x);
+  for (int o = static_cast<int>(p.group) / 2; o > 0; o >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!in) return;
+  const float s = group_scale(p, amax);
+  const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
+  store_code(p, row * p.k + i, x, s, inv);
+  if (i % p.group == 0) {
+    const int64_t g = row * (p.k / p.group) + i / p.group;
+    p.scales[g] = s;
+    if (p.reported_scales) p.reported_scales[g] = __fdiv_rn(s, p.nvfp4_global);
+  }
+}
+
 // One block per token row.
 __global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* x = p.x + row * p.k;
-  uint8_t* q = p.q + row * p.k;
   const int64_t group = p.mode == Fp8ActMode::kDynamicGroup ? p.group : p.k;
   const int64_t groups = (p.k + group - 1) / group;
   for (int64_t g = 0; g < groups; ++g) {
@@ -95,16 +167,17 @@ __global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
         break;
       case Fp8ActMode::kDynamicToken:
       case Fp8ActMode::kDynamicGroup: {
-        const float amax = block_amax(x, begin, end);
-        s = p.mx_bump ? mx_bump_scale(amax, p.mx_e2m1 ? 2 : 8) : fp8_scale_of(p, amax);
+        s = group_scale(p, block_amax(x, begin, end));
         break;
       }
     }
     const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
-    if (threadIdx.x == 0) p.scales[row * groups + g] = s;
+    if (threadIdx.x == 0) {
+      p.scales[row * groups + g] = s;
+      if (p.reported_scales) p.reported_scales[row * groups + g] = __fdiv_rn(s, p.nvfp4_global);
+    }
     for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-      q[i] = p.mx_e2m1 ? e2m1_as_e4m3(__fdiv_rn(__bfloat162float(x[i]), s))
-                       : fp8_code(p, __bfloat162float(x[i]), s, inv);
+      store_code(p, row * p.k + i, __bfloat162float(x[i]), s, inv);
   }
 }
 
@@ -164,6 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemm_kernel(Fp8GemmParams p) 
       a += __shfl_xor_sync(0xffffffffu, a, o);
     if (lane == 0 && j < mt) {
       if (!per_chunk) a = __fmul_rn(__fmul_rn(a, b_scale_row[0]), p.a_scales[(m0 + j) * a_cols]);
+      if (p.alpha != 1.f) a = __fmul_rn(a, p.alpha);
       if (p.bias) a = __fadd_rn(a, p.bias[n]);
       p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
     }
@@ -188,7 +262,23 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
                          !p.multiply_reciprocal),
           kn, "MX scales need dynamic 32-element groups and a division");
   require(!p.mx_e2m1 || p.mx_bump, kn, "e2m1 elements come with MX scales");
+  require(!(p.nvfp4_global > 0.f) ||
+              (p.mode == Fp8ActMode::kDynamicGroup && p.group == 16 && !p.mx_bump),
+          kn, "NVFP4 scales need dynamic 16-element groups");
+  require(p.nvfp4_global == 0.f || (p.nvfp4_global > 0.f && std::isfinite(p.nvfp4_global)), kn,
+          "the NVFP4 input global scale must be finite and > 0");
+  require(!p.q_doubled || p.nvfp4_global > 0.f || p.mx_e2m1, kn,
+          "doubled codes are e2m1's");
+  require(!p.reported_scales || p.nvfp4_global > 0.f, kn,
+          "reported scales are NVFP4's (s / global scale)");
   if (p.m == 0) return;
+  if (p.mode == Fp8ActMode::kDynamicGroup && (p.group == 16 || p.group == 32) &&
+      p.k % p.group == 0) {
+    const dim3 grid(static_cast<unsigned>((p.k + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(p.m));
+    launch_pdl(kn, quantize_small_groups_kernel, grid, dim3(kThreads), 0, stream, p);
+    return;
+  }
   if (p.mode == Fp8ActMode::kDynamicTensor) {
     if (cudaMemsetAsync(p.tensor_amax, 0, sizeof(float), stream) != cudaSuccess)
       throw_launch_error(kn, "memset of tensor_amax failed");

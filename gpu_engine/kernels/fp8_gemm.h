@@ -22,10 +22,19 @@
 // e2m1: minus 2 instead of 8 in the exponent, t clamped to +-6 and rounded half to even on e2m1's
 // grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}, stored as the e4m3fn byte of that value (exact: e2m1 values
 // are e4m3fn values), so the GEMM below takes MXFP4 as it takes MXFP8.
+// NVFP4 (nvfp4_global > 0, with kDynamicGroup and group 16: `nvfp4`'s W4A4 activations,
+// reference_cpu/quant/nvfp4.h, vLLM's rule): gs = the static input global scale (a divisor), per
+// 16-group s = e4m3(fl32(gs * fl32(amax * fl32(1/6)))) saturating at 448 (0 stays 0), then
+// t = fl32(x * fl32(1 / fl32(s * fl32(1/gs)))) (a zero divisor gives 0), NaN -> 0, e2m1 as for
+// mx_e2m1; with nvfp4_divide compressed-tensors' arithmetic instead: s = e4m3(fl32(gs *
+// fl32(amax / 6))) (0 -> 0.125), t = fl32(x / fl32(s / gs)). `scales` gets s (an e4m3 value, what
+// the GEMM multiplies), `reported_scales` (when given) fl32(s / gs), the scale the codes stand for.
+// Groups of 16 or 32 dividing k run one thread per element, reducing with warp shuffles.
 // GEMM: each lane sums 16 products at a time (exact in fp32: e4m3 x e4m3 needs 8 significant
 // bits), then adds chunk * s_b * s_a when the scales vary along K (block scales, 1 x 128 groups)
-// or multiplies the whole sum once (y = (acc * s_b) * s_a, CUTLASS's ScaledEpilogue order); fp32
-// throughout, the bias in fp32, one rounding to bf16. Batch-invariant and deterministic.
+// or multiplies the whole sum once (y = (acc * s_b) * s_a, CUTLASS's ScaledEpilogue order); then
+// times alpha when it is not 1 (NVFP4's 1/(gs_in gs_w)); fp32 throughout, the bias in fp32, one
+// rounding to bf16. Batch-invariant and deterministic.
 // Constraints (checked): k a multiple of 16, activation groups and weight block columns
 // multiples of 16, 16-byte aligned rows.
 #include <cuda_bf16.h>
@@ -51,6 +60,10 @@ struct QuantizeFp8Params {
   bool zero_saturates = false;
   bool mx_bump = false;  // kDynamicGroup, group 32: E8M0 scales (above)
   bool mx_e2m1 = false;  // with mx_bump: e2m1 elements
+  float nvfp4_global = 0;             // > 0: NVFP4 activations under this input global scale
+  bool nvfp4_divide = false;          // compressed-tensors' arithmetic (above)
+  float* reported_scales = nullptr;   // NVFP4: optional [m, groups] fl32(s / gs)
+  int8_t* q_doubled = nullptr;        // e2m1 elements: optional [m, k] twice the values (fp4_gemm.h)
 };
 
 // Columns of the scale grid per token for a mode.
@@ -66,6 +79,7 @@ struct Fp8GemmParams {
   const float* b_scales = nullptr;  // [ceil(n / b_block_rows), ceil(k / b_block_cols)]
   int64_t b_block_rows = 1, b_block_cols = 0;
   const float* bias = nullptr;  // optional [n]
+  float alpha = 1.f;            // times the sum before the bias (NVFP4's 1/(gs_in gs_w))
   __nv_bfloat16* y = nullptr;   // [m, n]
   int64_t m = 0, n = 0, k = 0;
 };

@@ -2,7 +2,12 @@
 // The workspace layout every activation-quantized GPU method uses inside the engine's shared
 // workspace, for t tokens of k inputs and n outputs, each part 256-byte aligned:
 //   codes    [t, k]            one byte a code (int8 or e4m3fn)
-//   scales   [t, scale_cols]   fp32, the codes' scales (what the dumps' x_scales hold)
+//   scales   [t, scale_cols]   fp32, the codes' scales (what the GEMM multiplies)
+//   reported [t, scale_cols]   fp32, only with `reported_scales`: the scales the codes stand for
+//                              when the GEMM applies a factor of its own (NVFP4's s / gs_in); the
+//                              dumps' x_scales hold these, else `scales`
+//   doubled  [t, k]            int8, only with `doubled_codes`: e2m1 codes as twice their values,
+//                              what the packed fp4 GEMM reads (kernels/fp4_gemm.h)
 //   extra    `extra_bytes`     fp32 scratch of the quantizer (fp8's per-tensor amax)
 //   product  int32 [t, n]      prefill-sized int8 batches' cuBLASLt product (int8_gemm.h)
 #include <cstddef>
@@ -16,11 +21,20 @@ struct ActivationWorkspace {
   int64_t k = 0, n = 0, scale_cols = 1;
   size_t extra_bytes = 0;
   bool int8_product = false;
+  bool reported_scales = false;
+  bool doubled_codes = false;
 
   static size_t align(size_t v) { return (v + 255) / 256 * 256; }
   size_t scales_offset(int64_t t) const { return align(static_cast<size_t>(t * k)); }
+  size_t scale_grid_bytes(int64_t t) const {
+    return align(static_cast<size_t>(t * scale_cols) * sizeof(float));
+  }
+  size_t reported_offset(int64_t t) const { return scales_offset(t) + scale_grid_bytes(t); }
+  size_t doubled_offset(int64_t t) const {
+    return reported_offset(t) + (reported_scales ? scale_grid_bytes(t) : 0);
+  }
   size_t extra_offset(int64_t t) const {
-    return scales_offset(t) + align(static_cast<size_t>(t * scale_cols) * sizeof(float));
+    return doubled_offset(t) + (doubled_codes ? align(static_cast<size_t>(t * k)) : 0);
   }
   size_t product_offset(int64_t t) const { return extra_offset(t) + align(extra_bytes); }
   size_t bytes(int64_t max_tokens) const {

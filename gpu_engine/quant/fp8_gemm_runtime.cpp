@@ -1,8 +1,10 @@
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/codecs/float_format.h"
+#include "core/codecs/int_packing.h"
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
 
@@ -18,6 +20,22 @@ void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
   if (k % 16 != 0)
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 16 for the GPU's fp8 GEMM");
+  if (packed) {
+    upload_packed(w, n, k, where);
+  } else {
+    upload_bytes(w, where);
+  }
+  if (std::any_of(bias_values.begin(), bias_values.end(), [](double v) { return v != 0.0; }))
+    bias = DeviceBuffer<float>(exact_f32(bias_values, where + ".bias"));
+  ws.k = k;
+  ws.n = n;
+  ws.scale_cols = fp8_act_scale_cols(quant.mode, k, quant.group);
+  ws.extra_bytes = sizeof(float);
+  ws.doubled_codes = packed;
+}
+
+void Fp8GemmRuntime::upload_bytes(const reference::QuantizedMatrix& w, const std::string& where) {
+  const int64_t k = w.cols;
   std::vector<uint8_t> bytes(static_cast<size_t>(w.rows * w.cols));
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t c = 0; c < w.cols; ++c) {
@@ -35,12 +53,48 @@ void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
     throw Error(where, "weight scale blocks of " + std::to_string(b_block_cols) +
                            " columns: the GPU's fp8 GEMM needs multiples of 16");
   scales = DeviceBuffer<float>(exact_f32(w.scales.data, where + ".weight_scale"));
-  if (std::any_of(bias_values.begin(), bias_values.end(), [](double v) { return v != 0.0; }))
-    bias = DeviceBuffer<float>(exact_f32(bias_values, where + ".bias"));
-  ws.k = k;
-  ws.n = n;
-  ws.scale_cols = fp8_act_scale_cols(quant.mode, k, quant.group);
-  ws.extra_bytes = sizeof(float);
+}
+
+void Fp8GemmRuntime::upload_packed(const reference::QuantizedMatrix& w, int64_t n, int64_t k,
+                                   const std::string& where) {
+  const int64_t group = packed_scale == Fp4BlockScale::kE4m3Group16 ? 16 : 32;
+  if (w.block_rows != 1 || w.block_cols != group)
+    throw Error(where, "a packed e2m1 weight needs [1, " + std::to_string(group) + "] scale blocks");
+  if (k % 32 != 0)
+    throw Error(where, "in_features " + std::to_string(k) +
+                           " must be a multiple of 32 for the packed fp4 GEMM (16 bytes of "
+                           "codes a lane)");
+  std::vector<uint8_t> nib(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const double v = static_cast<double>(w.code(r, c)) * w.lattice;
+      const uint8_t q = codec::double_to_e2m1(v);
+      if (codec::e2m1_to_double(q) != v)
+        throw Error(where, "weight element (" + std::to_string(r) + ", " + std::to_string(c) +
+                               ") = " + std::to_string(v) + " is not an e2m1 value");
+      nib[static_cast<size_t>(r * k + c)] = q;
+    }
+  codes = DeviceBuffer<uint8_t>(codec::pack_nibbles(nib, where + ".weight_packed"));
+  std::vector<uint8_t> sb(w.scales.data.size());
+  for (size_t i = 0; i < sb.size(); ++i) {
+    const double s = w.scales.data[i];
+    uint8_t b = 0;
+    if (packed_scale == Fp4BlockScale::kE4m3Group16) {
+      b = codec::double_to_e4m3fn(s, codec::Overflow::kSaturate);
+      if (codec::e4m3fn_to_double(b) != s)
+        throw Error(where + ".weight_scale",
+                    "block scale " + std::to_string(i) + " is not an e4m3fn value");
+    } else {
+      int e = 0;
+      const double f = std::frexp(s, &e);  // s = f 2^e, a power of two when f == 0.5
+      if (f != 0.5 || e - 1 < -127 || e - 1 > 127)
+        throw Error(where + ".weight_scale",
+                    "block scale " + std::to_string(i) + " is not an E8M0 power of two");
+      b = static_cast<uint8_t>(e - 1 + 127);
+    }
+    sb[i] = b;
+  }
+  scale_bytes = DeviceBuffer<uint8_t>(sb);
 }
 
 void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y,
@@ -53,9 +107,30 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
   q.q = base;
   q.scales = ActivationWorkspace::at<float>(workspace, ws.scales_offset(t));
   q.tensor_amax = ActivationWorkspace::at<float>(workspace, ws.extra_offset(t));
+  if (ws.reported_scales)
+    q.reported_scales = ActivationWorkspace::at<float>(workspace, ws.reported_offset(t));
   q.m = t;
   q.k = k;
+  if (packed)
+    q.q_doubled = ActivationWorkspace::at<int8_t>(workspace, ws.doubled_offset(t));
   launch_quantize_fp8(q, stream);
+  if (packed) {
+    Fp4GemmParams g;
+    g.a = q.q_doubled;
+    g.a_scales = q.scales;
+    g.a_group = quant.group;
+    g.b = codes.get();
+    g.b_scales = scale_bytes.get();
+    g.b_scale = packed_scale;
+    g.bias = bias.get();
+    g.alpha = alpha;
+    g.y = y;
+    g.m = t;
+    g.n = n;
+    g.k = k;
+    launch_fp4_scaled_gemm(g, stream);
+    return;
+  }
   Fp8GemmParams g;
   g.a = base;
   g.a_scales = q.scales;
@@ -65,6 +140,7 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
   g.b_block_rows = b_block_rows;
   g.b_block_cols = b_block_cols;
   g.bias = bias.get();
+  g.alpha = alpha;
   g.y = y;
   g.m = t;
   g.n = n;
@@ -77,7 +153,8 @@ GpuLinearMethod::ActivationCodes Fp8GemmRuntime::activation_codes(const void* wo
   GpuLinearMethod::ActivationCodes c;
   c.kind = GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
   c.values = workspace;
-  c.scales = ActivationWorkspace::at<float>(workspace, ws.scales_offset(t));
+  c.scales = ActivationWorkspace::at<float>(
+      workspace, ws.reported_scales ? ws.reported_offset(t) : ws.scales_offset(t));
   c.scale_cols = ws.scale_cols;
   return c;
 }

@@ -2,12 +2,14 @@
 // What the fp8 GPU methods (fp8_linear.h) and the MX ones (mx_linear.h) run once their weight is
 // laid out: e4m3fn weight bytes with an fp32 scale grid, activations quantized on the fly by a
 // QuantizeFp8Params rule into the engine's workspace, and the fp8 scaled GEMM
-// (kernels/fp8_gemm.h). The methods differ in how they read the reference's processed weight
-// and rule, not in what runs.
+// (kernels/fp8_gemm.h); or, for e2m1 weights (`packed`), the weight packed two codes a byte with a
+// scale byte per block and the packed fp4 GEMM (kernels/fp4_gemm.h) over doubled activation codes.
+// The methods differ in how they read the reference's processed weight and rule, not in what runs.
 #include <string>
 #include <vector>
 
 #include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/fp4_gemm.h"
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
@@ -19,6 +21,12 @@ struct Fp8GemmRuntime {
   ActivationWorkspace ws;   // extra: the per-tensor amax
   QuantizeFp8Params quant;  // the rule; pointers filled per call
   int64_t b_block_rows = 1, b_block_cols = 0;
+  float alpha = 1.f;  // the GEMM's factor on each sum (NVFP4's 1/(gs_in gs_w))
+  // e2m1 weights packed (set before upload): `codes` holds [n, k/2] nibbles and `scale_bytes`
+  // the blocks' e4m3 (16 columns) or E8M0 (32 columns) bytes; `scales` stays empty.
+  bool packed = false;
+  Fp4BlockScale packed_scale = Fp4BlockScale::kE4m3Group16;
+  DeviceBuffer<uint8_t> scale_bytes;
   DeviceBuffer<uint8_t> codes;
   DeviceBuffer<float> scales, bias;
 
@@ -30,7 +38,12 @@ struct Fp8GemmRuntime {
   void apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
              int64_t n, int64_t k, cudaStream_t stream, void* workspace) const;
   GpuLinearMethod::ActivationCodes activation_codes(const void* workspace, int64_t t) const;
-  size_t device_bytes() const { return codes.bytes() + scales.bytes() + bias.bytes(); }
+  void upload_bytes(const reference::QuantizedMatrix& w, const std::string& where);
+  void upload_packed(const reference::QuantizedMatrix& w, int64_t n, int64_t k,
+                     const std::string& where);
+  size_t device_bytes() const {
+    return codes.bytes() + scales.bytes() + scale_bytes.bytes() + bias.bytes();
+  }
 };
 
 }  // namespace qparity::gpu

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "gpu_engine/quant/fp8_linear.h"
 #include "gpu_engine/quant/mx_linear.h"
+#include "gpu_engine/quant/nvfp4_linear.h"
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
@@ -28,11 +29,10 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
     case SchemeKind::kMxfp4:
+    case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
       return true;
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
-    case SchemeKind::kNvfp4:
-      return no("nvfp4 is not on the GPU yet (issue 26)");
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:
@@ -54,6 +54,7 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp8:
     case SchemeKind::kMxfp4:
+    case SchemeKind::kNvfp4:
       return true;
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
@@ -98,9 +99,10 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kMxfp8:
     case SchemeKind::kMxfp4:
       return std::make_unique<MxLinearMethod>(host, expert);
+    case SchemeKind::kNvfp4:
+      return std::make_unique<Nvfp4LinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
-    case SchemeKind::kNvfp4:
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:

@@ -34,6 +34,9 @@ MxLinearMethod::MxLinearMethod(const reference::LinearMethod& host, int64_t expe
   const reference::QuantizedMatrix& w = m->processed_weight(e);
   if (w.block_rows != 1 || w.block_cols != 32)
     throw Error(where, "processed MX weight is not in [1, 32] blocks");
+  // e2m1 weights stay packed, two a byte, with their E8M0 bytes (kernels/fp4_gemm.h).
+  rt_.packed = rt_.quant.mx_e2m1;
+  rt_.packed_scale = Fp4BlockScale::kE8m0Group32;
   rt_.upload(w, m->processed_bias(e), out_features(), in_features(), where);
 }
 

@@ -8,10 +8,10 @@
 // summed exactly in fp32, then times the two block scales, fp32 accumulation, one bf16 rounding.
 // A native kernel would accumulate each 32-block inside the tensor core (its own order and width)
 // and apply the scales there; the products and scales are the same values.
-// mxfp4's e2m1 weights and activations are held as e4m3fn bytes of the same values (exact: e2m1's
-// eight magnitudes are e4m3fn values), so one GEMM serves both; the weights take a byte per
-// element in device memory where packed nibbles would take half (a dedicated e2m1 kernel is not
-// written yet).
+// mxfp4's weights stay packed in device memory, two e2m1 codes a byte with an E8M0 byte per
+// 32-block, and run in the packed fp4 GEMM (kernels/fp4_gemm.h: the same products, summed 16 at a
+// time exactly, by dp4a on doubled codes); its activation codes are kept as e4m3fn bytes of the
+// same values (what the dumps hold) and as doubled int8 codes (what the GEMM reads).
 // Dialects: vllm and sglang (the kBump exponent, half-even elements); the weight-only presets
 // (MXFP8A16, MXFP4A16) are refused by name.
 #include "gpu_engine/quant/fp8_gemm_runtime.h"

@@ -377,6 +377,30 @@ double Nvfp4LinearMethod::effective_input_global_scale(int64_t expert, int64_t p
   return experts_.at(static_cast<size_t>(expert)).input_gs_eff.at(static_cast<size_t>(partition));
 }
 
+QuantizedMatrix Nvfp4LinearMethod::processed_codes(int64_t expert) const {
+  const auto& s = shape();
+  const Expert& ex = experts_.at(static_cast<size_t>(expert));
+  const int64_t k = s.in_features, groups = k / kNvfp4GroupSize;
+  QuantizedMatrix q;
+  q.rows = s.out_features();
+  q.cols = k;
+  q.lattice = 0.5;
+  q.block_cols = kNvfp4GroupSize;
+  q.codes.resize(static_cast<size_t>(q.rows * k));
+  q.scales = Matrix(q.rows, groups);
+  for (int64_t p = 0; p < s.partition_count(); ++p) {
+    const QuantizedMatrix& part = ex.parts[static_cast<size_t>(p)];
+    const int64_t off = s.partition_offset(p);
+    const std::vector<int64_t> codes = part.code_vector();
+    std::copy(codes.begin(), codes.end(), q.codes.begin() + off * k);
+    // The loaded block scales are retained after processing (retained_after_processing).
+    const auto sw =
+        decode_scales_checked(loaded("weight_scale", p, expert), where("weight_scale", p, expert));
+    std::copy(sw.begin(), sw.end(), q.scales.data.begin() + off * groups);
+  }
+  return q;
+}
+
 Matrix Nvfp4LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   const auto& s = shape();
   const Expert& ex = experts_[static_cast<size_t>(expert)];

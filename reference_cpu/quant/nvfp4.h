@@ -128,6 +128,14 @@ class Nvfp4LinearMethod final : public LinearMethod {
   // After processing: the weight / input global scale partition p of `expert` is used with.
   double effective_weight_global_scale(int64_t expert, int64_t partition) const;
   double effective_input_global_scale(int64_t expert, int64_t partition) const;
+  // What a device upload takes after processing: expert e's codes over all its partitions
+  // [N, K] (lattice 0.5, blocks [1, 16]) with the stored e4m3 block scales s_w as scales, not
+  // divided by any global scale (a kernel applies 1/gs once per output, as vLLM's alpha does),
+  // and its bias.
+  QuantizedMatrix processed_codes(int64_t expert) const;
+  const std::vector<double>& processed_bias(int64_t expert) const {
+    return experts_.at(static_cast<size_t>(expert)).bias;
+  }
 
  protected:
   void process() override;

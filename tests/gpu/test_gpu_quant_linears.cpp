@@ -17,6 +17,7 @@
 #include "../unit/test_seed.h"
 #include "core/codecs/float_format.h"
 #include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/fp4_gemm.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_test.h"
@@ -132,6 +133,9 @@ std::vector<Case> cases() {
       {"mxfp8", true, {96, 32, 32}, 256, Dialect::kSglang},
       {"mxfp4", true, {192}, 512, Dialect::kVllm},
       {"mxfp4", true, {64, 32, 32}, 256, Dialect::kSglang},
+      {"nvfp4", true, {192}, 512, Dialect::kVllm},
+      {"nvfp4", true, {64, 32, 32}, 256, Dialect::kSglang},
+      {"nvfp4", true, {96}, 256, Dialect::kCompressedTensors},
   };
 }
 
@@ -192,11 +196,12 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
   for (const std::string scheme :
        {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8",
-        "mxfp4"})
+        "mxfp4", "nvfp4"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang}) {
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
-      const bool fp8 = scheme.rfind("fp8", 0) == 0 || scheme.rfind("mx", 0) == 0;
+      const bool fp8 =
+          scheme.rfind("fp8", 0) == 0 || scheme.rfind("mx", 0) == 0 || scheme == "nvfp4";
       const auto host = reference_method(c, rng);
       const auto g = gpu::make_gpu_linear_method(*host);
       const int64_t t = 70;
@@ -251,10 +256,13 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
         }
         const int64_t sc = want->scales.cols;
         ASSERT_EQ(got.scales.size(), static_cast<size_t>(t * sc));
+        // The dumps hold fp32 scales: the reference's, rounded once (NVFP4's s / gs_in is an fp64
+        // quotient; every other scheme's scale is an fp32 value already).
         for (int64_t j = 0; j < sc; ++j)
           scale_mismatches +=
               got.scales[static_cast<size_t>(r * sc + j)] !=
-              want->scales(std::min(r / want->block_rows, want->scales.rows - 1), j);
+              static_cast<double>(static_cast<float>(
+                  want->scales(std::min(r / want->block_rows, want->scales.rows - 1), j)));
       }
       EXPECT_EQ(code_mismatches, 0);
       EXPECT_EQ(scale_mismatches, 0);
@@ -287,15 +295,66 @@ TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
               HasSubstr("run with --dialect vllm or --dialect sglang"));
 }
 
+// The packed fp4 GEMM's nibble decoding, exhaustively: weight row r holds code (r + c) mod 16 at
+// column c of a 16-column unit (every code at every position of both 32-bit words), token j is
+// one-hot at column j (doubled code 2 = value 1), unit scales: y[j][r] must be e2m1((r + j) mod 16)
+// exactly, for both scale kinds (e4m3 1.0 = 0x38, E8M0 1.0 = 127), and twice that with the
+// activation scale 2.
+TEST_F(GpuQuantLinears, PackedFp4GemmDecodesEveryCodeAtEveryPosition) {
+  constexpr int64_t kN = 16, kK = 32, kM = 16;
+  std::vector<uint8_t> nib(kN * kK);
+  for (int64_t r = 0; r < kN; ++r)
+    for (int64_t c = 0; c < kK; ++c)
+      nib[static_cast<size_t>(r * kK + c)] = static_cast<uint8_t>((r + c) % 16);
+  std::vector<uint8_t> packed(nib.size() / 2);
+  for (size_t i = 0; i < packed.size(); ++i)
+    packed[i] = static_cast<uint8_t>(nib[2 * i] | (nib[2 * i + 1] << 4));
+  std::vector<int8_t> a(kM * kK, 0);
+  for (int64_t j = 0; j < kM; ++j)
+    a[static_cast<size_t>(j * kK + j)] = 2;
+  for (const auto kind : {gpu::Fp4BlockScale::kE4m3Group16, gpu::Fp4BlockScale::kE8m0Group32})
+    for (const float sa : {1.f, 2.f}) {
+      const bool e4m3 = kind == gpu::Fp4BlockScale::kE4m3Group16;
+      const int64_t group = e4m3 ? 16 : 32;
+      DeviceBuffer<uint8_t> b(packed), bs(std::vector<uint8_t>(kN * kK / group, e4m3 ? 0x38 : 127));
+      DeviceBuffer<int8_t> da(a);
+      DeviceBuffer<float> as(std::vector<float>(kM * kK / group, sa));
+      DeviceBuffer<Bf16> y(static_cast<size_t>(kM * kN));
+      y.poison();
+      gpu::Fp4GemmParams p;
+      p.a = da.get(), p.a_scales = as.get(), p.a_group = group;
+      p.b = b.get(), p.b_scales = bs.get(), p.b_scale = kind;
+      p.y = y.get(), p.m = kM, p.n = kN, p.k = kK;
+      gpu::launch_fp4_scaled_gemm(p, nullptr);
+      const std::vector<double> got = test::to_doubles(y.download());
+      int64_t wrong = 0;
+      for (int64_t j = 0; j < kM; ++j)
+        for (int64_t r = 0; r < kN; ++r)
+          wrong += got[static_cast<size_t>(j * kN + r)] !=
+                   sa * codec::e2m1_to_double(static_cast<uint8_t>((r + j) % 16));
+      EXPECT_EQ(wrong, 0) << (e4m3 ? "e4m3 scales" : "E8M0 scales") << ", activation scale "
+                          << sa;
+    }
+}
+
 // No device needed below.
 
 TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
   std::mt19937_64 rng{test::test_seed()};
-  const Case c{"nvfp4", true, {64}, 128, Dialect::kVllm};
-  const auto host = reference_method(c, rng);
-  EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
+  // NVFP4 in the ideal dialect: its exact element decisions are not the GPU's fp32 rule.
+  EXPECT_THAT(test::error_of([&] {
+                gpu::make_gpu_linear_method(
+                    *reference_method({"nvfp4", true, {64}, 128, Dialect::kIdeal}, rng));
+              }),
               AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("nvfp4"),
-                    HasSubstr("not on the GPU yet")));
+                    HasSubstr("run with --dialect vllm")));
+  // compressed-tensors keeps each fused partition's own global scales: one alpha cannot serve.
+  EXPECT_THAT(test::error_of([&] {
+                gpu::make_gpu_linear_method(*reference_method(
+                    {"nvfp4", true, {64, 32, 32}, 128, Dialect::kCompressedTensors}, rng));
+              }),
+              AllOf(HasSubstr("model.layers.0.self_attn"),
+                    HasSubstr("partitions keep different weight global scales")));
 }
 
 TEST(GpuQuantLinearRefusals, TheLauncherNamesEveryViolatedShapeRule) {

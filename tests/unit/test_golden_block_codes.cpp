@@ -1,9 +1,10 @@
-// Block-scaled activation codes (MX, fp8-block) compare on code x block scale: a block whose
+// Block-scaled activation codes (MX, fp8-block, NVFP4) compare on code x block scale: a block whose
 // scale moved by a power of two (every code rescaled, the values it stands for unchanged up to
 // rounding) weighs what it changes, while its codes are still counted as mismatches; a wrong code
 // still shows in the float metrics; per-token codes compare as codes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -52,16 +53,21 @@ fs::path file(const std::string& name) {
   return dir / name;
 }
 
-PointStats codes_stats(const Golden& a, const Golden& b, const std::string& tag) {
+PointStats point_stats(const Golden& a, const Golden& b, const std::string& tag,
+                       const std::string& point) {
   const fs::path fa = file(tag + ".golden.h5"), fb = file(tag + ".candidate.h5");
   write_golden(fa, a, OverwritePolicy::kReplace);
   write_golden(fb, b, OverwritePolicy::kReplace);
   const CompareReport r =
       compare_goldens(GoldenReader::open(fa), GoldenReader::open(fb), CompareOptions{});
   for (const auto& p : r.points)
-    if (p.name == "layers.0.mlp.down_proj.x_values") return p.stats;
-  ADD_FAILURE() << "no x_values point compared";
+    if (p.name == point) return p.stats;
+  ADD_FAILURE() << "no " << point << " point compared";
   return {};
+}
+
+PointStats codes_stats(const Golden& a, const Golden& b, const std::string& tag) {
+  return point_stats(a, b, tag, "layers.0.mlp.down_proj.x_values");
 }
 
 TEST(GoldenBlockCodes, ARescaledBlockWeighsWhatItChangesAndItsCodesStillCount) {
@@ -94,6 +100,24 @@ TEST(GoldenBlockCodes, ARescaledBlockWeighsWhatItChangesAndItsCodesStillCount) {
   const PointStats per_token = codes_stats(with_codes(codes, tok, 1), with_codes(c4, tok2, 1),
                                            "per_token");
   EXPECT_GT(per_token.rel_l2, 0.1);
+}
+
+// Scales compare at fp32, the precision engines hold them in: the reference's NVFP4 scale
+// s / gs_in (an fp64 quotient) against the engine's fl32(s / gs_in) is no mismatch; one fp32 ULP
+// off is one.
+TEST(GoldenBlockCodes, ScalesCompareAtFp32) {
+  std::vector<double> codes(kRows * kCols, 1.0), scales(kRows * (kCols / 16));
+  for (size_t i = 0; i < scales.size(); ++i)
+    scales[i] = (1.0 + static_cast<double>(i)) * 0.125 / 2687.9999;  // not fp32 values
+  std::vector<double> f32 = scales;
+  for (double& v : f32)
+    v = static_cast<double>(static_cast<float>(v));
+  ASSERT_NE(f32, scales);
+  const Golden g = with_codes(codes, scales, kCols / 16);
+  const std::string point = "layers.0.mlp.down_proj.x_scales";
+  EXPECT_EQ(point_stats(g, with_codes(codes, f32, kCols / 16), "f32", point).mismatches, 0);
+  f32[2] = static_cast<double>(std::nextafter(static_cast<float>(f32[2]), 1.f));
+  EXPECT_EQ(point_stats(g, with_codes(codes, f32, kCols / 16), "ulp", point).mismatches, 1);
 }
 
 }  // namespace
