@@ -14,6 +14,8 @@
 #   ab        batch-1 decode of the 0.6B shape, the single-pass skinny GEMM off / on, three rounds
 #   bench     the full bench_engine
 #   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
+#   validate  `qparity validate` on the embedded fixtures (QP_SCHEMES: a scheme list, default
+#             all), its engine rows and failures printed; the reports stay on the device
 # Built on Debian 12 (glibc 2.36, libstdc++ of g++ 12, libhdf5_serial.so.103), the binaries run on
 # the device image (Ubuntu 24.04: newer glibc and libstdc++, the same HDF5 soname). At most 8
 # files come back from $OUT, so each stage writes one log.
@@ -28,10 +30,12 @@ case "$cmd" in
 pack)
   build=${1:-build}
   rm -rf .devbin && mkdir -p .devbin/stage
-  for b in "${bins[@]}"; do
+  for b in "${bins[@]}" tools/qparity/qparity; do
     [ -x "$build/$b" ] || { echo "prebuilt: $build/$b missing (build it first)" >&2; exit 1; }
     strip -o ".devbin/stage/$(basename "$b")" "$build/$b"
   done
+  # qparity finds its policies beside the binary.
+  cp -r "$build/tools/qparity/policies" .devbin/stage/
   (cd .devbin/stage && tar cJf ../bins.tar.xz -- *) && rm -rf .devbin/stage
   # The tests read policies from the source tree whose path the build baked in (QPARITY_SOURCE_DIR).
   (cd "$(dirname "$0")/../.." && pwd) > .devbin/source_dir
@@ -114,6 +118,11 @@ run)
       cat "$OUT/kvbench.log"
       sanitize "$OUT/kvsanitizer.log" "$B/test_gpu_kv_cache"
       ;;
+    validate)
+      timeout 540 "$B/qparity" validate --schemes "${QP_SCHEMES:-all}" --out /tmp/qparity-reports \
+        > "$OUT/validate.log" 2>&1 || rc=1
+      grep -E 'engine vs reference|no engine row|^qparity validate: FAIL' "$OUT/validate.log"
+      ;;
     bench)
       timeout 300 "$B/bench_engine" > "$OUT/bench.log" 2>&1 || rc=1
       grep -E 'copy|decode batch|prefill .* tokens/s' "$OUT/bench.log"
@@ -124,7 +133,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|qsanitize|qbench|kv ...]" >&2
+  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|qsanitize|qbench|kv|validate ...]" >&2
   exit 2
   ;;
 esac
