@@ -113,6 +113,22 @@ def section_engine_default(scheme, family, half_step, desc):
     code_step = step if family in ("int8act", "fp8act") and step < 0.2 else 0.0
     col = 2 * f + 2 * t + code_step
     kld = max(1e-3, 4 * t * t * 1e2)
+    scale_gate = t + f
+    scale_why = ("per-token scales follow each token's maximum: identical unless that maximum "
+                 "flipped (one bf16 ULP, 2^-8 relative)")
+    if scheme == "mxfp8":
+        # Measured on an H100 (validate, the qwen3-small fixture, 4 x 32 tokens): layer 0's
+        # input_norm differs from the reference by bf16 flips (rel_l2 1.5e-5); they moved 63 qkv,
+        # 118 o_proj, 121 gate_up and 200 down_proj codes of 65k-131k (every kernel bit-exact on
+        # identical inputs), mlp.act channel 297 reached 0.0212, and one flip moved a 32-block's
+        # maximum across a power of two, doubling that E8M0 scale: down_proj x_scales rel_l2
+        # 0.0257. Bounds: twice those (a wrong channel scale, 1.25x, still fails).
+        col = max(col, 2 * 0.0212)
+        scale_gate = max(scale_gate, 2 * 0.0257)
+        scale_why = ("E8M0 block scales follow each 32-block's maximum: one inherited flip across "
+                     "a power of two doubles a block's scale (measured 0.0257 on one down_proj "
+                     "of the qwen3-small fixture, H100); bound: twice that. The codes x scale "
+                     "are judged at x_values")
     if scheme in STATIC_INT8:
         # A static per-tensor step is absolute (the calibrated range / 255): for the many tokens
         # far below that range one code is a large relative change. Measured on an H100, the
@@ -133,10 +149,9 @@ def section_engine_default(scheme, family, half_step, desc):
                     "element moves its code by one step, a flipped token maximum rescales its "
                     "whole row by 2^-8: gated like a stored tensor (rel_l2 and the median token), "
                     "not per channel, where one step of a small code is a large relative change"},
-            {"match": "*.x_scales", "max_rel_l2": round(t + f, 6),
+            {"match": "*.x_scales", "max_rel_l2": round(scale_gate, 6),
              "max_median_row_rel_l2": round(t, 6),
-             "why": "per-token scales follow each token's maximum: identical unless that maximum "
-                    "flipped (one bf16 ULP, 2^-8 relative)"},
+             "why": scale_why},
         ]
     return {
         "derivation": deriv,
