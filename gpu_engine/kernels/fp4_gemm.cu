@@ -45,6 +45,39 @@ __device__ __forceinline__ float block_scale(const Fp4GemmParams& p, uint32_t by
   return byte > 0 ? __int_as_float(static_cast<int>(byte << 23)) : __int_as_float(0x00400000);
 }
 
+// acc plus token row t's share of one 16-column chunk at column kk, whose weights are the doubled
+// codes w[0..3] (int8 x 4) with block scale sb. W4A4: the exact int32 sum (dp4a) / 4, times sb,
+// times the activation scale, fma'd in. W4A16 (p.x): the bf16 inputs times the doubled codes,
+// fma'd in fp32 in ascending k, halved (exact), then times sb, fma'd in.
+__device__ __forceinline__ float add_chunk(const Fp4GemmParams& p, int64_t t, int64_t kk,
+                                           const int* w, float sb, float acc) {
+  if (p.x) {
+    const uint4* xr = reinterpret_cast<const uint4*>(p.x + t * p.k + kk);
+    float sum = 0.f;
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const uint4 xv = xr[v];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(h[e]);
+        const int i = v * 8 + 2 * e;
+        sum = fmaf(f.x, static_cast<float>(static_cast<int8_t>(w[i / 4] >> (8 * (i % 4)))), sum);
+        sum =
+            fmaf(f.y, static_cast<float>(static_cast<int8_t>(w[i / 4] >> (8 * (i % 4 + 1)))), sum);
+      }
+    }
+    return fmaf(sum * 0.5f, sb, acc);
+  }
+  const int4 a = *reinterpret_cast<const int4*>(p.a + t * p.k + kk);
+  int sum = __dp4a(a.x, w[0], 0);
+  sum = __dp4a(a.y, w[1], sum);
+  sum = __dp4a(a.z, w[2], sum);
+  sum = __dp4a(a.w, w[3], sum);
+  const float chunk = static_cast<float>(sum) * 0.25f;  // exact: |sum| <= 16 * 144
+  return fmaf(__fmul_rn(chunk, sb), p.a_scales[t * (p.k / p.a_group) + kk / p.a_group], acc);
+}
+
 // One warp per kRows output rows. Each lane streams 16 bytes of codes (32 columns: two 16-groups,
 // or one MX block) of every row per step, kUnroll steps of all kRows rows in flight before any is
 // used (a decode-sized GEMV is bound by the bytes in flight), summing each row's 16-column chunks
@@ -57,7 +90,6 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemm_kernel(Fp4GemmParams p) 
   if (n0 >= p.n) return;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
-  const int64_t a_cols = p.k / p.a_group;
   const bool nv = p.b_scale == Fp4BlockScale::kE4m3Group16;
   const int64_t scale_cols = p.k / (nv ? 16 : 32);
   float acc[kRows][kTokens];
@@ -99,19 +131,9 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemm_kernel(Fp4GemmParams p) 
 #pragma unroll
         for (int j = 0; j < kTokens; ++j) {
           if (j >= mt) break;
-          const int4* ar = reinterpret_cast<const int4*>(p.a + (m0 + j) * p.k + kk);
-          const float* sa = p.a_scales + (m0 + j) * a_cols;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int4 a = ar[h];
-            int sum = __dp4a(a.x, w[4 * h], 0);
-            sum = __dp4a(a.y, w[4 * h + 1], sum);
-            sum = __dp4a(a.z, w[4 * h + 2], sum);
-            sum = __dp4a(a.w, w[4 * h + 3], sum);
-            const float chunk = static_cast<float>(sum) * 0.25f;  // exact: |sum| <= 16 * 144
-            acc[r][j] =
-                fmaf(__fmul_rn(chunk, sb[h]), sa[(kk + 16 * h) / p.a_group], acc[r][j]);
-          }
+          for (int h = 0; h < 2; ++h)
+            acc[r][j] = add_chunk(p, m0 + j, kk + 16 * h, w + 4 * h, sb[h], acc[r][j]);
         }
       }
     }
@@ -185,17 +207,13 @@ __global__ void __launch_bounds__(kWarps * 32, 8) fp4_gemv_kernel(Fp4GemmParams 
       const int64_t kk = k0 + static_cast<int64_t>(u) * 32 * 32;
       if (kk >= p.k) break;
       const uint32_t words[4] = {cur.raw[u].x, cur.raw[u].y, cur.raw[u].z, cur.raw[u].w};
-      const int4* ar = reinterpret_cast<const int4*>(p.a + kk);
       const float sb[2] = {block_scale(p, cur.sbyte[u] & 0xFFu), block_scale(p, cur.sbyte[u] >> 8)};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int4 a = ar[h];
-        int sum = __dp4a(a.x, e2m1x4_doubled(words[2 * h], false), 0);
-        sum = __dp4a(a.y, e2m1x4_doubled(words[2 * h], true), sum);
-        sum = __dp4a(a.z, e2m1x4_doubled(words[2 * h + 1], false), sum);
-        sum = __dp4a(a.w, e2m1x4_doubled(words[2 * h + 1], true), sum);
-        const float chunk = static_cast<float>(sum) * 0.25f;  // exact: |sum| <= 16 * 144
-        acc = fmaf(__fmul_rn(chunk, sb[h]), p.a_scales[(kk + 16 * h) / p.a_group], acc);
+        const int w[4] = {e2m1x4_doubled(words[2 * h], false), e2m1x4_doubled(words[2 * h], true),
+                          e2m1x4_doubled(words[2 * h + 1], false),
+                          e2m1x4_doubled(words[2 * h + 1], true)};
+        acc = add_chunk(p, 0, kk + 16 * h, w, sb[h], acc);
       }
     }
     if (row_ends) {
@@ -229,15 +247,16 @@ void launch_tile(const Fp4GemmParams& p, cudaStream_t stream) {
 
 void launch_fp4_scaled_gemm(const Fp4GemmParams& p, cudaStream_t stream) {
   constexpr const char* kn = "fp4_scaled_gemm";
-  require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
-          "a, a_scales, b, b_scales and y are required");
+  require((p.x || (p.a && p.a_scales)) && p.b && p.b_scales && p.y, kn,
+          "x (W4A16) or a and a_scales (W4A4), b, b_scales and y are required");
   require(p.m >= 0 && p.n > 0 && p.k > 0, kn, "m >= 0, n > 0, k > 0");
   require(p.k % 32 == 0, kn,
           "k " + std::to_string(p.k) + " must be a multiple of 32 (16 bytes of codes a lane)");
-  require((p.a_group == 16 || p.a_group == 32) && p.k % p.a_group == 0, kn,
+  require(p.x || ((p.a_group == 16 || p.a_group == 32) && p.k % p.a_group == 0), kn,
           "activation scale groups must be 16 or 32 columns dividing k");
-  require(aligned(p.a, 16) && aligned(p.b, 16) && aligned(p.b_scales, 2), kn,
-          "a and b must be 16-byte aligned, b_scales 2-byte");
+  require(aligned(p.x ? static_cast<const void*>(p.x) : p.a, 16) && aligned(p.b, 16) &&
+              aligned(p.b_scales, 2),
+          kn, "x / a and b must be 16-byte aligned, b_scales 2-byte");
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
   // One token: the pipelined GEMV. More: tiles as token_tiles.cuh's (up to 4, then 8 tokens), 2

@@ -11,6 +11,9 @@
 // acc = fma(chunk * s_b, s_a, acc) in fp32 (chunk * s_b exact: 12 x 4 significant bits), the
 // lanes' partial sums added by shuffles, times alpha when it is not 1, plus the fp32 bias, one
 // rounding to bf16. Batch-invariant and deterministic (a token's sums do not depend on the tile).
+// Weight-only (x set: NVFP4A16, MXFP4A16): each 16-column chunk sums the bf16 inputs times the
+// doubled codes in fp32 (fma, ascending k; the products are exact, the sums round), halves it
+// (exact), then acc = fma(chunk, s_b, acc); the same epilogue.
 // Constraints (checked): k a multiple of 32 (a lane streams 16 bytes of codes at a time),
 // activation scale groups of 16 or 32, 16-byte-aligned a and b, 2-byte-aligned b_scales.
 #include <cuda_bf16.h>
@@ -26,8 +29,9 @@ enum class Fp4BlockScale : uint8_t {
 };
 
 struct Fp4GemmParams {
-  const int8_t* a = nullptr;        // [m, k] twice the e2m1 activation values
-  const float* a_scales = nullptr;  // [m, k / a_group]
+  const __nv_bfloat16* x = nullptr;  // W4A16 (NVFP4A16, MXFP4A16): [m, k] bf16 inputs, else null
+  const int8_t* a = nullptr;         // W4A4: [m, k] twice the e2m1 activation values
+  const float* a_scales = nullptr;   // [m, k / a_group]
   int64_t a_group = 16;
   const uint8_t* b = nullptr;         // [n, k / 2] packed e2m1 codes
   const uint8_t* b_scales = nullptr;  // [n, k / 16] or [n, k / 32] scale bytes

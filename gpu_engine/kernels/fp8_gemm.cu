@@ -115,8 +115,7 @@ __device__ float group_scale(const QuantizeFp8Params& p, float amax) {
 // Stores element i's code (and its doubled e2m1 code when asked).
 __device__ void store_code(const QuantizeFp8Params& p, int64_t i, float x, float s, float inv) {
   if (p.nvfp4_global > 0.f || p.mx_e2m1) {
-    const float v =
-        e2m1_value(p.nvfp4_global > 0.f ? nvfp4_quotient(p, x, s) : __fdiv_rn(x, s));
+    const float v = e2m1_value(p.nvfp4_global > 0.f ? nvfp4_quotient(p, x, s) : __fdiv_rn(x, s));
     p.q[i] = e4m3_byte(v);
     if (p.q_doubled) p.q_doubled[i] = static_cast<int8_t>(__float2int_rn(v * 2.f));
     return;
@@ -258,8 +257,8 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   require(p.mode != Fp8ActMode::kDynamicTensor || p.tensor_amax, kn,
           "a dynamic per-tensor scale needs tensor_amax scratch");
   require(p.mode != Fp8ActMode::kStatic || p.static_scale > 0, kn, "a static scale must be > 0");
-  require(!p.mx_bump || (p.mode == Fp8ActMode::kDynamicGroup && p.group == 32 &&
-                         !p.multiply_reciprocal),
+  require(!p.mx_bump ||
+              (p.mode == Fp8ActMode::kDynamicGroup && p.group == 32 && !p.multiply_reciprocal),
           kn, "MX scales need dynamic 32-element groups and a division");
   require(!p.mx_e2m1 || p.mx_bump, kn, "e2m1 elements come with MX scales");
   require(!(p.nvfp4_global > 0.f) ||
@@ -267,8 +266,7 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
           kn, "NVFP4 scales need dynamic 16-element groups");
   require(p.nvfp4_global == 0.f || (p.nvfp4_global > 0.f && std::isfinite(p.nvfp4_global)), kn,
           "the NVFP4 input global scale must be finite and > 0");
-  require(!p.q_doubled || p.nvfp4_global > 0.f || p.mx_e2m1, kn,
-          "doubled codes are e2m1's");
+  require(!p.q_doubled || p.nvfp4_global > 0.f || p.mx_e2m1, kn, "doubled codes are e2m1's");
   require(!p.reported_scales || p.nvfp4_global > 0.f, kn,
           "reported scales are NVFP4's (s / global scale)");
   if (p.m == 0) return;

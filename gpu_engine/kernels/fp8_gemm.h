@@ -58,12 +58,12 @@ struct QuantizeFp8Params {
   bool multiply_reciprocal = false;
   float amax_floor = 0, min_scale = 0;
   bool zero_saturates = false;
-  bool mx_bump = false;  // kDynamicGroup, group 32: E8M0 scales (above)
-  bool mx_e2m1 = false;  // with mx_bump: e2m1 elements
-  float nvfp4_global = 0;             // > 0: NVFP4 activations under this input global scale
-  bool nvfp4_divide = false;          // compressed-tensors' arithmetic (above)
-  float* reported_scales = nullptr;   // NVFP4: optional [m, groups] fl32(s / gs)
-  int8_t* q_doubled = nullptr;        // e2m1 elements: optional [m, k] twice the values (fp4_gemm.h)
+  bool mx_bump = false;              // kDynamicGroup, group 32: E8M0 scales (above)
+  bool mx_e2m1 = false;              // with mx_bump: e2m1 elements
+  float nvfp4_global = 0;            // > 0: NVFP4 activations under this input global scale
+  bool nvfp4_divide = false;         // compressed-tensors' arithmetic (above)
+  float* reported_scales = nullptr;  // NVFP4: optional [m, groups] fl32(s / gs)
+  int8_t* q_doubled = nullptr;       // e2m1 elements: optional [m, k] twice the values (fp4_gemm.h)
 };
 
 // Columns of the scale grid per token for a mode.

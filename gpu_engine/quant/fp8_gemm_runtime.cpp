@@ -15,8 +15,8 @@ void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
                             const std::string& where) {
   if (w.rows != n || w.cols != k)
     throw Error(where, "processed weight is [" + std::to_string(w.rows) + ", " +
-                           std::to_string(w.cols) + "], the layer is [" + std::to_string(n) +
-                           ", " + std::to_string(k) + "]");
+                           std::to_string(w.cols) + "], the layer is [" + std::to_string(n) + ", " +
+                           std::to_string(k) + "]");
   if (k % 16 != 0)
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 16 for the GPU's fp8 GEMM");
@@ -59,7 +59,8 @@ void Fp8GemmRuntime::upload_packed(const reference::QuantizedMatrix& w, int64_t 
                                    const std::string& where) {
   const int64_t group = packed_scale == Fp4BlockScale::kE4m3Group16 ? 16 : 32;
   if (w.block_rows != 1 || w.block_cols != group)
-    throw Error(where, "a packed e2m1 weight needs [1, " + std::to_string(group) + "] scale blocks");
+    throw Error(where,
+                "a packed e2m1 weight needs [1, " + std::to_string(group) + "] scale blocks");
   if (k % 32 != 0)
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 32 for the packed fp4 GEMM (16 bytes of "
@@ -100,6 +101,21 @@ void Fp8GemmRuntime::upload_packed(const reference::QuantizedMatrix& w, int64_t 
 void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y,
                            int64_t t, int64_t n, int64_t k, cudaStream_t stream,
                            void* workspace) const {
+  if (packed && weight_only) {
+    Fp4GemmParams g;
+    g.x = x;
+    g.b = codes.get();
+    g.b_scales = scale_bytes.get();
+    g.b_scale = packed_scale;
+    g.bias = bias.get();
+    g.alpha = alpha;
+    g.y = y;
+    g.m = t;
+    g.n = n;
+    g.k = k;
+    launch_fp4_scaled_gemm(g, stream);
+    return;
+  }
   if (!workspace) throw Error(name, "fp8 and MX linears need the engine's workspace");
   auto* base = static_cast<uint8_t*>(workspace);
   QuantizeFp8Params q = quant;
@@ -111,8 +127,7 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
     q.reported_scales = ActivationWorkspace::at<float>(workspace, ws.reported_offset(t));
   q.m = t;
   q.k = k;
-  if (packed)
-    q.q_doubled = ActivationWorkspace::at<int8_t>(workspace, ws.doubled_offset(t));
+  if (packed) q.q_doubled = ActivationWorkspace::at<int8_t>(workspace, ws.doubled_offset(t));
   launch_quantize_fp8(q, stream);
   if (packed) {
     Fp4GemmParams g;
@@ -150,6 +165,7 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
 
 GpuLinearMethod::ActivationCodes Fp8GemmRuntime::activation_codes(const void* workspace,
                                                                   int64_t t) const {
+  if (weight_only) return {};
   GpuLinearMethod::ActivationCodes c;
   c.kind = GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
   c.values = workspace;

@@ -25,6 +25,9 @@ struct Fp8GemmRuntime {
   // e2m1 weights packed (set before upload): `codes` holds [n, k/2] nibbles and `scale_bytes`
   // the blocks' e4m3 (16 columns) or E8M0 (32 columns) bytes; `scales` stays empty.
   bool packed = false;
+  // With `packed`: bf16 activations straight into the GEMM (NVFP4A16, MXFP4A16): no quantizer,
+  // no workspace, no activation codes.
+  bool weight_only = false;
   Fp4BlockScale packed_scale = Fp4BlockScale::kE4m3Group16;
   DeviceBuffer<uint8_t> scale_bytes;
   DeviceBuffer<uint8_t> codes;

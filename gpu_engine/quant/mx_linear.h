@@ -12,8 +12,9 @@
 // 32-block, and run in the packed fp4 GEMM (kernels/fp4_gemm.h: the same products, summed 16 at a
 // time exactly, by dp4a on doubled codes); its activation codes are kept as e4m3fn bytes of the
 // same values (what the dumps hold) and as doubled int8 codes (what the GEMM reads).
-// Dialects: vllm and sglang (the kBump exponent, half-even elements); the weight-only presets
-// (MXFP8A16, MXFP4A16) are refused by name.
+// Dialects: vllm and sglang (the kBump exponent, half-even elements). The weight-only MXFP4A16
+// takes bf16 inputs into the packed GEMM (any dialect: no activation rule); MXFP8A16 is refused by
+// name.
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"

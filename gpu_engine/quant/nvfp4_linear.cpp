@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/nvfp4.h"
 #include "reference_cpu/quant/numeric.h"
+#include "reference_cpu/quant/nvfp4.h"
 
 namespace qparity::gpu {
 
@@ -29,8 +29,21 @@ Nvfp4LinearMethod::Nvfp4LinearMethod(const reference::LinearMethod& host, int64_
   const std::string& where = prefix();
   if (!m) throw Error(where, "not an NVFP4 linear layer");
   const int64_t e = method_expert(host, expert);
-  if (!m->quantizes_activations())
-    throw Error(where, "NVFP4A16 (weight-only) is not on the GPU yet");
+  std::vector<double> wgs;
+  for (int64_t p = 0; p < host.shape().partition_count(); ++p)
+    wgs.push_back(m->effective_weight_global_scale(e, p));
+  const double gs_w = uniform_global_scale(wgs, where, "weight");
+  using reference::Arith;
+  rt_.packed = true;
+  rt_.packed_scale = Fp4BlockScale::kE4m3Group16;
+  if (!m->quantizes_activations()) {
+    // NVFP4A16: bf16 inputs, the weight's global scale once per output (any dialect: the
+    // dialects differ in how activations are quantized and fused scales reconciled).
+    rt_.weight_only = true;
+    rt_.alpha = static_cast<float>(reference::div_in(Arith::kFp32, 1.0, gs_w));
+    rt_.upload(m->processed_codes(e), m->processed_bias(e), out_features(), in_features(), where);
+    return;
+  }
   const reference::Nvfp4Rules& r = m->rules();
   const bool vllm = r.block_scale == reference::Nvfp4BlockScale::kReciprocalSixFp32 &&
                     r.element == reference::Nvfp4ElementScaling::kReciprocalFp32 &&
@@ -39,32 +52,27 @@ Nvfp4LinearMethod::Nvfp4LinearMethod(const reference::LinearMethod& host, int64_
                   r.element == reference::Nvfp4ElementScaling::kDivideFp32 &&
                   r.zero_block_scale == 0.125;
   if (!vllm && !ct)
-    throw Error(where, "nvfp4 in dialect " + std::string(qparity::to_string(host.config().dialect)) +
+    throw Error(where, "nvfp4 in dialect " +
+                           std::string(qparity::to_string(host.config().dialect)) +
                            ": the GPU quantizes activations by vLLM's or compressed-tensors' fp32 "
                            "rule; run with --dialect vllm, sglang or compressed-tensors");
-  std::vector<double> wgs, igs;
-  for (int64_t p = 0; p < host.shape().partition_count(); ++p) {
-    wgs.push_back(m->effective_weight_global_scale(e, p));
+  std::vector<double> igs;
+  for (int64_t p = 0; p < host.shape().partition_count(); ++p)
     igs.push_back(m->effective_input_global_scale(e, p));
-  }
-  const double gs_w = uniform_global_scale(wgs, where, "weight");
   const double gs_in = uniform_global_scale(igs, where, "input");
   rt_.quant.mode = Fp8ActMode::kDynamicGroup;
   rt_.quant.group = reference::kNvfp4GroupSize;
   rt_.quant.nvfp4_global = static_cast<float>(gs_in);  // an F32 value (checkpoint)
   rt_.quant.nvfp4_divide = ct;
-  using reference::Arith;
   rt_.alpha = static_cast<float>(reference::mul_in(Arith::kFp32,
                                                    reference::div_in(Arith::kFp32, 1.0, gs_in),
                                                    reference::div_in(Arith::kFp32, 1.0, gs_w)));
-  rt_.packed = true;
-  rt_.packed_scale = Fp4BlockScale::kE4m3Group16;
   rt_.upload(m->processed_codes(e), m->processed_bias(e), out_features(), in_features(), where);
   rt_.ws.reported_scales = true;
 }
 
 size_t Nvfp4LinearMethod::workspace_bytes(int64_t max_tokens) const {
-  return rt_.ws.bytes(max_tokens);
+  return rt_.weight_only ? 0 : rt_.ws.bytes(max_tokens);
 }
 
 void Nvfp4LinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,

@@ -12,8 +12,11 @@
 // Dialects: vllm and sglang (the reciprocal arithmetic of vLLM's quantizer, global scales
 // unified by max over fused partitions, MoE gate/up by shard 0's weight scale and the min input
 // scale) and compressed-tensors (its divisions; one partition or equal global scales). A fused
-// layer whose partitions keep different global scales (ideal, compressed-tensors on q/k/v) and
-// the weight-only preset NVFP4A16 are refused by name.
+// layer whose partitions keep different global scales (ideal, compressed-tensors on q/k/v) is
+// refused by name. The weight-only preset NVFP4A16 takes bf16 inputs into the same packed GEMM
+// (fp32 sums of exact products per 16 columns, times s_w, then alpha = fl32(1/gs_w)), in any
+// dialect; vLLM runs it through Marlin's fp4 dequantization instead (bf16 weights, its own
+// order), which this does not imitate.
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"

@@ -38,6 +38,7 @@ struct Case {
   std::vector<int64_t> partitions;  // out_features of each fused partition
   int64_t k = 0;
   Dialect dialect = Dialect::kIdeal;
+  bool weight_only = false;  // the W4A16 / A16 presets (no activation quantization)
 };
 
 std::string name_of(const Case& c) {
@@ -45,7 +46,7 @@ std::string name_of(const Case& c) {
                   std::string(qparity::to_string(c.dialect)) + " N=[";
   for (int64_t p : c.partitions)
     n += std::to_string(p) + ",";
-  return n + "] K=" + std::to_string(c.k);
+  return n + "] K=" + std::to_string(c.k) + (c.weight_only ? " weight-only" : "");
 }
 
 // The processed reference method of one case, its weights from the reference quantizer.
@@ -53,6 +54,7 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
   const SchemeId id = parse_scheme_id(c.scheme);
   reference::MethodConfig mc = reference::method_config(id, c.dialect);
   if (mc.weights) mc.weights->symmetric = c.symmetric;
+  if (c.weight_only) mc.input_activations.reset();
   reference::LinearShape shape;
   shape.prefix = "model.layers.0.self_attn";
   shape.partitions = c.partitions;
@@ -71,7 +73,11 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
     r.input_activations = mc.input_activations;
     r.activations = reference::ActivationStats{-4.0, 4.0, {}};  // static input scales
     r.group_size = effective_group_size(id);
-    m->load_all(reference::quantize_linear(id, r), static_cast<int64_t>(p));
+    reference::TensorMap t = reference::quantize_linear(id, r);
+    // quantize_linear fills in the scheme's default activations: a weight-only checkpoint has
+    // no input scale (NVFP4A16).
+    if (c.weight_only) t.erase("input_global_scale");
+    m->load_all(t, static_cast<int64_t>(p));
   }
   m->process_weights_after_loading();
   return m;
@@ -136,6 +142,10 @@ std::vector<Case> cases() {
       {"nvfp4", true, {192}, 512, Dialect::kVllm},
       {"nvfp4", true, {64, 32, 32}, 256, Dialect::kSglang},
       {"nvfp4", true, {96}, 256, Dialect::kCompressedTensors},
+      {"nvfp4", true, {192}, 512, Dialect::kVllm, true},  // NVFP4A16
+      {"nvfp4", true, {64, 32, 32}, 256, Dialect::kSglang, true},
+      {"mxfp4", true, {192}, 512, Dialect::kVllm, true},  // MXFP4A16
+      {"mxfp4", true, {64, 32, 32}, 256, Dialect::kIdeal, true},
   };
 }
 
@@ -194,9 +204,8 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
-  for (const std::string scheme :
-       {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8",
-        "mxfp4", "nvfp4"})
+  for (const std::string scheme : {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel",
+                                   "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang}) {
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
@@ -259,10 +268,9 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
         // The dumps hold fp32 scales: the reference's, rounded once (NVFP4's s / gs_in is an fp64
         // quotient; every other scheme's scale is an fp32 value already).
         for (int64_t j = 0; j < sc; ++j)
-          scale_mismatches +=
-              got.scales[static_cast<size_t>(r * sc + j)] !=
-              static_cast<double>(static_cast<float>(
-                  want->scales(std::min(r / want->block_rows, want->scales.rows - 1), j)));
+          scale_mismatches += got.scales[static_cast<size_t>(r * sc + j)] !=
+                              static_cast<double>(static_cast<float>(want->scales(
+                                  std::min(r / want->block_rows, want->scales.rows - 1), j)));
       }
       EXPECT_EQ(code_mismatches, 0);
       EXPECT_EQ(scale_mismatches, 0);
@@ -332,8 +340,7 @@ TEST_F(GpuQuantLinears, PackedFp4GemmDecodesEveryCodeAtEveryPosition) {
         for (int64_t r = 0; r < kN; ++r)
           wrong += got[static_cast<size_t>(j * kN + r)] !=
                    sa * codec::e2m1_to_double(static_cast<uint8_t>((r + j) % 16));
-      EXPECT_EQ(wrong, 0) << (e4m3 ? "e4m3 scales" : "E8M0 scales") << ", activation scale "
-                          << sa;
+      EXPECT_EQ(wrong, 0) << (e4m3 ? "e4m3 scales" : "E8M0 scales") << ", activation scale " << sa;
     }
 }
 
@@ -348,6 +355,11 @@ TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
               }),
               AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("nvfp4"),
                     HasSubstr("run with --dialect vllm")));
+  EXPECT_THAT(test::error_of([&] {
+                gpu::make_gpu_linear_method(
+                    *reference_method({"mxfp8", true, {64}, 128, Dialect::kVllm, true}, rng));
+              }),
+              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("MXFP8A16")));
   // compressed-tensors keeps each fused partition's own global scales: one alpha cannot serve.
   EXPECT_THAT(test::error_of([&] {
                 gpu::make_gpu_linear_method(*reference_method(

@@ -97,8 +97,8 @@ TEST(GoldenBlockCodes, ARescaledBlockWeighsWhatItChangesAndItsCodesStillCount) {
   tok2[1] = 1.0;
   for (int64_t k = 0; k < kCols; ++k)
     c4[static_cast<size_t>(kCols + k)] /= 2.0;
-  const PointStats per_token = codes_stats(with_codes(codes, tok, 1), with_codes(c4, tok2, 1),
-                                           "per_token");
+  const PointStats per_token =
+      codes_stats(with_codes(codes, tok, 1), with_codes(c4, tok2, 1), "per_token");
   EXPECT_GT(per_token.rel_l2, 0.1);
 }
 
