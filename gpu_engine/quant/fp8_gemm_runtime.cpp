@@ -101,9 +101,9 @@ void Fp8GemmRuntime::upload_packed(const reference::QuantizedMatrix& w, int64_t 
 void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y,
                            int64_t t, int64_t n, int64_t k, cudaStream_t stream,
                            void* workspace) const {
-  if (packed && weight_only) {
+  // The packed weight's part of the fp4 GEMM; the activations are added below.
+  const auto fp4 = [&] {
     Fp4GemmParams g;
-    g.x = x;
     g.b = codes.get();
     g.b_scales = scale_bytes.get();
     g.b_scale = packed_scale;
@@ -113,6 +113,11 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
     g.m = t;
     g.n = n;
     g.k = k;
+    return g;
+  };
+  if (packed && weight_only) {
+    Fp4GemmParams g = fp4();
+    g.x = x;
     launch_fp4_scaled_gemm(g, stream);
     return;
   }
@@ -130,19 +135,10 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
   if (packed) q.q_doubled = ActivationWorkspace::at<int8_t>(workspace, ws.doubled_offset(t));
   launch_quantize_fp8(q, stream);
   if (packed) {
-    Fp4GemmParams g;
+    Fp4GemmParams g = fp4();
     g.a = q.q_doubled;
     g.a_scales = q.scales;
     g.a_group = quant.group;
-    g.b = codes.get();
-    g.b_scales = scale_bytes.get();
-    g.b_scale = packed_scale;
-    g.bias = bias.get();
-    g.alpha = alpha;
-    g.y = y;
-    g.m = t;
-    g.n = n;
-    g.k = k;
     launch_fp4_scaled_gemm(g, stream);
     return;
   }
@@ -173,6 +169,20 @@ GpuLinearMethod::ActivationCodes Fp8GemmRuntime::activation_codes(const void* wo
       workspace, ws.reported_scales ? ws.reported_offset(t) : ws.scales_offset(t));
   c.scale_cols = ws.scale_cols;
   return c;
+}
+
+void Fp8RuntimeMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
+                             cudaStream_t stream, void* workspace) const {
+  rt_.apply(prefix(), x, y, t, out_features(), in_features(), stream, workspace);
+}
+
+size_t Fp8RuntimeMethod::workspace_bytes(int64_t max_tokens) const {
+  return rt_.weight_only ? 0 : rt_.ws.bytes(max_tokens);
+}
+
+GpuLinearMethod::ActivationCodes Fp8RuntimeMethod::activation_codes(const void* workspace,
+                                                                    int64_t t) const {
+  return rt_.activation_codes(workspace, t);
 }
 
 }  // namespace qparity::gpu

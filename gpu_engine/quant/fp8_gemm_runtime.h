@@ -49,4 +49,19 @@ struct Fp8GemmRuntime {
   }
 };
 
+// The GPU methods that run on an Fp8GemmRuntime (fp8_linear, mx_linear, nvfp4_linear): they
+// differ only in how their constructors read the reference's processed weight and rule into rt_.
+class Fp8RuntimeMethod : public GpuLinearMethod {
+ public:
+  using GpuLinearMethod::GpuLinearMethod;
+  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
+             void* workspace) const override;
+  size_t workspace_bytes(int64_t max_tokens) const override;
+  size_t device_bytes() const override { return rt_.device_bytes(); }
+  ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
+
+ protected:
+  Fp8GemmRuntime rt_;
+};
+
 }  // namespace qparity::gpu

@@ -20,8 +20,8 @@ const reference::Fp8LinearBase& as_fp8(const reference::LinearMethod& h) {
 }  // namespace
 
 Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert)
-    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
-                      host.shape().out_features(), host.shape().in_features) {
+    : Fp8RuntimeMethod(method_prefix(host, expert), host.config().scheme,
+                       host.shape().out_features(), host.shape().in_features) {
   const auto& m = as_fp8(host);
   const std::string& where = prefix();
   // An expert's weight after the stack's processing (per-expert scales; fp8-tensor's w13 scale
@@ -60,24 +60,6 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t ex
   rt_.quant.zero_saturates = rule.zero_saturates;
   // Weight: codes on the 2^-9 lattice -> e4m3fn bytes (exact: they are e4m3fn values).
   rt_.upload(m.processed_weight(e), m.processed_bias(e), out_features(), in_features(), where);
-}
-
-size_t Fp8LinearMethod::workspace_bytes(int64_t max_tokens) const {
-  return rt_.ws.bytes(max_tokens);
-}
-
-void Fp8LinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
-                            cudaStream_t stream, void* workspace) const {
-  rt_.apply(prefix(), x, y, t, out_features(), in_features(), stream, workspace);
-}
-
-GpuLinearMethod::ActivationCodes Fp8LinearMethod::activation_codes(const void* workspace,
-                                                                   int64_t t) const {
-  return rt_.activation_codes(workspace, t);
-}
-
-size_t Fp8LinearMethod::device_bytes() const {
-  return rt_.device_bytes();
 }
 
 }  // namespace qparity::gpu

@@ -7,8 +7,8 @@
 namespace qparity::gpu {
 
 MxLinearMethod::MxLinearMethod(const reference::LinearMethod& host, int64_t expert)
-    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
-                      host.shape().out_features(), host.shape().in_features) {
+    : Fp8RuntimeMethod(method_prefix(host, expert), host.config().scheme,
+                       host.shape().out_features(), host.shape().in_features) {
   const auto* m = dynamic_cast<const reference::MxLinearMethodBase*>(&host);
   const std::string& where = prefix();
   if (!m) throw Error(where, "not an MX linear layer");
@@ -43,24 +43,6 @@ MxLinearMethod::MxLinearMethod(const reference::LinearMethod& host, int64_t expe
   rt_.weight_only = !m->quantizes_activations();  // MXFP4A16: bf16 inputs
   rt_.packed_scale = Fp4BlockScale::kE8m0Group32;
   rt_.upload(w, m->processed_bias(e), out_features(), in_features(), where);
-}
-
-size_t MxLinearMethod::workspace_bytes(int64_t max_tokens) const {
-  return rt_.weight_only ? 0 : rt_.ws.bytes(max_tokens);
-}
-
-void MxLinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
-                           void* workspace) const {
-  rt_.apply(prefix(), x, y, t, out_features(), in_features(), stream, workspace);
-}
-
-GpuLinearMethod::ActivationCodes MxLinearMethod::activation_codes(const void* workspace,
-                                                                  int64_t t) const {
-  return rt_.activation_codes(workspace, t);
-}
-
-size_t MxLinearMethod::device_bytes() const {
-  return rt_.device_bytes();
 }
 
 }  // namespace qparity::gpu

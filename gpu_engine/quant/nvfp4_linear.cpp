@@ -23,8 +23,8 @@ double uniform_global_scale(const std::vector<double>& per_partition, const std:
 }  // namespace
 
 Nvfp4LinearMethod::Nvfp4LinearMethod(const reference::LinearMethod& host, int64_t expert)
-    : GpuLinearMethod(method_prefix(host, expert), host.config().scheme,
-                      host.shape().out_features(), host.shape().in_features) {
+    : Fp8RuntimeMethod(method_prefix(host, expert), host.config().scheme,
+                       host.shape().out_features(), host.shape().in_features) {
   const auto* m = dynamic_cast<const reference::Nvfp4LinearMethod*>(&host);
   const std::string& where = prefix();
   if (!m) throw Error(where, "not an NVFP4 linear layer");
@@ -69,24 +69,6 @@ Nvfp4LinearMethod::Nvfp4LinearMethod(const reference::LinearMethod& host, int64_
                                                    reference::div_in(Arith::kFp32, 1.0, gs_w)));
   rt_.upload(m->processed_codes(e), m->processed_bias(e), out_features(), in_features(), where);
   rt_.ws.reported_scales = true;
-}
-
-size_t Nvfp4LinearMethod::workspace_bytes(int64_t max_tokens) const {
-  return rt_.weight_only ? 0 : rt_.ws.bytes(max_tokens);
-}
-
-void Nvfp4LinearMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
-                              cudaStream_t stream, void* workspace) const {
-  rt_.apply(prefix(), x, y, t, out_features(), in_features(), stream, workspace);
-}
-
-GpuLinearMethod::ActivationCodes Nvfp4LinearMethod::activation_codes(const void* workspace,
-                                                                     int64_t t) const {
-  return rt_.activation_codes(workspace, t);
-}
-
-size_t Nvfp4LinearMethod::device_bytes() const {
-  return rt_.device_bytes();
 }
 
 }  // namespace qparity::gpu

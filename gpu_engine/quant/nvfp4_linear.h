@@ -23,18 +23,10 @@
 
 namespace qparity::gpu {
 
-class Nvfp4LinearMethod final : public GpuLinearMethod {
+class Nvfp4LinearMethod final : public Fp8RuntimeMethod {
  public:
   // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
   explicit Nvfp4LinearMethod(const reference::LinearMethod& host, int64_t expert = -1);
-  void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
-             void* workspace) const override;
-  size_t workspace_bytes(int64_t max_tokens) const override;
-  size_t device_bytes() const override;
-  ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
-
- private:
-  Fp8GemmRuntime rt_;
 };
 
 }  // namespace qparity::gpu
