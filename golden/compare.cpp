@@ -78,8 +78,8 @@ std::optional<std::pair<std::vector<double>, std::vector<double>>> dequantized_b
     const Array2D& b) {
   static const std::string leaf = "." + std::string(point::kXValues);
   if (!name.ends_with(leaf)) return std::nullopt;
-  const std::string scales = name.substr(0, name.size() - leaf.size() + 1) +
-                             std::string(point::kXScales);
+  const std::string scales =
+      name.substr(0, name.size() - leaf.size() + 1) + std::string(point::kXScales);
   if (!g.has_point(scales) || !c.has_point(scales)) return std::nullopt;
   const Array2D gs = g.point(scales), cs = c.point(scales);
   if (gs.cols <= 1 || gs.cols != cs.cols || a.cols % gs.cols != 0 || gs.rows != a.rows ||
@@ -173,9 +173,10 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     // Activation codes and their scales: the dialect fixes every bit, so they compare exactly
     // (mismatches counted) besides the float metrics.
     const bool exact = is_activation_code_point(name);
-    // Activation scales compare at fp32, the precision every engine holds them in: the
-    // reference's NVFP4 scale s / gs_in is an fp64 quotient no engine can hold, every other
-    // scheme's scale is an fp32 value already (unchanged by this). Codes compare as stored.
+    // Activation scales compare at fp32, the precision every engine holds them in: where the
+    // reference's scale is an fp64 value no engine can hold (NVFP4's s / gs_in, the ideal
+    // dialect's quotients) its fp32 rounding is what an exact engine dumps; fp32 scales are
+    // unchanged by this. Codes compare as stored.
     if (name.ends_with("." + std::string(point::kXScales)))
       for (Array2D* side : {&a, &b})
         for (double& v : side->data)

@@ -134,7 +134,7 @@ __global__ void quantize_small_groups_kernel(QuantizeFp8Params p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const bool in = i < p.k;
   const float x = in ? __bfloat162float(p.x[row * p.k + i]) : 0.f;
-  float amax = fabsf(x);
+  float amax = fmaxf(0.f, fabsf(x));  // as block_amax: a NaN element does not become the max
   for (int o = static_cast<int>(p.group) / 2; o > 0; o >>= 1)
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if (!in) return;
@@ -271,7 +271,7 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
           "reported scales are NVFP4's (s / global scale)");
   if (p.m == 0) return;
   if (p.mode == Fp8ActMode::kDynamicGroup && (p.group == 16 || p.group == 32) &&
-      p.k % p.group == 0) {
+      p.k % p.group == 0 && p.m <= 65535) {  // tokens on the grid's y
     const dim3 grid(static_cast<unsigned>((p.k + kThreads - 1) / kThreads),
                     static_cast<unsigned>(p.m));
     launch_pdl(kn, quantize_small_groups_kernel, grid, dim3(kThreads), 0, stream, p);

@@ -21,7 +21,8 @@
 // bf16 as in fp32), clamped to +-448, RNE to e4m3fn. With mx_e2m1 (`mxfp4`) the elements are
 // e2m1: minus 2 instead of 8 in the exponent, t clamped to +-6 and rounded half to even on e2m1's
 // grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}, stored as the e4m3fn byte of that value (exact: e2m1 values
-// are e4m3fn values), so the GEMM below takes MXFP4 as it takes MXFP8.
+// are e4m3fn values: what the dumps hold), and with q_doubled also as twice the value in int8 (what
+// the packed fp4 GEMM, kernels/fp4_gemm.h, reads).
 // NVFP4 (nvfp4_global > 0, with kDynamicGroup and group 16: `nvfp4`'s W4A4 activations,
 // reference_cpu/quant/nvfp4.h, vLLM's rule): gs = the static input global scale (a divisor), per
 // 16-group s = e4m3(fl32(gs * fl32(amax * fl32(1/6)))) saturating at 448 (0 stays 0), then

@@ -37,8 +37,8 @@ Nvfp4LinearMethod::Nvfp4LinearMethod(const reference::LinearMethod& host, int64_
   rt_.packed = true;
   rt_.packed_scale = Fp4BlockScale::kE4m3Group16;
   if (!m->quantizes_activations()) {
-    // NVFP4A16: bf16 inputs, the weight's global scale once per output (any dialect: the
-    // dialects differ in how activations are quantized and fused scales reconciled).
+    // NVFP4A16: bf16 inputs, the weight's global scale once per output (the dialects differ in
+    // how activations are quantized; their fused weight scales were checked above).
     rt_.weight_only = true;
     rt_.alpha = static_cast<float>(reference::div_in(Arith::kFp32, 1.0, gs_w));
     rt_.upload(m->processed_codes(e), m->processed_bias(e), out_features(), in_features(), where);

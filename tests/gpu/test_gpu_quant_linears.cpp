@@ -206,7 +206,9 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
   for (const std::string scheme : {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel",
                                    "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
-    for (const auto dialect : {Dialect::kVllm, Dialect::kSglang}) {
+    for (const auto dialect : {Dialect::kVllm, Dialect::kSglang, Dialect::kCompressedTensors}) {
+      // compressed-tensors' own activation rule: nvfp4's (its divisions, zero blocks 0.125).
+      if (dialect == Dialect::kCompressedTensors && scheme != "nvfp4") continue;
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
       const bool fp8 =
@@ -303,13 +305,15 @@ TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
               HasSubstr("run with --dialect vllm or --dialect sglang"));
 }
 
-// The packed fp4 GEMM's nibble decoding, exhaustively: weight row r holds code (r + c) mod 16 at
-// column c of a 16-column unit (every code at every position of both 32-bit words), token j is
-// one-hot at column j (doubled code 2 = value 1), unit scales: y[j][r] must be e2m1((r + j) mod 16)
-// exactly, for both scale kinds (e4m3 1.0 = 0x38, E8M0 1.0 = 127), and twice that with the
-// activation scale 2.
+// The packed fp4 GEMM's nibble decoding, exhaustively, and its scale indexing: weight row r holds
+// code (r + c) mod 16 at column c of a 32-column unit (every code at every position of all four
+// 32-bit words), token j is one-hot at column j (doubled code 2 = value 1). The two 16-column
+// halves carry different weight scales (e4m3 1.0 / 2.0; E8M0 one per 32: 1.0) and activation
+// scales (1 / 0.5 per 16-group; per 32: 2): y[j][r] must be e2m1((r + j) mod 16) * s_b * s_a
+// exactly, through the token-tiled kernel (32 tokens at once) and the one-token GEMV (each token
+// alone).
 TEST_F(GpuQuantLinears, PackedFp4GemmDecodesEveryCodeAtEveryPosition) {
-  constexpr int64_t kN = 16, kK = 32, kM = 16;
+  constexpr int64_t kN = 16, kK = 32, kM = 32;
   std::vector<uint8_t> nib(kN * kK);
   for (int64_t r = 0; r < kN; ++r)
     for (int64_t c = 0; c < kK; ++c)
@@ -320,28 +324,61 @@ TEST_F(GpuQuantLinears, PackedFp4GemmDecodesEveryCodeAtEveryPosition) {
   std::vector<int8_t> a(kM * kK, 0);
   for (int64_t j = 0; j < kM; ++j)
     a[static_cast<size_t>(j * kK + j)] = 2;
-  for (const auto kind : {gpu::Fp4BlockScale::kE4m3Group16, gpu::Fp4BlockScale::kE8m0Group32})
-    for (const float sa : {1.f, 2.f}) {
-      const bool e4m3 = kind == gpu::Fp4BlockScale::kE4m3Group16;
-      const int64_t group = e4m3 ? 16 : 32;
-      DeviceBuffer<uint8_t> b(packed), bs(std::vector<uint8_t>(kN * kK / group, e4m3 ? 0x38 : 127));
-      DeviceBuffer<int8_t> da(a);
-      DeviceBuffer<float> as(std::vector<float>(kM * kK / group, sa));
-      DeviceBuffer<Bf16> y(static_cast<size_t>(kM * kN));
-      y.poison();
+  for (const auto kind : {gpu::Fp4BlockScale::kE4m3Group16, gpu::Fp4BlockScale::kE8m0Group32}) {
+    const bool e4m3 = kind == gpu::Fp4BlockScale::kE4m3Group16;
+    const int64_t group = e4m3 ? 16 : 32, groups = kK / group;
+    std::vector<uint8_t> sb(kN * groups);
+    std::vector<float> sa(kM * groups);
+    for (size_t i = 0; i < sb.size(); ++i)
+      sb[i] = e4m3 ? (i % 2 ? 0x40 : 0x38) : 127;  // e4m3 2.0 / 1.0; E8M0 1.0
+    for (size_t i = 0; i < sa.size(); ++i)
+      sa[i] = e4m3 ? (i % 2 ? 0.5f : 1.f) : 2.f;
+    const auto want = [&](int64_t j, int64_t r) {
+      const double s_b = e4m3 ? (j / 16 ? 2.0 : 1.0) : 1.0, s_a = e4m3 ? (j / 16 ? 0.5 : 1.0) : 2.0;
+      return codec::e2m1_to_double(static_cast<uint8_t>((r + j) % 16)) * s_b * s_a;
+    };
+    DeviceBuffer<uint8_t> b(packed), bs(sb);
+    DeviceBuffer<int8_t> da(a);
+    DeviceBuffer<float> as(sa);
+    DeviceBuffer<Bf16> y(static_cast<size_t>(kM * kN));
+    const auto run = [&](int64_t row, int64_t m) {
       gpu::Fp4GemmParams p;
-      p.a = da.get(), p.a_scales = as.get(), p.a_group = group;
+      p.a = da.get() + row * kK, p.a_scales = as.get() + row * groups, p.a_group = group;
       p.b = b.get(), p.b_scales = bs.get(), p.b_scale = kind;
-      p.y = y.get(), p.m = kM, p.n = kN, p.k = kK;
+      p.y = y.get() + row * kN, p.m = m, p.n = kN, p.k = kK;
       gpu::launch_fp4_scaled_gemm(p, nullptr);
+    };
+    for (const bool alone : {false, true}) {
+      y.poison();
+      if (alone)
+        for (int64_t j = 0; j < kM; ++j)
+          run(j, 1);
+      else
+        run(0, kM);
       const std::vector<double> got = test::to_doubles(y.download());
       int64_t wrong = 0;
       for (int64_t j = 0; j < kM; ++j)
         for (int64_t r = 0; r < kN; ++r)
-          wrong += got[static_cast<size_t>(j * kN + r)] !=
-                   sa * codec::e2m1_to_double(static_cast<uint8_t>((r + j) % 16));
-      EXPECT_EQ(wrong, 0) << (e4m3 ? "e4m3 scales" : "E8M0 scales") << ", activation scale " << sa;
+          wrong += got[static_cast<size_t>(j * kN + r)] != want(j, r);
+      EXPECT_EQ(wrong, 0) << (e4m3 ? "e4m3 scales" : "E8M0 scales")
+                          << (alone ? ", one token a launch (GEMV)" : ", 32 tokens (tiles)");
     }
+  }
+}
+
+// The one-token GEMV walks several steps of a row (K > 2048 columns) and several rows a warp
+// (N above the grid's warps: 8 blocks of 4 a multiprocessor, 4,224 on an H100): a shape that
+// needs both, for nvfp4 and mxfp4, against the reference's apply.
+TEST_F(GpuQuantLinears, PackedFp4GemvWalksRowsAndSteps) {
+  for (const std::string scheme : {"nvfp4", "mxfp4"}) {
+    const Case c{scheme, true, {4608}, 4608 + 512, Dialect::kVllm};
+    SCOPED_TRACE(name_of(c));
+    const auto host = reference_method(c, rng);
+    const auto g = gpu::make_gpu_linear_method(*host);
+    std::vector<Bf16> hx;
+    const Matrix x = test::random_bf16(rng, 1, c.k, 1.0, hx);
+    EXPECT_LE(test::rel_l2(run_gpu(*g, hx, 1), test::round_bf16(host->apply(x).data)), kFlipBound);
+  }
 }
 
 // No device needed below.

@@ -353,17 +353,17 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
           parse_scheme_id(scheme).kind == SchemeKind::kMxfp4)
         notes.push_back(
             "Hopper emulation of a Blackwell (MX) format: sm_90 has no block-scaled tensor-core "
-            "MMA, so element products (e2m1 held as e4m3 bytes of the same values) are summed in "
-            "fp32 on CUDA cores, 16 at a time, and each "
-            "32-block's E8M0 scales multiply its sum; a native kernel applies the scales inside "
-            "the MMA, accumulating in its own order and width. The activation codes and scales "
-            "are the dialect's bit for bit either way");
+            "MMA, so element products are summed exactly on CUDA cores, 16 at a time (mxfp8: "
+            "fp32; mxfp4: int32 dp4a on doubled e2m1 codes, the weights packed two a byte), and "
+            "each 32-block's E8M0 scales multiply its sum; a native kernel applies the scales "
+            "inside the MMA, accumulating in its own order and width. The activation codes and "
+            "scales are the dialect's bit for bit either way");
       if (parse_scheme_id(scheme).kind == SchemeKind::kNvfp4)
         notes.push_back(
             "Hopper emulation of a Blackwell (NVFP4) format: sm_90 has no FP4 tensor-core MMA, "
-            "so e2m1 products (held as e4m3 bytes of the same values) are summed exactly in fp32 "
-            "on CUDA cores, 16 at a time, each 16-group's sum times its two e4m3 block scales "
-            "(exact), fp32 accumulation, then alpha = 1/gs_in * 1/gs_w in fp32 as vLLM's "
+            "so e2m1 products (the weights packed two a byte) are summed exactly by int32 dp4a on "
+            "doubled codes, 16 at a time, each 16-group's sum times its two e4m3 block scales "
+            "(exact), fp32 accumulation, then alpha = fl32(1/gs_in) * fl32(1/gs_w) as vLLM's "
             "layer.alpha; a native kernel applies the block scales inside the MMA and "
             "accumulates in its own order. The activation codes and block scales are the "
             "dialect's bit for bit either way");
