@@ -1,12 +1,11 @@
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/codecs/float_format.h"
-#include "core/codecs/int_packing.h"
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
+#include "reference_cpu/quant/mx_scale.h"
 
 namespace qparity::gpu {
 
@@ -65,37 +64,17 @@ void Fp8GemmRuntime::upload_packed(const reference::QuantizedMatrix& w, int64_t 
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 32 for the packed fp4 GEMM (16 bytes of "
                            "codes a lane)");
-  std::vector<uint8_t> nib(static_cast<size_t>(n * k));
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < k; ++c) {
-      const double v = static_cast<double>(w.code(r, c)) * w.lattice;
-      const uint8_t q = codec::double_to_e2m1(v);
-      if (codec::e2m1_to_double(q) != v)
-        throw Error(where, "weight element (" + std::to_string(r) + ", " + std::to_string(c) +
-                               ") = " + std::to_string(v) + " is not an e2m1 value");
-      nib[static_cast<size_t>(r * k + c)] = q;
-    }
-  codes = DeviceBuffer<uint8_t>(codec::pack_nibbles(nib, where + ".weight_packed"));
-  std::vector<uint8_t> sb(w.scales.data.size());
-  for (size_t i = 0; i < sb.size(); ++i) {
-    const double s = w.scales.data[i];
-    uint8_t b = 0;
-    if (packed_scale == Fp4BlockScale::kE4m3Group16) {
-      b = codec::double_to_e4m3fn(s, codec::Overflow::kSaturate);
-      if (codec::e4m3fn_to_double(b) != s)
-        throw Error(where + ".weight_scale",
-                    "block scale " + std::to_string(i) + " is not an e4m3fn value");
-    } else {
-      int e = 0;
-      const double f = std::frexp(s, &e);  // s = f 2^e, a power of two when f == 0.5
-      if (f != 0.5 || e - 1 < -127 || e - 1 > 127)
-        throw Error(where + ".weight_scale",
-                    "block scale " + std::to_string(i) + " is not an E8M0 power of two");
-      b = static_cast<uint8_t>(e - 1 + 127);
-    }
-    sb[i] = b;
-  }
-  scale_bytes = DeviceBuffer<uint8_t>(sb);
+  // The checkpoint's own byte forms (each an Error naming the tensor where a value has none):
+  // nibble pairs as compressed-tensors packs them, e4m3fn or E8M0 scale bytes.
+  codes = DeviceBuffer<uint8_t>(
+      reference::encode_element_rows(w, 0, n, reference::MxElem::kE2M1, where + ".weight_packed")
+          .bytes);
+  const DType scale_dtype =
+      packed_scale == Fp4BlockScale::kE4m3Group16 ? DType::kF8E4M3 : DType::kF8E8M0;
+  scale_bytes =
+      DeviceBuffer<uint8_t>(reference::encode(scale_dtype, {n, k / group}, w.scales.data,
+                                              reference::Encoding::kExact, where + ".weight_scale")
+                                .bytes);
 }
 
 void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y,
