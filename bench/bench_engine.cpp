@@ -1,10 +1,13 @@
-// GPU engine throughput on synthetic Qwen3-0.6B- and Llama-3-8B-shaped models (random bf16
-// weights made on the device), each number beside a baseline measured in the same run:
+// GPU engine throughput on synthetic Qwen3-0.6B-, Llama-3-8B- and Qwen3-30B-A3B-shaped models
+// (random weights made on the device; the MoE model's experts in bf16, fp8-block or w4a16-g32,
+// --experts), each number beside a baseline measured in the same run:
 //   - device-to-device copy bandwidth (cudaMemcpyAsync of 1 GiB, counted as bytes read + bytes
 //     written, the convention of bandwidthTest), the roofline for memory-bound decode;
 //   - decode tokens/s at batch 1, 8, 64 (every sequence prefilled with --context tokens, then
 //     --steps decode steps through CUDA graphs, greedy argmax on the device included), and the
-//     achieved bytes/s of weights + KV cache read per step as a fraction of the copy bandwidth;
+//     achieved bytes/s of weights + KV cache read per step as a fraction of the copy bandwidth
+//     (MoE: the weights outside the experts plus the distinct experts the batch routes to,
+//     counted per layer on a traced step);
 //   - prefill tokens/s (--prefill tokens per forward).
 // Output: a table on stdout and --json FILE. HF transformers on the same shapes runs from
 // tools/device/bench_hf.py; the device script puts both in one report.
@@ -19,8 +22,10 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
+#include "core/capture/trace.h"
 #include "core/json_util.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/device_info.h"
@@ -69,6 +74,28 @@ ModelConfig llama3_8b() {
   c.rope_scaling.low_freq_factor = 1;
   c.rope_scaling.high_freq_factor = 4;
   c.rope_scaling.original_max_position_embeddings = 8192;
+  return c;
+}
+
+// Qwen3-30B-A3B's published config: 48 layers, 128 experts, 8 active, moe_intermediate 768.
+ModelConfig qwen3_30b_a3b() {
+  ModelConfig c;
+  c.arch = Arch::kQwen3Moe;
+  c.num_layers = 48;
+  c.hidden = 2048;
+  c.num_heads = 32;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.intermediate = 6144;
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  c.norm_topk_prob = true;
+  c.vocab = 151936;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000;
+  c.tie_word_embeddings = false;
+  c.has_qk_norm = true;
   return c;
 }
 
@@ -323,12 +350,30 @@ struct Options {
   bool linears = true;
   int64_t attention_chunk = gpu::EngineOptions{}.decode_attention_chunk;
   bool timeline = false, attention_stages = false;
-  std::string ablate;  // "", "attention", "linears"
+  std::string ablate;                                // "", "attention", "linears"
+  std::string experts = "bf16,fp8-block,w4a16-g32";  // qwen3-30b-a3b's expert formats
 };
 
-Json bench_model(const std::string& name, const ModelConfig& cfg, const Options& o, double bw) {
-  auto model = gpu::random_gpu_model(cfg, 1);
+Json bench_model(const std::string& name, const ModelConfig& cfg, const Options& o, double bw,
+                 const std::string& expert_scheme = "bf16") {
+  auto model = gpu::random_gpu_model(cfg, 1, expert_scheme);
   const double weight_bytes = static_cast<double>(model->weight_bytes);
+  // MoE: a step reads the weights outside the experts (the untied embedding table aside: only the
+  // batch's rows) and, per layer, the experts its tokens route to; one expert's w13 + w2 bytes.
+  double expert_bytes = 0, non_expert_bytes = weight_bytes;
+  int64_t moe_layers = 0;
+  for (const gpu::GpuLayerWeights& l : model->layers) {
+    if (!l.moe) continue;
+    ++moe_layers;
+    double all = static_cast<double>(l.w13.bytes() + l.w2.bytes());
+    for (const auto* stack : {&l.w13_q, &l.w2_q})
+      for (const auto& m : *stack)
+        all += static_cast<double>(m->device_bytes());
+    expert_bytes = all / static_cast<double>(cfg.num_experts);
+    non_expert_bytes -= all;
+  }
+  if (moe_layers > 0 && !cfg.tie_word_embeddings)
+    non_expert_bytes -= static_cast<double>(model->embed.bytes());
   gpu::EngineOptions eo;
   eo.max_tokens = std::max<int64_t>({o.prefill, o.context, 64});
   eo.max_seqs = 64;
@@ -341,7 +386,14 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   eo.ablate_linears = o.ablate == "linears";
   const bool ablated = !o.ablate.empty();
   gpu::Engine e(std::move(model), eo);
-  Json out = {{"model", name}, {"weight_bytes", weight_bytes}, {"ablate", o.ablate}};
+  Json out = {{"model", name},
+              {"weight_bytes", weight_bytes},
+              {"ablate", o.ablate},
+              {"experts", expert_scheme}};
+  if (moe_layers > 0) {
+    out["expert_bytes"] = expert_bytes;
+    out["non_expert_bytes_read_per_step"] = non_expert_bytes;
+  }
   const double kv_per_token = 2.0 * 2 * static_cast<double>(cfg.num_layers * cfg.kv_size());
   Json decode = Json::array();
   for (const int64_t batch : o.batches) {
@@ -382,6 +434,27 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
       }
     };
     step(0);  // captures the graph for this batch size
+    // MoE: the distinct experts a decode step of this batch reads per layer, counted on one
+    // traced step (the router's top-k ids of every layer).
+    double active_experts = 0;
+    if (moe_layers > 0) {
+      Trace tr("*.moe.topk_ids");
+      gpu::Batch b;
+      for (int32_t s = 0; s < batch; ++s) {
+        b.tokens.push_back(next[static_cast<size_t>(s)]);
+        b.slots.push_back(s);
+        b.positions.push_back(static_cast<int32_t>(o.context + 1));
+      }
+      e.forward(b, &tr);
+      for (const auto& [point, ids] : tr.points()) {
+        std::vector<bool> seen(static_cast<size_t>(cfg.num_experts), false);
+        for (int64_t r = 0; r < ids.rows; ++r)
+          for (int64_t j = 0; j < ids.cols; ++j)
+            seen[static_cast<size_t>(ids(r, j))] = true;
+        active_experts += static_cast<double>(std::count(seen.begin(), seen.end(), true));
+      }
+      active_experts /= static_cast<double>(moe_layers);
+    }
     for (int32_t s = 0; s < batch; ++s)
       e.cache().release(s);
     prefill_all();  // again, so the timed steps start at the same positions
@@ -394,7 +467,11 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
     for (int64_t k = 0; k < o.steps; ++k)
       kv_bytes +=
           static_cast<double>(batch) * static_cast<double>(o.context + k + 1) * kv_per_token;
-    const double bytes = weight_bytes * static_cast<double>(o.steps) + kv_bytes;
+    const double step_weights =
+        moe_layers > 0
+            ? non_expert_bytes + active_experts * static_cast<double>(moe_layers) * expert_bytes
+            : weight_bytes;
+    const double bytes = step_weights * static_cast<double>(o.steps) + kv_bytes;
     const double tps = static_cast<double>(batch * o.steps) / secs;
     decode.push_back({{"batch", batch},
                       {"tokens_per_s", tps},
@@ -407,7 +484,20 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
               << " ms/step, weights+KV " << bytes / secs / 1e9
               << " GB/s = " << 100 * bytes / secs / bw << " % of copy bandwidth (greedy sampling "
               << sampling_secs / static_cast<double>(o.steps) * 1e3 << " ms/step of it)\n";
-    {  // the last step's graph replayed back to back: a step without the host's per-step work
+    if (moe_layers > 0) {
+      const double active = active_experts * static_cast<double>(moe_layers) * expert_bytes;
+      decode.back()["active_experts_per_layer"] = active_experts;
+      decode.back()["active_expert_bytes_per_step"] = active;
+      decode.back()["moe_on_device"] = e.moe_on_device(batch);
+      std::cout << name << " decode batch " << batch << ": " << active_experts
+                << " distinct experts a layer, " << active / 1e9 << " GB of active experts a step"
+                << " (+ " << non_expert_bytes / 1e9 << " GB other weights); experts "
+                << (e.moe_on_device(batch) ? "grouped on the device (CUDA graph)"
+                                           : "per expert from the host")
+                << "\n";
+    }
+    if (moe_layers == 0 || e.moe_on_device(batch)) {
+      // the last step's graph replayed back to back: a step without the host's per-step work
       e.replay_graph(batch, 8);
       const auto t2 = std::chrono::steady_clock::now();
       e.replay_graph(batch, o.steps);
@@ -459,7 +549,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed decode steps")->capture_default_str();
   app.add_option("--prefill", o.prefill, "prefill tokens per forward")->capture_default_str();
-  app.add_option("--models", o.models, "qwen3-0.6b,llama3-8b")->capture_default_str();
+  app.add_option("--models", o.models, "qwen3-0.6b,llama3-8b,qwen3-30b-a3b")->capture_default_str();
+  app.add_option("--experts", o.experts,
+                 "qwen3-30b-a3b: the experts' formats, each a model (bf16, fp8-block, w4a16-g32)")
+      ->capture_default_str();
   app.add_option("--batches", o.batches, "decode batch sizes")
       ->delimiter(',')
       ->capture_default_str();
@@ -501,6 +594,11 @@ int main(int argc, char** argv) {
       models.push_back(bench_model("qwen3-0.6b", qwen3_06b(), o, bw));
     if (o.models.find("llama3-8b") != std::string::npos)
       models.push_back(bench_model("llama3-8b", llama3_8b(), o, bw));
+    if (o.models.find("qwen3-30b-a3b") != std::string::npos) {
+      std::stringstream list(o.experts);
+      for (std::string x; std::getline(list, x, ',');)
+        models.push_back(bench_model("qwen3-30b-a3b/" + x, qwen3_30b_a3b(), o, bw, x));
+    }
     j["models"] = models;
     if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
   } catch (const std::exception& e) {

@@ -75,6 +75,23 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   }
   for (const auto& l : model_.layers)
     any_moe_ = any_moe_ || l.moe, quantized_experts_ = quantized_experts_ || l.quantized_experts();
+  if (quantized_experts_) {
+    grouped_experts_ = true;
+    for (const auto& l : model_.layers) {
+      w13_grouped_.emplace_back();
+      w2_grouped_.emplace_back();
+      if (!l.quantized_experts()) continue;
+      std::string why;
+      if (l.w13_q.empty() || l.w2_q.empty()) why = "a stack with one quantized weight";
+      if (why.empty()) w13_grouped_.back() = GroupedExperts::make(l.w13_q, &why);
+      if (why.empty()) w2_grouped_.back() = GroupedExperts::make(l.w2_q, &why);
+      if (!why.empty()) {  // (the host path runs them; the engine tests name which schemes)
+        grouped_experts_ = false;
+        break;
+      }
+    }
+    if (!grouped_experts_) w13_grouped_.clear(), w2_grouped_.clear();
+  }
   if (any_moe_) {
     const size_t k = static_cast<size_t>(c.num_experts_per_tok),
                  mi = static_cast<size_t>(c.moe_intermediate_size);
@@ -185,8 +202,9 @@ void Decoder::forward_final(Trace* tr) {
 
 bool Decoder::moe_on_device(int64_t t) const {
   const ModelConfig& c = model_.kcfg();
-  // Quantized experts run per expert from the host's grouping (decoder_moe.cpp).
-  if (quantized_experts_) return false;
+  // Quantized experts: grouped launches (decoder_moe.cpp) when every stack has them, else per
+  // expert from the host's grouping.
+  if (quantized_experts_) return grouped_experts_ && t <= kGroupedExpertsMaxTokens;
   return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
          c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
 }

@@ -26,6 +26,7 @@
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_engine/kv_cache.h"
+#include "gpu_engine/quant/grouped_experts.h"
 
 namespace qparity::gpu {
 
@@ -76,8 +77,11 @@ class Decoder {
   void graph_replayed(int64_t t) { keys_rows_ = fused_argmax(t) ? t : 0; }
 
   bool any_moe() const { return any_moe_; }
-  // Whether t tokens' MoE layers run on the device alone (grouping + grouped skinny GEMMs).
+  // Whether t tokens' MoE layers run on the device alone (grouping, then grouped skinny GEMMs or
+  // the quantized experts' grouped launches), so the forward can be a CUDA graph.
   bool moe_on_device(int64_t t) const;
+  // Quantized experts run grouped on the device up to this many tokens (decode batches).
+  static constexpr int64_t kGroupedExpertsMaxTokens = 64;
   // After a synchronized forward: refuses its result if a router returned an id outside the
   // experts (NaN router logits), naming the first such layer.
   void check_moe_ids() const;
@@ -107,6 +111,7 @@ class Decoder {
   // decoder_moe.cpp
   void moe_layer(int64_t layer, Trace* capture);
   void moe_experts_via_host(int64_t layer);
+  void moe_experts_grouped(int64_t layer);
   KernelProbe* probe(const char* kernel) { return timeline_.probe(kernel); }
 
   const GpuModel& model_;
@@ -148,6 +153,11 @@ class Decoder {
   DeviceBuffer<uint8_t> quant_workspace_;
   bool any_moe_ = false;
   bool quantized_experts_ = false;  // some layer's experts run as GPU methods
+  // Quantized experts as one grouped launch per stack (quant/grouped_experts.h), per layer (null
+  // for dense layers); grouped_experts_ when every quantized stack has one. Otherwise (or past
+  // kGroupedExpertsMaxTokens tokens) quantized experts take the host path.
+  std::vector<std::unique_ptr<GroupedExperts>> w13_grouped_, w2_grouped_;
+  bool grouped_experts_ = false;
   int64_t last_layer_ = 0;  // the layer whose MLP output is pending (close_residual names it)
 };
 

@@ -1,7 +1,8 @@
 // The decoder's MoE block (decoder.h): router GEMM (fp32 logits) and top-k on the device; the
-// (token, slot) pairs grouped by expert (on the device up to kSkinnyMaxM tokens, else on the
-// host); one gather of all experts' rows, the experts' gate_up GEMMs, SiLU-and-mul, the down
-// GEMMs (grouped skinny launches on the device path; a GEMM per expert with tokens on the host
+// (token, slot) pairs grouped by expert (on the device for decode-sized batches: bf16 experts up
+// to kSkinnyMaxM tokens, quantized ones with grouped launches up to kGroupedExpertsMaxTokens;
+// else on the host); one gather of all experts' rows, the experts' gate_up GEMMs, SiLU-and-mul,
+// the down GEMMs (grouped launches on the device path; a GEMM per expert with tokens on the host
 // path: no grouped tensor-core GEMM yet); one scatter into per-slot outputs and the weighted
 // combine.
 #include <algorithm>
@@ -38,16 +39,20 @@ void Decoder::moe_layer(int64_t l, Trace* tr) {
                                 moe_active_.get(), moe_bad_.get() + l, n, e, k},
                                s);
     launch_gather_rows({h_.get(), moe_rows_.get(), moe_x_.get(), n, hd, t}, s);
-    SkinnyGemmParams up;
-    up.x = moe_x_.get(), up.w = w.w13.get(), up.y = moe_act_.get();
-    up.m = t, up.n = 2 * mi, up.k = hd, up.silu_mul = true;
-    up.group_first = moe_first_.get(), up.group_active = moe_active_.get();
-    up.max_active = std::min(e, n), up.w_group_stride = 2 * mi * hd;
-    launch_skinny_gemm(up, s);
-    SkinnyGemmParams down = up;
-    down.x = moe_act_.get(), down.w = w.w2.get(), down.y = moe_y_.get();
-    down.n = hd, down.k = mi, down.silu_mul = false, down.w_group_stride = hd * mi;
-    launch_skinny_gemm(down, s);
+    if (quantized_experts_) {
+      moe_experts_grouped(l);
+    } else {
+      SkinnyGemmParams up;
+      up.x = moe_x_.get(), up.w = w.w13.get(), up.y = moe_act_.get();
+      up.m = t, up.n = 2 * mi, up.k = hd, up.silu_mul = true;
+      up.group_first = moe_first_.get(), up.group_active = moe_active_.get();
+      up.max_active = std::min(e, n), up.w_group_stride = 2 * mi * hd;
+      launch_skinny_gemm(up, s);
+      SkinnyGemmParams down = up;
+      down.x = moe_act_.get(), down.w = w.w2.get(), down.y = moe_y_.get();
+      down.n = hd, down.k = mi, down.silu_mul = false, down.w_group_stride = hd * mi;
+      launch_skinny_gemm(down, s);
+    }
   } else {
     moe_experts_via_host(l);
   }
@@ -59,11 +64,27 @@ void Decoder::moe_layer(int64_t l, Trace* tr) {
   capture(tr, point_of(p, point::kMoeOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 
-// Larger batches, and quantized experts at every size: the ids come to the host, which groups the
-// pairs and runs a GEMM per expert with tokens (a quantized expert: its GPU method, the rows of
-// that expert alone, so a token's activation quantization sees only its own row, as per token).
-// Quantized experts have no grouped kernel yet: one launch (or two, with activation
-// quantization) per active expert and weight.
+// Quantized experts of a decode-sized batch, grouped on the device (moe_layer did that and the
+// gather): one grouped launch per weight (quant/grouped_experts.h), SiLU-and-mul between them on
+// the gate_up product rounded to bf16, as the host path does.
+void Decoder::moe_experts_grouped(int64_t l) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t, e = c.num_experts, k = c.num_experts_per_tok,
+                mi = c.moe_intermediate_size, n = t * k;
+  const ExpertGroups groups{moe_first_.get(), moe_active_.get(), std::min(e, n)};
+  // A token's experts are distinct, so no expert has more than t rows.
+  w13_grouped_[static_cast<size_t>(l)]->apply(moe_x_.get(), moe_gate_up_.get(), n, t, groups,
+                                              stream_, quant_workspace_.get());
+  launch_silu_and_mul({moe_gate_up_.get(), moe_act_.get(), n, mi}, stream_);
+  w2_grouped_[static_cast<size_t>(l)]->apply(moe_act_.get(), moe_y_.get(), n, t, groups, stream_,
+                                             quant_workspace_.get());
+}
+
+// Larger batches, and quantized experts whose stacks have no grouped launch: the ids come to the
+// host, which groups the pairs and runs a GEMM per expert with tokens (a quantized expert: its GPU
+// method, the rows of that expert alone, so a token's activation quantization sees only its own
+// row, as per token). One launch (or two, with activation quantization) per active expert and
+// weight.
 void Decoder::moe_experts_via_host(int64_t l) {
   const ModelConfig& c = model_.kcfg();
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
@@ -105,8 +126,8 @@ void Decoder::moe_experts_via_host(int64_t l) {
       w.w13_q[static_cast<size_t>(x)]->apply(moe_x_.get() + a * hd, moe_gate_up_.get() + a * 2 * mi,
                                              cnt, s, quant_workspace_.get());
     else
-      linear(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd,
-             moe_gate_up_.get() + a * 2 * mi, false, cnt, 2 * mi, hd);
+      linear(moe_x_.get() + a * hd, w.w13.get() + x * 2 * mi * hd, moe_gate_up_.get() + a * 2 * mi,
+             false, cnt, 2 * mi, hd);
   }
   launch_silu_and_mul({moe_gate_up_.get(), moe_act_.get(), n, mi}, s);
   for (int64_t x = 0; x < e; ++x) {

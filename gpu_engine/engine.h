@@ -92,6 +92,9 @@ class Engine {
   std::vector<TimelineEntry> timeline() const { return timeline_.read(stream_); }
 
   const float* logits() const { return decoder_->logits(); }
+  // Whether a batch of t tokens runs its MoE layers on the device alone (CUDA-graph capturable;
+  // quantized experts in grouped launches); false for a dense model.
+  bool moe_on_device(int64_t t) const { return decoder_->any_moe() && decoder_->moe_on_device(t); }
   std::vector<float> logits_host(int64_t rows) const;
   // argmax of each of the last forward's first `rows` logit rows: read from the argmax fused
   // into the lm_head GEMM when the forward ran it (decode-sized batches; copied to the host

@@ -1,12 +1,19 @@
 #include "gpu_engine/random_model.h"
 
+#include "core/error.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/random_init.h"
+#include "gpu_engine/quant/fp8_linear.h"
+#include "gpu_engine/quant/weight_only_int.h"
 #include "gpu_engine/shape_padding.h"
 
 namespace qparity::gpu {
 
-std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed) {
+std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
+                                           const std::string& expert_scheme) {
+  if (expert_scheme != "bf16" && expert_scheme != "fp8-block" && expert_scheme != "w4a16-g32")
+    throw Error("random model", "expert scheme '" + expert_scheme +
+                                    "': random experts are bf16, fp8-block or w4a16-g32");
   auto m = std::make_unique<GpuModel>();
   m->cfg = c;
   const size_t h = static_cast<size_t>(c.hidden), q = static_cast<size_t>(c.q_size()),
@@ -37,8 +44,27 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed) 
     l.moe = c.is_moe_layer(i);
     if (l.moe) {
       make(l.router, e * h, 0.f);
-      make(l.w13, e * 2 * mi * h, 0.f);
-      make(l.w2, e * h * mi, 0.f);
+      if (expert_scheme == "bf16") {
+        make(l.w13, e * 2 * mi * h, 0.f);
+        make(l.w2, e * h * mi, 0.f);
+      } else {
+        const std::string p = "model.layers." + std::to_string(i) + ".mlp.experts.";
+        const auto add = [&](std::vector<std::unique_ptr<GpuLinearMethod>>& stack, int64_t x,
+                             int64_t n, int64_t k, const char* which) {
+          const std::string name = p + std::to_string(x) + "." + which;
+          if (expert_scheme == "fp8-block")  // codes ~ 150 sigma: weights ~ N(0, 0.04)
+            stack.push_back(Fp8LinearMethod::random_block(name, n, k, 1.f / 4096, ++stream_seed));
+          else
+            stack.push_back(std::make_unique<WeightOnlyIntMethod>(
+                name, parse_scheme_id("w4a16-g32"), n, k,
+                WeightOnlyIntMethod::Random{4, 32, 0.005f, ++stream_seed}));
+          m->weight_bytes += stack.back()->device_bytes();
+        };
+        for (int64_t x = 0; x < static_cast<int64_t>(e); ++x) {
+          add(l.w13_q, x, static_cast<int64_t>(2 * mi), static_cast<int64_t>(h), "w13");
+          add(l.w2_q, x, static_cast<int64_t>(h), static_cast<int64_t>(mi), "w2");
+        }
+      }
     } else {
       make(l.gate_up, 2 * in * h, 0.f);
       make(l.down, h * in, 0.f);

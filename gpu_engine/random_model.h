@@ -2,6 +2,7 @@
 // Models of real sizes without a checkpoint on disk, for benches.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/config/model_config.h"
 #include "gpu_engine/gpu_model.h"
@@ -9,7 +10,11 @@
 namespace qparity::gpu {
 
 // A model of `cfg`'s shapes with pseudo-random weights (N(0, 0.02), norms N(1, 0.02)) made on the
-// device.
-std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& cfg, uint64_t seed);
+// device. `expert_scheme`: the MoE experts' format, "bf16", or quantized as "fp8-block" (vLLM's
+// 128 x 128 blocks and 1 x 128 dynamic activation groups) or "w4a16-g32" (int4 symmetric, bf16
+// group-32 scales) with random codes (Fp8LinearMethod::random_block,
+// WeightOnlyIntMethod::Random); attention and the head stay bf16.
+std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& cfg, uint64_t seed,
+                                           const std::string& expert_scheme = "bf16");
 
 }  // namespace qparity::gpu

@@ -123,8 +123,10 @@ __device__ void store_code(const QuantizeFp8Params& p, int64_t i, float x, float
   p.q[i] = fp8_code(p, x, s, inv);
 }
 
-// Groups of 16 or 32 that divide k: a thread per element, the group's amax by warp shuffles
-// within the group's lanes; grid (ceil(k / kThreads), m).
+// Groups of 16, 32, 64 or 128 that divide k: a thread per element, the group's amax by warp
+// shuffles within the group's lanes, then (groups of 64, 128) over the group's warps through
+// shared memory; grid (ceil(k / kThreads), m). The amax is block_amax's (a max is exact in any
+// order), so the codes are the row kernel's.
 // Launched with PDL (pdl.h): it waits for the kernel before it (x, and the workspace the previous
 // GEMM may still read) and lets the GEMM after it start its weight loads early.
 __global__ void quantize_small_groups_kernel(QuantizeFp8Params p) {
@@ -135,8 +137,19 @@ __global__ void quantize_small_groups_kernel(QuantizeFp8Params p) {
   const bool in = i < p.k;
   const float x = in ? __bfloat162float(p.x[row * p.k + i]) : 0.f;
   float amax = fmaxf(0.f, fabsf(x));  // as block_amax: a NaN element does not become the max
-  for (int o = static_cast<int>(p.group) / 2; o > 0; o >>= 1)
+  const int lanes = p.group < 32 ? static_cast<int>(p.group) : 32;
+  for (int o = lanes / 2; o > 0; o >>= 1)
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (p.group > 32) {  // uniform over the block: every thread reaches the barrier
+    __shared__ float warp_amax[kThreads / 32];
+    if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+    __syncthreads();
+    const int per = static_cast<int>(p.group) / 32,
+              first = static_cast<int>(threadIdx.x) / 32 / per * per;
+    amax = 0.f;
+    for (int w = 0; w < per; ++w)
+      amax = fmaxf(amax, warp_amax[first + w]);
+  }
   if (!in) return;
   const float s = group_scale(p, amax);
   const float inv = s == 0.f ? 0.f : __fdiv_rn(1.f, s);
@@ -193,39 +206,61 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemm_kernel(Fp8GemmParams p) 
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (n >= p.n) return;
+  int32_t expert;
+  int64_t row0, rows;
+  if (!block_expert_rows(p.groups, p.m, &expert, &row0, &rows)) return;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
+  if (m0 >= rows) return;
+  const int mt = rows - m0 < kTokens ? static_cast<int>(rows - m0) : kTokens;
+  const Fp8Expert ex = p.groups.first ? p.experts[expert] : Fp8Expert{p.b, p.b_scales, p.bias};
   const int64_t a_cols = (p.k + p.a_group - 1) / p.a_group;
+  const uint8_t* abase = p.a + row0 * p.k;
+  const float* a_scales = p.a_scales + row0 * a_cols;
+  __nv_bfloat16* ybase = p.y + row0 * p.n;
   const int64_t b_cols = (p.k + p.b_block_cols - 1) / p.b_block_cols;
-  const float* b_scale_row = p.b_scales + (n / p.b_block_rows) * b_cols;
+  const float* b_scale_row = ex.b_scales + (n / p.b_block_rows) * b_cols;
   // One scale pair for the whole row when neither side's scale varies along K.
   const bool per_chunk = a_cols > 1 || b_cols > 1;
   float acc[kTokens];
 #pragma unroll
   for (int j = 0; j < kTokens; ++j)
     acc[j] = 0.f;
-  const uint8_t* brow = p.b + n * p.k;
-  for (int64_t k0 = static_cast<int64_t>(lane) * 16; k0 < p.k; k0 += 32 * 16) {
-    const uint4 wraw = *reinterpret_cast<const uint4*>(brow + k0);
-    const uint32_t wv[4] = {wraw.x, wraw.y, wraw.z, wraw.w};
-    float w[16];
+  const uint8_t* brow = ex.b + n * p.k;
+  // kUnroll weight loads of 16 bytes in flight per lane before any is used (a decode-sized GEMV
+  // is bound by the bytes in flight); each lane still sums its chunks in ascending k.
+  constexpr int kUnroll = 4;
+  for (int64_t k1 = static_cast<int64_t>(lane) * 16; k1 < p.k; k1 += 32 * 16 * kUnroll) {
+    uint4 wraws[kUnroll];
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      w[i] = fp8_to_float((wv[i / 4] >> (8 * (i % 4))) & 0xFF);
-    const float sb = per_chunk ? b_scale_row[k0 / p.b_block_cols] : 0.f;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k1 + static_cast<int64_t>(u) * 32 * 16;
+      if (kk < p.k) wraws[u] = __ldg(reinterpret_cast<const uint4*>(brow + kk));
+    }
 #pragma unroll
-    for (int j = 0; j < kTokens; ++j) {
-      if (j >= mt) break;
-      const uint4 araw = *reinterpret_cast<const uint4*>(p.a + (m0 + j) * p.k + k0);
-      const uint32_t av[4] = {araw.x, araw.y, araw.z, araw.w};
-      float chunk = 0.f;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k0 = k1 + static_cast<int64_t>(u) * 32 * 16;
+      if (k0 >= p.k) break;
+      const uint4 wraw = wraws[u];
+      const uint32_t wv[4] = {wraw.x, wraw.y, wraw.z, wraw.w};
+      float w[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i)
-        chunk = fmaf(fp8_to_float((av[i / 4] >> (8 * (i % 4))) & 0xFF), w[i], chunk);
-      if (per_chunk)
-        acc[j] = fmaf(__fmul_rn(chunk, sb), p.a_scales[(m0 + j) * a_cols + k0 / p.a_group], acc[j]);
-      else
-        acc[j] += chunk;
+        w[i] = fp8_to_float((wv[i / 4] >> (8 * (i % 4))) & 0xFF);
+      const float sb = per_chunk ? b_scale_row[k0 / p.b_block_cols] : 0.f;
+#pragma unroll
+      for (int j = 0; j < kTokens; ++j) {
+        if (j >= mt) break;
+        const uint4 araw = *reinterpret_cast<const uint4*>(abase + (m0 + j) * p.k + k0);
+        const uint32_t av[4] = {araw.x, araw.y, araw.z, araw.w};
+        float chunk = 0.f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          chunk = fmaf(fp8_to_float((av[i / 4] >> (8 * (i % 4))) & 0xFF), w[i], chunk);
+        if (per_chunk)
+          acc[j] = fmaf(__fmul_rn(chunk, sb), a_scales[(m0 + j) * a_cols + k0 / p.a_group], acc[j]);
+        else
+          acc[j] += chunk;
+      }
     }
   }
 #pragma unroll
@@ -235,10 +270,10 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemm_kernel(Fp8GemmParams p) 
     for (int o = 16; o > 0; o >>= 1)
       a += __shfl_xor_sync(0xffffffffu, a, o);
     if (lane == 0 && j < mt) {
-      if (!per_chunk) a = __fmul_rn(__fmul_rn(a, b_scale_row[0]), p.a_scales[(m0 + j) * a_cols]);
+      if (!per_chunk) a = __fmul_rn(__fmul_rn(a, b_scale_row[0]), a_scales[(m0 + j) * a_cols]);
       if (p.alpha != 1.f) a = __fmul_rn(a, p.alpha);
-      if (p.bias) a = __fadd_rn(a, p.bias[n]);
-      p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
+      if (ex.bias) a = __fadd_rn(a, ex.bias[n]);
+      ybase[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
     }
   }
 }
@@ -270,7 +305,8 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   require(!p.reported_scales || p.nvfp4_global > 0.f, kn,
           "reported scales are NVFP4's (s / global scale)");
   if (p.m == 0) return;
-  if (p.mode == Fp8ActMode::kDynamicGroup && (p.group == 16 || p.group == 32) &&
+  if (p.mode == Fp8ActMode::kDynamicGroup &&
+      (p.group == 16 || p.group == 32 || p.group == 64 || p.group == kThreads) &&
       p.k % p.group == 0 && p.m <= 65535) {  // tokens on the grid's y
     const dim3 grid(static_cast<unsigned>((p.k + kThreads - 1) / kThreads),
                     static_cast<unsigned>(p.m));
@@ -289,8 +325,14 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
 
 void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
   constexpr const char* kn = "fp8_scaled_gemm";
-  require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
-          "a, a_scales, b, b_scales and y are required");
+  if (p.groups.on())
+    require(p.a && p.a_scales && p.y && p.experts && p.groups.active && p.groups.max_active >= 1 &&
+                p.groups.max_active <= 65535,
+            kn,
+            "grouped: a, a_scales, y, experts, active and max_active in [1, 65535] are required");
+  else
+    require(p.a && p.a_scales && p.b && p.b_scales && p.y, kn,
+            "a, a_scales, b, b_scales and y are required");
   require(p.m >= 0 && p.n > 0 && p.k > 0, kn, "m >= 0, n > 0, k > 0");
   require(p.k % 16 == 0, kn, "k " + std::to_string(p.k) + " must be a multiple of 16");
   require(p.a_group > 0 && (p.a_group % 16 == 0 || p.a_group >= p.k), kn,
@@ -298,11 +340,12 @@ void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
   require(p.b_block_rows > 0 && p.b_block_cols > 0 &&
               (p.b_block_cols % 16 == 0 || p.b_block_cols >= p.k),
           kn, "weight scale blocks must span multiples of 16 columns");
-  require(aligned(p.a, 16) && aligned(p.b, 16), kn, "a and b must be 16-byte aligned");
+  require(aligned(p.a, 16) && (p.groups.on() || aligned(p.b, 16)), kn,
+          "a and b must be 16-byte aligned");
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
   launch_token_tiled(&fp8_gemm_kernel<1>, &fp8_gemm_kernel<4>, &fp8_gemm_kernel<8>, p, p.m, p.n,
-                     kWarps, stream);
+                     kWarps, stream, p.groups.on() ? p.groups.max_active : 1);
   check_launch(kn);
 }
 

@@ -43,6 +43,8 @@
 
 #include <cstdint>
 
+#include "gpu_engine/kernels/expert_groups.h"
+
 namespace qparity::gpu {
 
 enum class Fp8ActMode : uint8_t { kStatic, kDynamicTensor, kDynamicToken, kDynamicGroup };
@@ -72,6 +74,13 @@ int64_t fp8_act_scale_cols(Fp8ActMode mode, int64_t k, int64_t group);
 
 void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream);
 
+// One expert's weight in a grouped fp8 GEMM: what b, b_scales and bias are for one layer.
+struct Fp8Expert {
+  const uint8_t* b = nullptr;
+  const float* b_scales = nullptr;
+  const float* bias = nullptr;
+};
+
 struct Fp8GemmParams {
   const uint8_t* a = nullptr;       // [m, k] e4m3fn
   const float* a_scales = nullptr;  // [m, a_scale_cols]
@@ -83,6 +92,11 @@ struct Fp8GemmParams {
   float alpha = 1.f;            // times the sum before the bias (NVFP4's 1/(gs_in gs_w))
   __nv_bfloat16* y = nullptr;   // [m, n]
   int64_t m = 0, n = 0, k = 0;
+  // Grouped experts (expert_groups.h): a, a_scales and y hold the rows grouped by expert, expert
+  // e's weight is experts[e] (a device array, every expert with the same block geometry and
+  // alpha), m bounds any one expert's rows; b, b_scales and bias above are unused.
+  ExpertGroups groups;
+  const Fp8Expert* experts = nullptr;
 };
 
 void launch_fp8_scaled_gemm(const Fp8GemmParams& p, cudaStream_t stream);

@@ -24,11 +24,23 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (n >= p.n) return;
+  int32_t expert;
+  int64_t row0, rows;
+  if (!block_expert_rows(p.groups, p.m, &expert, &row0, &rows)) return;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const int mt = p.m - m0 < kTokens ? static_cast<int>(p.m - m0) : kTokens;
+  if (m0 >= rows) return;
+  const int mt = rows - m0 < kTokens ? static_cast<int>(rows - m0) : kTokens;
+  WeightOnlyExpert ex{p.w, p.scales, p.zeros_f32, p.zeros_i8, p.bias};
+  if (p.groups.first) {
+    ex = p.experts[expert];
+    if (!p.has_zeros_f32) ex.zeros_f32 = nullptr;
+    if (!p.has_zeros_i8) ex.zeros_i8 = nullptr;
+  }
+  const __nv_bfloat16* xbase = p.x + row0 * p.k;
+  __nv_bfloat16* ybase = p.y + row0 * p.n;
   const int64_t groups = p.k / p.group;
   const int64_t row_bytes = p.k * kBits / 8;
-  const uint8_t* wrow = static_cast<const uint8_t*>(p.w) + n * row_bytes;
+  const uint8_t* wrow = static_cast<const uint8_t*>(ex.w) + n * row_bytes;
   float acc[kTokens];
 #pragma unroll
   for (int j = 0; j < kTokens; ++j)
@@ -46,10 +58,10 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
       raw[u] = __ldg(reinterpret_cast<const uint4*>(wrow + kk * kBits / 8));
       int64_t g = kk / p.group;
       if (p.fault_group_off_by_one && g + 1 < groups) ++g;
-      s[u] = load_scale<S>(p.scales, n * groups + g);
+      s[u] = load_scale<S>(ex.scales, n * groups + g);
       z[u] = 0.f;
-      if (p.zeros_f32) z[u] = p.zeros_f32[n * groups + g];
-      if (p.zeros_i8) z[u] = static_cast<float>(p.zeros_i8[n * groups + g]);
+      if (ex.zeros_f32) z[u] = ex.zeros_f32[n * groups + g];
+      if (ex.zeros_i8) z[u] = static_cast<float>(ex.zeros_i8[n * groups + g]);
       if constexpr (kBits == 4) z[u] += 8.f;  // stored u = q + 8
     }
 #pragma unroll
@@ -70,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) {
         if (j >= mt) break;
-        const uint4* xr = reinterpret_cast<const uint4*>(p.x + (m0 + j) * p.k + kk);
+        const uint4* xr = reinterpret_cast<const uint4*>(xbase + (m0 + j) * p.k + kk);
 #pragma unroll
         for (int v = 0; v < kCodes / 8; ++v) {
           const uint4 xv = xr[v];
@@ -92,8 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
     for (int o = 16; o > 0; o >>= 1)
       a += __shfl_xor_sync(0xffffffffu, a, o);
     if (lane == 0 && j < mt) {
-      if (p.bias) a += p.bias[n];
-      p.y[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
+      if (ex.bias) a += ex.bias[n];
+      ybase[(m0 + j) * p.n + n] = __float2bfloat16_rn(a);
     }
   }
 }
@@ -101,7 +113,8 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
 template <int kBits, typename S>
 void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
   launch_token_tiled(&weight_only_gemm_kernel<kBits, S, 1>, &weight_only_gemm_kernel<kBits, S, 4>,
-                     &weight_only_gemm_kernel<kBits, S, 8>, p, p.m, p.n, kWarps, stream);
+                     &weight_only_gemm_kernel<kBits, S, 8>, p, p.m, p.n, kWarps, stream,
+                     p.groups.on() ? p.groups.max_active : 1);
 }
 
 }  // namespace
@@ -109,7 +122,16 @@ void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
 void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream) {
   constexpr const char* kn = "weight_only_gemm";
   require(p.bits == 4 || p.bits == 8, kn, "bits must be 4 or 8, got " + std::to_string(p.bits));
-  require(p.x && p.w && p.scales && p.y, kn, "x, w, scales and y are required");
+  if (p.groups.on()) {
+    require(
+        p.experts && p.groups.active && p.groups.max_active >= 1 && p.groups.max_active <= 65535,
+        kn, "grouped: experts, active and max_active in [1, 65535] are required");
+    require(!(p.has_zeros_f32 && p.has_zeros_i8), kn, "grouped: one zero kind");
+    require(p.x && p.y && aligned(p.x, 16), kn, "x and y are required, x 16-byte aligned");
+  } else {
+    require(p.x && p.w && p.scales && p.y, kn, "x, w, scales and y are required");
+    require(aligned(p.x, 16) && aligned(p.w, 16), kn, "x and w must be 16-byte aligned");
+  }
   require(!(p.zeros_f32 && p.zeros_i8), kn, "zeros_f32 and zeros_i8 are exclusive");
   require(p.m >= 0 && p.n > 0 && p.k > 0 && p.group > 0, kn, "m >= 0, n > 0, k > 0, group > 0");
   const int64_t c = weight_only_codes_per_load(p.bits);
@@ -119,7 +141,6 @@ void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream)
   require(p.group % c == 0 && p.k % p.group == 0, kn,
           "group " + std::to_string(p.group) + " must be a multiple of " + std::to_string(c) +
               " and divide k " + std::to_string(p.k));
-  require(aligned(p.x, 16) && aligned(p.w, 16), kn, "x and w must be 16-byte aligned");
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
   if (p.bits == 8)

@@ -25,7 +25,18 @@
 
 #include <cstdint>
 
+#include "gpu_engine/kernels/expert_groups.h"
+
 namespace qparity::gpu {
+
+// One expert's weight in a grouped launch: what w, scales, zeros and bias are for one layer.
+struct WeightOnlyExpert {
+  const void* w = nullptr;
+  const void* scales = nullptr;
+  const float* zeros_f32 = nullptr;
+  const int8_t* zeros_i8 = nullptr;
+  const float* bias = nullptr;
+};
 
 struct WeightOnlyGemmParams {
   const __nv_bfloat16* x = nullptr;  // [m, k] row-major
@@ -38,6 +49,13 @@ struct WeightOnlyGemmParams {
   __nv_bfloat16* y = nullptr;        // [m, n] row-major
   int64_t m = 0, n = 0, k = 0, group = 0;
   int bits = 8;  // 4 or 8
+  // Grouped experts (expert_groups.h): x and y hold the rows grouped by expert, expert e's weight
+  // is experts[e] (a device array; every expert with the same bits, group, scale and zero kinds:
+  // scale_bf16, and which zeros pointer is set, are read from the table's entries as one kind),
+  // m bounds any one expert's rows; w, scales, zeros and bias above are unused.
+  ExpertGroups groups;
+  const WeightOnlyExpert* experts = nullptr;
+  bool has_zeros_f32 = false, has_zeros_i8 = false;  // grouped: the table's zero kind
   // Test-only fault injection: read group g + 1 for the weights of group g (the last group
   // reads itself), the deliberate bug bisect must find. Never set outside tests.
   bool fault_group_off_by_one = false;

@@ -59,6 +59,8 @@ class Fp8RuntimeMethod : public GpuLinearMethod {
   size_t workspace_bytes(int64_t max_tokens) const override;
   size_t device_bytes() const override { return rt_.device_bytes(); }
   ActivationCodes activation_codes(const void* workspace, int64_t t) const override;
+  // What runs, for a grouped launch of a stack's experts (grouped_experts.h).
+  const Fp8GemmRuntime& runtime() const { return rt_; }
 
  protected:
   Fp8GemmRuntime rt_;

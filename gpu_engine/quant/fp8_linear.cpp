@@ -4,6 +4,8 @@
 
 #include "core/codecs/float_format.h"
 #include "core/error.h"
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/quant/upload_util.h"
 #include "reference_cpu/quant/fp8_common.h"
 
@@ -60,6 +62,46 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t ex
   rt_.quant.zero_saturates = rule.zero_saturates;
   // Weight: codes on the 2^-9 lattice -> e4m3fn bytes (exact: they are e4m3fn values).
   rt_.upload(m.processed_weight(e), m.processed_bias(e), out_features(), in_features(), where);
+}
+
+std::unique_ptr<Fp8LinearMethod> Fp8LinearMethod::random_block(std::string prefix, int64_t n,
+                                                               int64_t k, float block_scale,
+                                                               uint64_t seed) {
+  const int64_t b = reference::kFp8BlockSize;
+  if (k % b != 0) throw Error(prefix, "random fp8-block weights: in_features a multiple of 128");
+  std::unique_ptr<Fp8LinearMethod> m(
+      new Fp8LinearMethod(std::move(prefix), parse_scheme_id("fp8-block"), n, k));
+  Fp8GemmRuntime& rt = m->rt_;
+  // The activation rule: vLLM's dynamic 1 x 128 groups, as the reference's vllm dialect gives it.
+  const reference::Fp8ScaleRule rule =
+      reference::fp8_rules(Dialect::kVllm)
+          .activation_rule(reference::Fp8Act::kDynamicGroup, DType::kBF16);
+  rt.quant.mode = Fp8ActMode::kDynamicGroup;
+  rt.quant.group = b;
+  rt.quant.multiply_reciprocal = rule.use == reference::ScaleUse::kMultiplyReciprocal;
+  rt.quant.amax_floor = static_cast<float>(rule.amax_floor);
+  rt.quant.min_scale = static_cast<float>(rule.min_scale);
+  rt.quant.zero_saturates = rule.zero_saturates;
+  rt.b_block_rows = b;
+  rt.b_block_cols = b;
+  // Codes: random rows quantized by the same rule (real e4m3fn codes, never NaN).
+  {
+    DeviceBuffer<__nv_bfloat16> x(static_cast<size_t>(n * k));
+    DeviceBuffer<float> s(static_cast<size_t>(n * (k / b)));
+    launch_fill_random_bf16(x.get(), static_cast<int64_t>(x.size()), 0.f, 1.f, seed, nullptr);
+    rt.codes = DeviceBuffer<uint8_t>(static_cast<size_t>(n * k));
+    QuantizeFp8Params q = rt.quant;
+    q.x = x.get(), q.q = rt.codes.get(), q.scales = s.get(), q.m = n, q.k = k;
+    launch_quantize_fp8(q, nullptr);
+    QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  rt.scales = DeviceBuffer<float>(
+      std::vector<float>(static_cast<size_t>((n + b - 1) / b * (k / b)), block_scale));
+  rt.ws.k = k;
+  rt.ws.n = n;
+  rt.ws.scale_cols = fp8_act_scale_cols(rt.quant.mode, k, rt.quant.group);
+  rt.ws.extra_bytes = sizeof(float);
+  return m;
 }
 
 }  // namespace qparity::gpu

@@ -8,6 +8,8 @@
 //
 // Dialects: vllm and sglang (fp32 rules, reproduced bit for bit); any other is refused by name,
 // as is UE8M0 scale rounding.
+#include <memory>
+
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
@@ -18,6 +20,17 @@ class Fp8LinearMethod final : public Fp8RuntimeMethod {
  public:
   // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
   explicit Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert = -1);
+  // Benches only (random_model.h): an `fp8-block` layer as vLLM runs it (128 x 128 weight
+  // blocks, activations in dynamic 1 x 128 groups by vLLM's rule), its e4m3fn codes those of
+  // random N(0, 1) rows quantized per 128 columns, every block scale `block_scale`; made on the
+  // device: real sizes without a checkpoint.
+  static std::unique_ptr<Fp8LinearMethod> random_block(std::string prefix, int64_t out_features,
+                                                       int64_t in_features, float block_scale,
+                                                       uint64_t seed);
+
+ private:
+  Fp8LinearMethod(std::string prefix, SchemeId scheme, int64_t n, int64_t k)
+      : Fp8RuntimeMethod(std::move(prefix), std::move(scheme), n, k) {}
 };
 
 }  // namespace qparity::gpu

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "gpu_engine/cuda_check.h"
+#include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/upload_util.h"
 
@@ -94,6 +96,25 @@ WeightOnlyIntMethod::WeightOnlyIntMethod(const reference::LinearMethod& host,
   }
 }
 
+WeightOnlyIntMethod::WeightOnlyIntMethod(std::string prefix, SchemeId scheme, int64_t n, int64_t k,
+                                         const Random& r)
+    : GpuLinearMethod(std::move(prefix), std::move(scheme), n, k), bits_(r.bits), group_(r.group) {
+  const int64_t c = weight_only_codes_per_load(bits_);
+  if ((bits_ != 4 && bits_ != 8) || k % c != 0 || group_ % c != 0 || k % group_ != 0)
+    throw Error(this->prefix(), "random weights: int4 / int8, groups of a multiple of " +
+                                    std::to_string(c) + " dividing in_features");
+  // Codes: the bytes of random bf16 values (every byte is an int8 code, every nibble an int4 one).
+  const size_t bytes = static_cast<size_t>(n * k * bits_ / 8);
+  codes_ = DeviceBuffer<uint8_t>((bytes + 1) / 2 * 2);
+  launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(codes_.get()),
+                          static_cast<int64_t>(codes_.size() / 2), 0.f, 1.f, r.seed, nullptr);
+  scale_bf16_ = true;
+  scales_bf16_ = DeviceBuffer<__nv_bfloat16>(static_cast<size_t>(n * (k / group_)));
+  launch_fill_random_bf16(scales_bf16_.get(), static_cast<int64_t>(scales_bf16_.size()), r.scale,
+                          0.f, r.seed + 1, nullptr);
+  QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void WeightOnlyIntMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
                                 cudaStream_t stream, void*) const {
   WeightOnlyGemmParams p;
@@ -113,6 +134,13 @@ void WeightOnlyIntMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_
   p.bits = bits_;
   p.fault_group_off_by_one = fault_;
   launch_weight_only_gemm(p, stream);
+}
+
+WeightOnlyExpert WeightOnlyIntMethod::device_view() const {
+  return {codes_.get(),
+          scale_bf16_ ? static_cast<const void*>(scales_bf16_.get())
+                      : static_cast<const void*>(scales_f32_.get()),
+          zeros_f32_.get(), zeros_i8_.get(), bias_.get()};
 }
 
 size_t WeightOnlyIntMethod::device_bytes() const {

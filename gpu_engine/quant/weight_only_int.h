@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "gpu_engine/device_buffer.h"
+#include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "reference_cpu/quant/linear_method.h"
 
@@ -29,11 +30,25 @@ class WeightOnlyIntMethod final : public GpuLinearMethod {
   // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
   WeightOnlyIntMethod(const reference::LinearMethod& host, const GpuMethodOptions& options,
                       int64_t expert = -1);
+  // Benches only (random_model.h): a layer of arbitrary int4 / int8 codes and one bf16 scale
+  // value for every group, symmetric, made on the device: real sizes without a checkpoint.
+  struct Random {
+    int bits = 4;
+    int64_t group = 32;
+    float scale = 0.005f;
+    uint64_t seed = 1;
+  };
+  WeightOnlyIntMethod(std::string prefix, SchemeId scheme, int64_t out_features,
+                      int64_t in_features, const Random& r);
   void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
              void* workspace) const override;
   size_t device_bytes() const override;
   int bits() const { return bits_; }
   int64_t group() const { return group_; }
+  bool scale_bf16() const { return scale_bf16_; }
+  bool faulty() const { return fault_; }
+  // The layer's device pointers, for a grouped launch of a stack's experts (grouped_experts.h).
+  WeightOnlyExpert device_view() const;
 
  private:
   int bits_ = 8;

@@ -343,8 +343,9 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
   fs::remove_all(root);
 }
 
-// Quantized MoE experts (each expert its own GPU method, grouped on the host): every scheme the
-// GPU runs on experts, on the Qwen3-MoE fixture with its experts quantized too, layer-local
+// Quantized MoE experts (each expert its own GPU method; grouped launches on the device for
+// decode-sized batches, per expert from the host's grouping otherwise): every scheme the GPU
+// runs on experts, on the Qwen3-MoE fixture with its experts quantized too, layer-local
 // against the reference golden within the scheme's engine policy (moe.expert_out included), the
 // free run by top-1 agreement; fp8-tensor's w13 scales unified by the shared processing.
 TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
@@ -372,6 +373,12 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
     eo.max_seqs = 8;
     eo.max_context = 64;
     gpu::Engine e(std::move(model), eo);
+    // Decode-sized batches run the stacks as grouped launches on the device (the 3 x 4 tokens
+    // below, and the free run's decode steps); nvfp4 / mxfp4 (packed) and w8a8-int8-dyn stay on
+    // the per-expert host path. The 3 x 32 tokens take the host path in every scheme.
+    const bool grouped = scheme != "nvfp4" && scheme != "mxfp4" && scheme != "w8a8-int8-dyn";
+    EXPECT_EQ(e.moe_on_device(3 * gpu::kSkinnyMaxM), grouped);
+    EXPECT_FALSE(e.moe_on_device(3 * 32));
     golden::ReferenceRunOptions ro;
     ro.mode = reference::PrecisionMode::kEmulate;
     ro.dialect = Dialect::kVllm;

@@ -13,6 +13,8 @@
 #   sanitize  memcheck + racecheck over the skinny GEMM and decode attention tests
 #   ab        batch-1 decode of the 0.6B shape, the single-pass skinny GEMM off / on, three rounds
 #   bench     the full bench_engine
+#   moebench  bench_engine on the Qwen3-30B-A3B shape, experts bf16 / fp8-block / w4a16-g32
+#   esanitize memcheck + racecheck over the quantized-experts engine test (grouped launches)
 #   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
 #   validate  `qparity validate` on the embedded fixtures (QP_SCHEMES: a scheme list, default
 #             all), its engine rows and failures printed; the reports stay on the device
@@ -123,6 +125,15 @@ run)
         > "$OUT/validate.log" 2>&1 || rc=1
       grep -E 'engine vs reference|no engine row|^qparity validate: FAIL' "$OUT/validate.log"
       ;;
+    moebench)
+      # Qwen3-30B-A3B shape, experts bf16 / fp8-block / w4a16-g32, decode batch 1 and 16.
+      timeout 540 "$B/bench_engine" --models qwen3-30b-a3b --no-linears --batches 1,16 \
+        --steps 32 --context 512 --prefill 512 --json "$OUT/moebench.json" > "$OUT/moebench.log" 2>&1 || rc=1
+      grep -E 'copy|decode batch|prefill .* tokens/s' "$OUT/moebench.log"
+      ;;
+    esanitize)
+      sanitize "$OUT/esanitizer.log" "$B/test_gpu_engine_quantized" --gtest_filter='*QuantizedExperts*'
+      ;;
     bench)
       timeout 300 "$B/bench_engine" > "$OUT/bench.log" 2>&1 || rc=1
       grep -E 'copy|decode batch|prefill .* tokens/s' "$OUT/bench.log"
@@ -133,7 +144,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|qsanitize|qbench|kv|validate ...]" >&2
+  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|moebench|qsanitize|esanitize|qbench|kv|validate ...]" >&2
   exit 2
   ;;
 esac
