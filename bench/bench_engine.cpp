@@ -377,7 +377,7 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   gpu::EngineOptions eo;
   eo.max_tokens = std::max<int64_t>({o.prefill, o.context, 64});
   eo.max_seqs = 64;
-  // Decode reaches context + steps; the prefill study runs sequences of 512 positions.
+  // Decode reaches context + steps; the prefill study runs sequences of up to 512 positions.
   eo.max_context = std::max<int64_t>(o.context + o.steps + 16, 512);
   eo.decode_attention_chunk = o.attention_chunk;
   eo.kernel_timeline = o.timeline;
@@ -515,7 +515,9 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   out["decode"] = decode;
   {
     gpu::Batch b;
-    const int64_t per = 512, seqs = std::max<int64_t>(1, o.prefill / per);
+    // Sequences of up to 512 tokens, --prefill tokens in all (a forward takes at most max_tokens).
+    const int64_t per = std::min<int64_t>(512, std::max<int64_t>(o.prefill, 1)),
+                  seqs = std::max<int64_t>(1, o.prefill / per);
     for (int32_t s = 0; s < seqs; ++s)
       for (int64_t i = 0; i < per; ++i) {
         b.tokens.push_back(static_cast<int32_t>((s * 31 + i * 17) % cfg.vocab));

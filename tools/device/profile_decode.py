@@ -18,8 +18,14 @@ import sys
 bench = sys.argv[1] if len(sys.argv) > 1 else "build-device/bench/bench_engine"
 model = sys.argv[2] if len(sys.argv) > 2 else "qwen3-0.6b"
 batch = sys.argv[3] if len(sys.argv) > 3 else "1"
-args = [bench, "--models", model, "--batches", batch, "--steps", "1", "--context", "512",
-        "--prefill", "512", "--no-linears"]
+# PROFILE_ARGS: bench_engine arguments instead of "--context 512 --prefill 512" (e.g. "--experts
+# w4a16-g32 --context 16 --prefill 16" for the MoE shape, whose prefill of quantized experts is
+# thousands of launches); STEP_FORWARD: which forward is the timed step (3; 4 for a MoE model,
+# whose bench traces one more forward).
+import os
+extra = os.environ.get("PROFILE_ARGS", "--context 512 --prefill 512").split()
+step_forward = int(os.environ.get("STEP_FORWARD", "3"))
+args = [bench, "--models", model, "--batches", batch, "--steps", "1", "--no-linears"] + extra
 if bench.endswith(".csv"):  # a saved ncu --csv --page raw output
     out = subprocess.CompletedProcess([], 0, open(bench).read(), "")
 else:
@@ -41,10 +47,10 @@ for r in rows:
         forwards.append(cur)
     if cur is not None:
         cur.append((name, float(r["gpu__time_duration.sum"].replace(",", ""))))
-if len(forwards) < 4:
-    sys.exit(f"expected at least 4 forwards, found {len(forwards)} in {len(rows)} profiled "
+if len(forwards) < step_forward + 1:
+    sys.exit(f"expected at least {step_forward + 1} forwards, found {len(forwards)} in {len(rows)} profiled "
              f"kernels; ncu said:\n{out.stdout[:3000]}\n{out.stderr[-2000:]}")
-step = forwards[3]
+step = forwards[step_forward]
 by = collections.defaultdict(lambda: [0, 0.0])
 for name, ns in step:
     by[name][0] += 1
