@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/safetensors/checkpoint.h"
 #include "core/sha256.h"
+#include "core/text/tokenizer.h"
 #include "reference_cpu/models/model_loader.h"
 
 namespace qparity::golden {
@@ -77,6 +78,51 @@ TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
   }
   const std::string name = file == "-" ? "stdin" : file.filename().string();
   return text_inputs(ss.str(), seq_len, file == "-" ? "stdin" : file.string(), "file:" + name);
+}
+
+TokenInputs tokenized_text_inputs(const fs::path& text_file, const fs::path& model_dir,
+                                  int64_t seq_len, int64_t stride, int64_t max_sequences) {
+  const std::string where = text_file == "-" ? "stdin" : text_file.string();
+  std::stringstream ss;
+  if (text_file == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    if (fs::exists(text_file) && fs::is_directory(text_file))
+      throw Error(where, "is a directory, not a text file");
+    std::ifstream f(text_file, std::ios::binary);
+    if (!f) throw Error(where, "cannot read the text file");
+    ss << f.rdbuf();
+  }
+  const Tokenizer tok = Tokenizer::load(model_dir);
+  std::vector<int64_t> ids;
+  try {
+    ids = tok.encode(ss.str());
+  } catch (const Error& e) {
+    throw Error(where, e.what());
+  }
+  const auto n = static_cast<int64_t>(ids.size());
+  if (seq_len < 0 || stride < 0 || max_sequences < 0)
+    throw Error(where, "--seq-len, --stride and the sequence count must not be negative");
+  TokenInputs in;
+  in.seq_len = seq_len > 0 ? seq_len : n;
+  if (stride == 0) stride = in.seq_len;
+  if (n < in.seq_len || in.seq_len < 1)
+    throw Error(where, "the text is " + std::to_string(n) + " tokens, fewer than one sequence of " +
+                           std::to_string(in.seq_len));
+  int64_t used_end = 0;
+  for (int64_t start = 0; start + in.seq_len <= n; start += stride) {
+    if (max_sequences > 0 && in.sequences == max_sequences) break;
+    in.tokens.insert(in.tokens.end(), ids.begin() + start, ids.begin() + start + in.seq_len);
+    ++in.sequences;
+    used_end = start + in.seq_len;
+  }
+  const std::string name = text_file == "-" ? "stdin" : text_file.filename().string();
+  in.description = "text:" + name + " (" + std::to_string(n) + " tokens by the checkpoint's " +
+                   tok.description() + "; " + std::to_string(in.sequences) + " x " +
+                   std::to_string(in.seq_len) + " from the start, stride " +
+                   std::to_string(stride) + "; " + std::to_string(n - used_end) +
+                   " tokens after the last window unused)";
+  return in;
 }
 
 std::vector<int64_t> next_token_targets(const TokenInputs& in) {

@@ -29,6 +29,15 @@ TokenInputs synthetic_inputs(int64_t sequences, int64_t seq_len, int64_t vocab, 
 // of seq_len (a trailing partial sequence is an error naming the counts). seq_len 0: one
 // sequence of all. text_inputs does the same for text in hand (`where` names it in errors).
 TokenInputs file_inputs(const std::filesystem::path& file, int64_t seq_len);
+// Text (UTF-8, "-": standard input) tokenized by the checkpoint's own tokenizer in model_dir
+// (core/text/tokenizer.h, its special tokens once at the start / end of the stream), the stream
+// cut into windows of seq_len tokens starting every `stride` tokens (0: stride = seq_len, no
+// overlap; overlapping windows count their shared tokens in each sequence's NLL), the tail shorter
+// than a window dropped (the description says how many tokens were used and dropped); seq_len 0:
+// one sequence of the whole stream. max_sequences > 0 keeps the first that many windows.
+TokenInputs tokenized_text_inputs(const std::filesystem::path& text_file,
+                                  const std::filesystem::path& model_dir, int64_t seq_len,
+                                  int64_t stride, int64_t max_sequences);
 TokenInputs text_inputs(std::string text, int64_t seq_len, const std::string& where,
                         std::string description);
 

@@ -129,14 +129,19 @@ golden::EndToEndGate parse_budget(const std::string& text) {
 
 golden::TokenInputs token_inputs(const std::string& command, const std::string& tokens_file,
                                  const std::string& token_ids, int64_t synthetic, int64_t seq_len,
-                                 int64_t vocab, uint64_t seed) {
-  const int given = !tokens_file.empty() + !token_ids.empty() + (synthetic > 0);
+                                 int64_t vocab, uint64_t seed, const TextInput& text) {
+  const int given =
+      !tokens_file.empty() + !token_ids.empty() + !text.file.empty() + (synthetic > 0);
   if (given != 1)
     throw UsageError(command,
-                     "give exactly one of --tokens FILE ('-' for stdin), --token-ids 1,2,3 or "
-                     "--synthetic N");
+                     "give exactly one of --tokens FILE ('-' for stdin), --token-ids 1,2,3, "
+                     "--text FILE or --synthetic N");
+  if (text.stride != 0 && text.file.empty())
+    throw UsageError(command, "--stride applies to --text only");
   golden::TokenInputs in;
-  if (synthetic > 0) {
+  if (!text.file.empty()) {
+    in = golden::tokenized_text_inputs(text.file, text.model, seq_len, text.stride, 0);
+  } else if (synthetic > 0) {
     if (seq_len <= 0)
       throw UsageError(command, "--synthetic N needs --seq-len T (tokens per sequence)");
     in = golden::synthetic_inputs(synthetic, seq_len, vocab, seed);
@@ -147,16 +152,26 @@ golden::TokenInputs token_inputs(const std::string& command, const std::string& 
   }
   for (const int64_t t : in.tokens)
     if (t >= vocab)
-      throw Error(tokens_file.empty() ? "--token-ids" : tokens_file,
+      throw Error(!text.file.empty()    ? text.file + " (tokenized)"
+                  : tokens_file.empty() ? "--token-ids"
+                                        : tokens_file,
                   "token id " + std::to_string(t) + " is outside the model's vocabulary of " +
                       std::to_string(vocab));
   return in;
 }
 
-void add_token_options(CLI::App* cmd, std::string& tokens_file, std::string& token_ids) {
+void add_token_options(CLI::App* cmd, std::string& tokens_file, std::string& token_ids,
+                       TextInput& text) {
   cmd->add_option("--tokens", tokens_file,
                   "file of token ids, whitespace or comma separated ('-': standard input)");
   cmd->add_option("--token-ids", token_ids, "a literal list of token ids: 1,2,3");
+  cmd->add_option("--text", text.file,
+                  "UTF-8 text ('-': standard input), tokenized by the checkpoint's tokenizer.json "
+                  "(byte-level BPE: Llama 3, Qwen) and cut into sequences of --seq-len");
+  cmd->add_option("--stride", text.stride,
+                  "--text: a sequence starts every this many tokens (default --seq-len: no "
+                  "overlap; the tail shorter than a sequence is dropped)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
 }
 
 void check_output_dir(const fs::path& dir) {

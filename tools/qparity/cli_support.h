@@ -50,15 +50,26 @@ ChosenPolicy choose_policy(const std::string& policy_option, const std::string& 
 // acceptance budget, applied to the 95% bounds (upper KLD and ln PPL ratio, lower top-1).
 golden::EndToEndGate parse_budget(const std::string& text);
 
+// Text in: --text FILE tokenized by the checkpoint's own tokenizer.json (in `model`), cut into
+// sequences of --seq-len starting every --stride tokens (golden::tokenized_text_inputs).
+struct TextInput {
+  std::string file;
+  std::string model;
+  int64_t stride = 0;
+};
+
 // The token inputs of a run, one convention for every command: --tokens FILE (token ids,
-// whitespace / comma separated; "-" reads standard input), --token-ids 1,2,3 (a literal list), or
-// --synthetic N (N sequences of --seq-len pseudo-random ids from --seed). Exactly one; anything
-// else is a usage error naming `command`. seq_len 0 keeps a file's or list's ids as one sequence.
+// whitespace / comma separated; "-" reads standard input), --token-ids 1,2,3 (a literal list),
+// --text FILE (text, the checkpoint's tokenizer), or --synthetic N (N sequences of --seq-len
+// pseudo-random ids from --seed). Exactly one; anything else is a usage error naming `command`.
+// seq_len 0 keeps a file's, list's or text's ids as one sequence.
 golden::TokenInputs token_inputs(const std::string& command, const std::string& tokens_file,
                                  const std::string& token_ids, int64_t synthetic, int64_t seq_len,
-                                 int64_t vocab, uint64_t seed);
-// Registers --tokens and --token-ids on a command (the texts name the convention above).
-void add_token_options(CLI::App* cmd, std::string& tokens_file, std::string& token_ids);
+                                 int64_t vocab, uint64_t seed, const TextInput& text = {});
+// Registers --tokens, --token-ids, --text and --stride on a command (the texts name the
+// convention above).
+void add_token_options(CLI::App* cmd, std::string& tokens_file, std::string& token_ids,
+                       TextInput& text);
 
 // Fails now, naming the path, when `file` could not be written later: its directory missing or
 // not writable, or the file present without --force.

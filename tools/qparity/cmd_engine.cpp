@@ -1,4 +1,5 @@
-// `qparity engine run --model DIR (--tokens FILE | --synthetic N --seq-len T) [--dump FILE]`:
+// `qparity engine run --model DIR (--tokens FILE | --text FILE | --synthetic N --seq-len T)
+//   [--dump FILE]`:
 //   the GPU engine over token sequences (each from an empty cache; as many per forward as fit),
 //   teacher-forced: per-sequence NLL / perplexity on stdout, and with --dump every capture point
 //   in the golden schema, so compare / bisect / report read it like any golden.
@@ -56,6 +57,7 @@ std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_t
 }
 
 struct RunOptions {
+  TextInput text;
   std::string model, tokens, token_ids, dump, capture = "*", local, dialect = "vllm";
   int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
   uint64_t seed = 1;
@@ -63,17 +65,19 @@ struct RunOptions {
 };
 
 void run(const RunOptions& o) {
-  if (!o.local.empty() && (!o.tokens.empty() || !o.token_ids.empty() || o.synthetic > 0))
+  if (!o.local.empty() &&
+      (!o.tokens.empty() || !o.token_ids.empty() || !o.text.file.empty() || o.synthetic > 0))
     throw UsageError("engine run", "--local GOLDEN runs that golden's tokens: give no other input");
   if (!o.local.empty() && o.dump.empty())
     throw UsageError("engine run", "--local needs --dump FILE");
   if (!o.dump.empty()) check_output_file(o.dump, o.force);  // before the run, not after it
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-  check_capture_globs(o.capture, model_capture_points(cfg, true));  // a quantized cache adds its points
+  check_capture_globs(o.capture,
+                      model_capture_points(cfg, true));  // a quantized cache adds its points
   std::optional<golden::TokenInputs> in;
   if (o.local.empty())
     in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
-                      o.seed);
+                      o.seed, {o.text.file, o.model, o.text.stride});
   require_gpu();
   auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect);
   if (!o.local.empty()) {
@@ -275,7 +279,7 @@ void add_engine_command(CLI::App& app, int& rc) {
   auto* r = eng->add_subcommand(
       "run", "Teacher-forced run over token sequences; --dump writes a golden-schema file");
   r->add_option("--model", ro->model, "checkpoint directory")->required();
-  add_token_options(r, ro->tokens, ro->token_ids);
+  add_token_options(r, ro->tokens, ro->token_ids, ro->text);
   r->add_option("--synthetic", ro->synthetic, "N synthetic sequences")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   r->add_option("--seq-len", ro->seq_len, "tokens per sequence")

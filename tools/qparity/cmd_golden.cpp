@@ -1,5 +1,5 @@
-// `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --token-ids L | --synthetic N
-//  --seq-len T)
+// `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --token-ids L | --text FILE |
+//  --synthetic N --seq-len T)
 //  --out FILE`: runs the fp64 reference and writes a schema-v1 golden dataset (golden/SCHEMA.md).
 // `qparity golden info FILE [--json]`: what a golden file holds (metadata, inputs, points).
 #include <iostream>
@@ -19,6 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct MakeOptions {
+  TextInput text;
   std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
                              capture = "*", run_dtype;
   int64_t synthetic = 0, seq_len = 0;
@@ -46,7 +47,8 @@ void make(const MakeOptions& o) {
   check_capture_globs(o.capture,
                       model_capture_points(cfg, true));  // a quantized cache adds its points
   const golden::TokenInputs in =
-      token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed);
+      token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed,
+                   {o.text.file, o.model, o.text.stride});
   std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len
             << " tokens through " << o.model << "\n";
   golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
@@ -114,7 +116,7 @@ void add_golden_command(CLI::App& app, int& rc) {
                  "run the weights (and emulate mode's stored activations) in this dtype, as the "
                  "engine being judged does: bf16 | f16 | f32 (default: the checkpoint's)")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-  add_token_options(mk, o->tokens, o->token_ids);
+  add_token_options(mk, o->tokens, o->token_ids, o->text);
   mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   mk->add_option("--seq-len", o->seq_len,

@@ -1,9 +1,10 @@
-// `qparity trace --model DIR (--tokens FILE | --token-ids 1,2,3 | --synthetic N) --out FILE`:
-// runs the fp64 reference model on a token sequence and writes every selected capture point
-// (ARCHITECTURE.md names: embed, layers.<i>.*, final_norm, logits) as an F64 [T, ...] tensor,
-// plus `tokens` (I64) and metadata (scheme plan source, dialect, mode, model dir). The precursor
-// of the HDF5 golden file: same capture-point names. --decode runs the tokens one decode step at a
-// time over the KV cache instead of one prefill (the two must agree; see the integration tests).
+// `qparity trace --model DIR (--tokens FILE | --token-ids 1,2,3 | --text FILE | --synthetic N)
+// --out FILE`: runs the fp64 reference model on a token sequence and writes every selected
+// capture point (ARCHITECTURE.md names: embed, layers.<i>.*, final_norm, logits) as an F64 [T, ...]
+// tensor, plus `tokens` (I64) and metadata (scheme plan source, dialect, mode, model dir). The
+// precursor of the HDF5 golden file: same capture-point names. --decode runs the tokens one decode
+// step at a time over the KV cache instead of one prefill (the two must agree; see the integration
+// tests).
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@ namespace {
 using namespace qparity::reference;
 
 struct TraceOptions {
+  TextInput text;
   std::string model;
   std::string tokens;
   std::string token_ids;
@@ -47,8 +49,9 @@ void run(const TraceOptions& o) {
   check_capture_globs(o.capture,
                       model_capture_points(cfg, true));  // a quantized cache adds its points
   // One sequence: every id of the file or list, or --synthetic N tokens.
-  const golden::TokenInputs in = token_inputs(
-      "trace", o.tokens, o.token_ids, o.synthetic > 0 ? 1 : 0, o.synthetic, cfg.vocab, o.seed);
+  const golden::TokenInputs in =
+      token_inputs("trace", o.tokens, o.token_ids, o.synthetic > 0 ? 1 : 0, o.synthetic, cfg.vocab,
+                   o.seed, {o.text.file, o.model, o.text.stride});
   const std::vector<int64_t>& tokens = in.tokens;
   LoadOptions lo;
   if (!o.scheme.empty()) lo.override_scheme = o.scheme;
@@ -108,7 +111,7 @@ void add_trace_command(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand(
       "trace", "Run the fp64 reference model on tokens and write every capture point (F64)");
   cmd->add_option("--model", o->model, "Hugging Face checkpoint directory")->required();
-  add_token_options(cmd, o->tokens, o->token_ids);
+  add_token_options(cmd, o->tokens, o->token_ids, o->text);
   cmd->add_option("--synthetic", o->synthetic, "N random tokens (with --seed)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--seed", o->seed, "seed for --synthetic")->capture_default_str();

@@ -76,8 +76,8 @@ const std::set<std::string> kNeedsCalibration = {"w8a8-static", "w8a8s",  "fp8-t
 constexpr double kSaturationWarning = 1e-3;
 
 struct ValidateOptions {
-  std::string model, schemes = "all", out = "reports", policies, budget;
-  int64_t sequences = 4, seq_len = 32, calib_tokens = 2048;
+  std::string model, schemes = "all", out = "reports", policies, budget, text;
+  int64_t sequences = 4, seq_len = 32, calib_tokens = 2048, stride = 0;
   uint64_t seed = 7;
   bool keep_work = false;
   bool no_engine = false;
@@ -271,14 +271,23 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
     }
     runnable.emplace_back(scheme, excluded);
   }
+  // The evaluation tokens: --text through the checkpoint's tokenizer (the first --sequences
+  // windows), else synthetic.
   const golden::TokenInputs in =
-      golden::synthetic_inputs(o_.sequences, o_.seq_len, cfg.vocab, o_.seed);
+      o_.text.empty()
+          ? golden::synthetic_inputs(o_.sequences, o_.seq_len, cfg.vocab, o_.seed)
+          : golden::tokenized_text_inputs(o_.text, t.dir, o_.seq_len, o_.stride, o_.sequences);
+  for (const int64_t id : in.tokens)
+    if (id >= cfg.vocab)
+      throw Error(o_.text, "the tokenizer gave id " + std::to_string(id) +
+                               ", outside the model's vocabulary of " + std::to_string(cfg.vocab));
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;
   progress(t.name + ": the unquantized reference (" +
            (cfg.dtype.empty() ? std::string("bfloat16") : cfg.dtype) +
            " checkpoint, computed in fp64) on " + std::to_string(in.sequences) + "x" +
-           std::to_string(in.seq_len) + " synthetic tokens; every scheme in dialect ideal");
+           std::to_string(in.seq_len) + (o_.text.empty() ? " synthetic" : " text") +
+           " tokens; every scheme in dialect ideal");
   golden::Golden base = golden::run_reference(t.dir, in, ro, nullptr);
   base.meta.model = t.name;
   const fs::path base_file = work / (t.name + ".bf16.h5");
@@ -634,7 +643,13 @@ void add_validate_command(CLI::App& app, int& rc) {
   cmd->add_option("--budget", o->budget,
                   "acceptance budget for every format row, kld=X,top1=Y,dln_ppl=Z (default: each "
                   "policy's own)");
-  cmd->add_option("--sequences", o->sequences, "synthetic sequences")
+  cmd->add_option("--text", o->text,
+                  "evaluate on this UTF-8 text, tokenized by the checkpoint's tokenizer.json, "
+                  "instead of synthetic tokens (the first --sequences sequences of --seq-len)");
+  cmd->add_option("--stride", o->stride,
+                  "--text: a sequence starts every this many tokens (default --seq-len)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--sequences", o->sequences, "sequences (synthetic, or of --text)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")

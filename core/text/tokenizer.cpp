@@ -1,0 +1,453 @@
+#include "core/text/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace qparity {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// GPT-2's pre-tokenizer regex (ByteLevel with use_regex), as HF `tokenizers` writes it.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// GPT-2's byte -> printable character map (bytes_to_unicode), each as UTF-8.
+std::vector<std::string> byte_alphabet() {
+  std::vector<int> cp(256, -1);
+  for (int b = '!'; b <= '~'; ++b)
+    cp[static_cast<size_t>(b)] = b;
+  for (int b = 0xA1; b <= 0xAC; ++b)
+    cp[static_cast<size_t>(b)] = b;
+  for (int b = 0xAE; b <= 0xFF; ++b)
+    cp[static_cast<size_t>(b)] = b;
+  int next = 256;
+  for (int b = 0; b < 256; ++b)
+    if (cp[static_cast<size_t>(b)] < 0) cp[static_cast<size_t>(b)] = next++;
+  std::vector<std::string> out(256);
+  for (int b = 0; b < 256; ++b) {
+    const int c = cp[static_cast<size_t>(b)];
+    std::string s;
+    if (c < 0x80) {
+      s += static_cast<char>(c);
+    } else {  // below 0x800: two bytes
+      s += static_cast<char>(0xC0 | (c >> 6));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+    out[static_cast<size_t>(b)] = s;
+  }
+  return out;
+}
+
+// The byte offset of the first invalid UTF-8 sequence, or nullopt; *first_combining gets the
+// offset of the first code point from U+0300 on (s.size() when none).
+std::optional<size_t> invalid_utf8(std::string_view s, size_t* first_combining) {
+  *first_combining = s.size();
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    int len = 0;
+    uint32_t cp = 0;
+    if (b < 0x80) {
+      len = 1, cp = b;
+    } else if ((b & 0xE0) == 0xC0) {
+      len = 2, cp = b & 0x1F;
+    } else if ((b & 0xF0) == 0xE0) {
+      len = 3, cp = b & 0x0F;
+    } else if ((b & 0xF8) == 0xF0) {
+      len = 4, cp = b & 0x07;
+    } else {
+      return i;
+    }
+    if (i + static_cast<size_t>(len) > s.size()) return i;
+    for (int j = 1; j < len; ++j) {
+      const auto c = static_cast<unsigned char>(s[i + static_cast<size_t>(j)]);
+      if ((c & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    if (cp >= 0x300 && *first_combining == s.size()) *first_combining = i;
+    i += static_cast<size_t>(len);
+  }
+  return std::nullopt;
+}
+
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &at, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw Error(where, "pre-tokenizer regex does not compile with PCRE2 at offset " +
+                             std::to_string(at) + ": " + reinterpret_cast<const char*>(msg));
+    }
+  }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex() { pcre2_code_free(code_); }
+
+  // Behavior Isolated: the matches and the non-empty gaps between them, in order.
+  void split(std::string_view s, std::vector<std::string_view>& out) const {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    size_t at = 0, gap = 0;
+    while (at <= s.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at,
+                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(md);
+        throw Error("tokenizer", "PCRE2 match error " + std::to_string(rc));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const size_t b = ov[0], e = ov[1];
+      if (e == b) {  // an empty match: no piece; move on by one code point
+        size_t n = at + 1;
+        while (n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
+          ++n;
+        at = n;
+        continue;
+      }
+      if (b > gap) out.push_back(s.substr(gap, b - gap));
+      out.push_back(s.substr(b, e - b));
+      gap = at = e;
+    }
+    if (gap < s.size()) out.push_back(s.substr(gap));
+    pcre2_match_data_free(md);
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+struct AddedToken {
+  std::string content;
+  int64_t id;
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::string description;
+  std::unordered_map<std::string, int64_t> vocab;
+  std::unordered_map<std::string, int> merge_rank;  // left + '\0' + right
+  bool ignore_merges = false;
+  bool nfc = false;
+  std::unique_ptr<Regex> split;       // a Split pre-tokenizer's regex
+  std::unique_ptr<Regex> byte_level;  // ByteLevel's own regex (use_regex)
+  bool add_prefix_space = false;
+  std::vector<AddedToken> added;  // longest content first
+  std::vector<int64_t> prefix, suffix;
+  std::vector<std::string> alphabet = byte_alphabet();
+  std::string where;
+
+  void bpe(const std::string& word, std::vector<int64_t>& ids) const;
+  void encode_plain(std::string_view text, std::vector<int64_t>& ids,
+                    std::unordered_map<std::string, std::vector<int64_t>>& cache) const;
+};
+
+void Tokenizer::Impl::bpe(const std::string& word, std::vector<int64_t>& ids) const {
+  if (ignore_merges) {
+    const auto it = vocab.find(word);
+    if (it != vocab.end()) {
+      ids.push_back(it->second);
+      return;
+    }
+  }
+  // Symbols: the word's characters (each a byte's printable character, 1 or 2 UTF-8 bytes).
+  std::vector<std::string> sym;
+  for (size_t i = 0; i < word.size();) {
+    size_t n = 1;
+    while (i + n < word.size() && (static_cast<unsigned char>(word[i + n]) & 0xC0) == 0x80)
+      ++n;
+    sym.push_back(word.substr(i, n));
+    i += n;
+  }
+  while (sym.size() > 1) {
+    int best = std::numeric_limits<int>::max();
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      const auto it = merge_rank.find(sym[i] + '\0' + sym[i + 1]);
+      if (it != merge_rank.end() && it->second < best) best = it->second, at = i;
+    }
+    if (best == std::numeric_limits<int>::max()) break;
+    sym[at] += sym[at + 1];
+    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  for (const std::string& s : sym) {
+    const auto it = vocab.find(s);
+    if (it == vocab.end())
+      throw Error(where, "BPE symbol '" + s + "' is not in the vocabulary (no unk_token handling)");
+    ids.push_back(it->second);
+  }
+}
+
+void Tokenizer::Impl::encode_plain(
+    std::string_view text, std::vector<int64_t>& ids,
+    std::unordered_map<std::string, std::vector<int64_t>>& cache) const {
+  if (text.empty()) return;
+  std::string prefixed;
+  if (add_prefix_space && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  std::vector<std::string_view> pieces, sub;
+  if (split)
+    split->split(text, pieces);
+  else
+    pieces.push_back(text);
+  if (byte_level) {
+    for (const std::string_view p : pieces)
+      byte_level->split(p, sub);
+    pieces.swap(sub);
+  }
+  for (const std::string_view p : pieces) {
+    std::string word;
+    for (const char c : p)
+      word += alphabet[static_cast<unsigned char>(c)];
+    auto it = cache.find(word);
+    if (it == cache.end()) {
+      std::vector<int64_t> w;
+      bpe(word, w);
+      it = cache.emplace(word, std::move(w)).first;
+    }
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+  }
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+const std::string& Tokenizer::description() const {
+  return impl_->description;
+}
+int64_t Tokenizer::vocab_size() const {
+  return static_cast<int64_t>(impl_->vocab.size());
+}
+
+namespace {
+
+Json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  if (!f) throw Error(p.string(), "cannot open");
+  try {
+    return Json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error(p.string(), std::string("not JSON: ") + e.what());
+  }
+}
+
+std::string type_of(const Json& j) {
+  return j.is_object() ? j.value("type", "") : "";
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+  auto impl = std::make_unique<Impl>();
+  const std::filesystem::path file = dir / "tokenizer.json";
+  const std::string w = file.string();
+  impl->where = w;
+  if (!std::filesystem::exists(file))
+    throw Error(w,
+                "no tokenizer.json in the checkpoint directory (--text needs the checkpoint's "
+                "own tokenizer)");
+  const Json j = read_json(file);
+  // Model.
+  const Json& m = j.at("model");
+  if (type_of(m) != "BPE")
+    throw Error(
+        w, "model type '" + type_of(m) + "': only byte-level BPE (Llama 3, Qwen) is supported");
+  if (m.value("byte_fallback", false))
+    throw Error(w, "BPE with byte_fallback (SentencePiece-style, Llama 2) is not supported");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (m.contains(k) && !m[k].is_null() && !m[k].get<std::string>().empty())
+      throw Error(w, std::string("BPE with ") + k + " is not supported");
+  if (m.contains("dropout") && !m["dropout"].is_null())
+    throw Error(w, "BPE dropout is not deterministic; not supported");
+  impl->ignore_merges = m.value("ignore_merges", false);
+  for (const auto& [tok, id] : m.at("vocab").items())
+    impl->vocab.emplace(tok, id.get<int64_t>());
+  int rank = 0;
+  for (const Json& mg : m.at("merges")) {
+    std::string a, b;
+    if (mg.is_string()) {
+      const std::string s = mg.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos) throw Error(w, "merge '" + s + "' is not 'left right'");
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else {
+      a = mg.at(0).get<std::string>(), b = mg.at(1).get<std::string>();
+    }
+    impl->merge_rank.emplace(a + '\0' + b, rank++);
+  }
+  // Normalizer.
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : Json();
+  std::string norm_text = "none";
+  const auto take_normalizer = [&](const Json& n) {
+    if (type_of(n) == "NFC")
+      impl->nfc = true, norm_text = "NFC";
+    else
+      throw Error(w, "normalizer '" + type_of(n) + "' is not supported (none or NFC)");
+  };
+  if (type_of(norm) == "Sequence") {
+    for (const Json& n : norm.at("normalizers"))
+      take_normalizer(n);
+  } else if (!norm.is_null()) {
+    take_normalizer(norm);
+  }
+  // Pre-tokenizer.
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json();
+  std::vector<Json> pres;
+  if (type_of(pre) == "Sequence")
+    for (const Json& p : pre.at("pretokenizers"))
+      pres.push_back(p);
+  else if (!pre.is_null())
+    pres.push_back(pre);
+  bool byte_level = false;
+  for (const Json& p : pres) {
+    const std::string t = type_of(p);
+    if (t == "Split" && !impl->split && !byte_level) {
+      if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
+        throw Error(w, "Split pre-tokenizer with behavior '" + p.value("behavior", "") +
+                           "' / invert: only Isolated, not inverted, is supported");
+      const Json& pat = p.at("pattern");
+      if (!pat.contains("Regex"))
+        throw Error(w, "Split pre-tokenizer with a String pattern is not supported");
+      impl->split = std::make_unique<Regex>(pat["Regex"].get<std::string>(), w);
+    } else if (t == "ByteLevel" && !byte_level) {
+      byte_level = true;
+      impl->add_prefix_space = p.value("add_prefix_space", false);
+      if (p.value("use_regex", true)) impl->byte_level = std::make_unique<Regex>(kGpt2Pattern, w);
+    } else {
+      throw Error(w, "pre-tokenizer '" + t +
+                         "' (or this order) is not supported: Split (Isolated) then ByteLevel");
+    }
+  }
+  if (!byte_level) throw Error(w, "no ByteLevel pre-tokenizer: only byte-level BPE is supported");
+  // Added tokens.
+  for (const Json& a : j.value("added_tokens", Json::array())) {
+    for (const char* k : {"lstrip", "rstrip", "single_word"})
+      if (a.value(k, false))
+        throw Error(w,
+                    "added token '" + a.value("content", "") + "' with " + k + " is not supported");
+    impl->added.push_back({a.at("content").get<std::string>(), a.at("id").get<int64_t>()});
+  }
+  std::stable_sort(
+      impl->added.begin(), impl->added.end(),
+      [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  const auto id_of = [&](const std::string& content) -> int64_t {
+    for (const AddedToken& a : impl->added)
+      if (a.content == content) return a.id;
+    const auto it = impl->vocab.find(content);
+    if (it == impl->vocab.end()) throw Error(w, "special token '" + content + "' has no id");
+    return it->second;
+  };
+  // Post-processor.
+  std::vector<Json> posts;
+  const Json& post = j.contains("post_processor") ? j["post_processor"] : Json();
+  if (type_of(post) == "Sequence")
+    for (const Json& p : post.at("processors"))
+      posts.push_back(p);
+  else if (!post.is_null())
+    posts.push_back(post);
+  for (const Json& p : posts) {
+    const std::string t = type_of(p);
+    if (t == "ByteLevel") continue;  // offsets only
+    if (t != "TemplateProcessing")
+      throw Error(w, "post-processor '" + t + "' is not supported (TemplateProcessing, ByteLevel)");
+    bool seen_a = false;
+    for (const Json& item : p.at("single")) {
+      if (item.contains("Sequence")) {
+        seen_a = true;
+      } else {
+        const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+        const Json& ids = p.at("special_tokens").at(name).at("ids");
+        for (const Json& id : ids)
+          (seen_a ? impl->suffix : impl->prefix).push_back(id.get<int64_t>());
+      }
+    }
+  }
+  // tokenizer_config.json: LlamaTokenizer(Fast) rebuilds the template from its flags.
+  const std::filesystem::path cfg_file = dir / "tokenizer_config.json";
+  if (std::filesystem::exists(cfg_file)) {
+    const Json c = read_json(cfg_file);
+    const std::string cls = c.value("tokenizer_class", "");
+    if (cls == "LlamaTokenizerFast" || cls == "LlamaTokenizer") {
+      const auto token = [&](const char* key) -> std::optional<std::string> {
+        if (!c.contains(key) || c[key].is_null()) return std::nullopt;
+        return c[key].is_string() ? c[key].get<std::string>()
+                                  : c[key].at("content").get<std::string>();
+      };
+      impl->prefix.clear(), impl->suffix.clear();
+      if (c.value("add_bos_token", true) && token("bos_token"))
+        impl->prefix.push_back(id_of(*token("bos_token")));
+      if (c.value("add_eos_token", false) && token("eos_token"))
+        impl->suffix.push_back(id_of(*token("eos_token")));
+    }
+  }
+  impl->description =
+      "byte-level BPE, " + std::to_string(impl->vocab.size()) + " entries + " +
+      std::to_string(impl->added.size()) + " added, " + std::to_string(impl->merge_rank.size()) +
+      " merges, normalizer " + norm_text + (impl->split ? ", Split regex" : "") +
+      (impl->byte_level ? ", GPT-2 regex" : "") + (impl->ignore_merges ? ", ignore_merges" : "") +
+      ", " + std::to_string(impl->prefix.size()) + " special token(s) before and " +
+      std::to_string(impl->suffix.size()) + " after";
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  const Impl& t = *impl_;
+  size_t first_combining = 0;
+  if (const auto bad = invalid_utf8(text, &first_combining))
+    throw Error("--text", "invalid UTF-8 at byte offset " + std::to_string(*bad));
+  if (t.nfc && first_combining < text.size())
+    throw Error("--text",
+                "the tokenizer normalizes to NFC, and the text has a code point from "
+                "U+0300 on at byte offset " +
+                    std::to_string(first_combining) +
+                    ": NFC is implemented only where it is the identity (below U+0300)");
+  std::vector<int64_t> ids;
+  if (add_special_tokens) ids = t.prefix;
+  std::unordered_map<std::string, std::vector<int64_t>> cache;
+  // Added tokens split the text first (leftmost; the longest content at a position wins).
+  size_t plain = 0;
+  for (size_t i = 0; i < text.size();) {
+    const AddedToken* hit = nullptr;
+    for (const AddedToken& a : t.added)
+      if (!a.content.empty() && a.content[0] == text[i] &&
+          text.compare(i, a.content.size(), a.content) == 0) {
+        hit = &a;
+        break;
+      }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    t.encode_plain(text.substr(plain, i - plain), ids, cache);
+    ids.push_back(hit->id);
+    i += hit->content.size();
+    plain = i;
+  }
+  t.encode_plain(text.substr(plain), ids, cache);
+  if (add_special_tokens) ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
+  return ids;
+}
+
+}  // namespace qparity
