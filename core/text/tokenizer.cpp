@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/text/unicode_nfc.h"
 
 namespace qparity {
 
@@ -50,10 +51,8 @@ std::vector<std::string> byte_alphabet() {
   return out;
 }
 
-// The byte offset of the first invalid UTF-8 sequence, or nullopt; *first_combining gets the
-// offset of the first code point from U+0300 on (s.size() when none).
-std::optional<size_t> invalid_utf8(std::string_view s, size_t* first_combining) {
-  *first_combining = s.size();
+// The byte offset of the first invalid UTF-8 sequence, or nullopt.
+std::optional<size_t> invalid_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto b = static_cast<unsigned char>(s[i]);
@@ -78,7 +77,6 @@ std::optional<size_t> invalid_utf8(std::string_view s, size_t* first_combining) 
     }
     const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
     if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    if (cp >= 0x300 && *first_combining == s.size()) *first_combining = i;
     i += static_cast<size_t>(len);
   }
   return std::nullopt;
@@ -201,6 +199,11 @@ void Tokenizer::Impl::encode_plain(
     std::string_view text, std::vector<int64_t>& ids,
     std::unordered_map<std::string, std::vector<int64_t>>& cache) const {
   if (text.empty()) return;
+  std::string normalized;
+  if (nfc) {
+    normalized = qparity::nfc(text);
+    text = normalized;
+  }
   std::string prefixed;
   if (add_prefix_space && text.front() != ' ') {
     prefixed = " " + std::string(text);
@@ -414,15 +417,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
 
 std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const Impl& t = *impl_;
-  size_t first_combining = 0;
-  if (const auto bad = invalid_utf8(text, &first_combining))
+  if (const auto bad = invalid_utf8(text))
     throw Error("--text", "invalid UTF-8 at byte offset " + std::to_string(*bad));
-  if (t.nfc && first_combining < text.size())
-    throw Error("--text",
-                "the tokenizer normalizes to NFC, and the text has a code point from "
-                "U+0300 on at byte offset " +
-                    std::to_string(first_combining) +
-                    ": NFC is implemented only where it is the identity (below U+0300)");
   std::vector<int64_t> ids;
   if (add_special_tokens) ids = t.prefix;
   std::unordered_map<std::string, std::vector<int64_t>> cache;

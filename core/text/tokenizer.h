@@ -6,9 +6,7 @@
 // What runs, in HF's order:
 //   1. added tokens: each occurrence of an added token's content in the text (leftmost, longest
 //      first) is that token's id, and the text between them goes through 2-5 piece by piece;
-//   2. normalizer: none, or NFC (only text whose code points are all below U+0300 is accepted,
-//      where NFC is the identity; other text is refused naming the offset: no Unicode
-//      composition tables here);
+//   2. normalizer: none, or NFC (unicode_nfc.h) on each piece between added tokens;
 //   3. pre-tokenizer: the Split regex (behavior Isolated: matches and the gaps between them are
 //      pieces) and / or ByteLevel (its own GPT-2 regex when use_regex, add_prefix_space), run
 //      with PCRE2 in UTF + UCP mode (\p{L}, \p{N}, \s as Unicode classes);
