@@ -38,14 +38,8 @@ std::vector<std::string> byte_alphabet() {
     if (cp[static_cast<size_t>(b)] < 0) cp[static_cast<size_t>(b)] = next++;
   std::vector<std::string> out(256);
   for (int b = 0; b < 256; ++b) {
-    const int c = cp[static_cast<size_t>(b)];
     std::string s;
-    if (c < 0x80) {
-      s += static_cast<char>(c);
-    } else {  // below 0x800: two bytes
-      s += static_cast<char>(0xC0 | (c >> 6));
-      s += static_cast<char>(0x80 | (c & 0x3F));
-    }
+    append_utf8(static_cast<char32_t>(cp[static_cast<size_t>(b)]), s);
     out[static_cast<size_t>(b)] = s;
   }
   return out;

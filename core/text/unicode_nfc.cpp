@@ -79,7 +79,13 @@ std::u32string decode(std::string_view s) {
   return out;
 }
 
-void encode(char32_t c, std::string& out) {
+}  // namespace
+
+const char* nfc_unicode_version() {
+  return kUnicodeVersion;
+}
+
+void append_utf8(char32_t c, std::string& out) {
   if (c < 0x80) {
     out += static_cast<char>(c);
   } else if (c < 0x800) {
@@ -95,12 +101,6 @@ void encode(char32_t c, std::string& out) {
     out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (c & 0x3F));
   }
-}
-
-}  // namespace
-
-const char* nfc_unicode_version() {
-  return kUnicodeVersion;
 }
 
 std::string nfc(std::string_view utf8) {
@@ -159,7 +159,7 @@ std::string nfc(std::string_view utf8) {
   std::string s;
   s.reserve(utf8.size());
   for (const char32_t c : out)
-    encode(c, s);
+    append_utf8(c, s);
   return s;
 }
 

@@ -14,5 +14,7 @@ namespace qparity {
 std::string nfc(std::string_view utf8);
 // The Unicode version of the tables.
 const char* nfc_unicode_version();
+// Appends code point c (<= U+10FFFF, not a surrogate) as UTF-8.
+void append_utf8(char32_t c, std::string& out);
 
 }  // namespace qparity

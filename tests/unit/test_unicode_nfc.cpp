@@ -18,22 +18,7 @@ std::string utf8_of(const std::string& hex_list) {
   std::istringstream in(hex_list);
   std::string h;
   while (in >> h) {
-    const auto c = static_cast<char32_t>(std::stoul(h, nullptr, 16));
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
+    append_utf8(static_cast<char32_t>(std::stoul(h, nullptr, 16)), out);
   }
   return out;
 }
