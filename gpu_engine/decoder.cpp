@@ -40,8 +40,8 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   for (const GpuLayerWeights& l : model_.layers)
     for (const auto* stack : {&l.w13_q, &l.w2_q})
       for (const auto& m : *stack)
-        ws = std::max(ws, m->workspace_bytes(o.max_tokens * std::max<int64_t>(
-                                                                 model_.cfg.num_experts_per_tok, 1)));
+        ws = std::max(ws, m->workspace_bytes(o.max_tokens *
+                                             std::max<int64_t>(model_.cfg.num_experts_per_tok, 1)));
   quant_workspace_ = DeviceBuffer<uint8_t>(ws);
   mlp_out_ = Bf16Buffer(t * h);
   const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
@@ -73,9 +73,11 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
     QPARITY_CUDA_CHECK(
         cudaMemset(attn_chunks_done_.get(), 0, static_cast<size_t>(as.counters) * 4));
   }
-  for (const auto& l : model_.layers)
+  for (const auto& l : model_.layers) {
     any_moe_ = any_moe_ || l.moe, quantized_experts_ = quantized_experts_ || l.quantized_experts();
-  if (quantized_experts_) {
+    bf16_experts_ = bf16_experts_ || (l.moe && !l.quantized_experts());
+  }
+  if (quantized_experts_ && o.grouped_experts) {
     grouped_experts_ = true;
     for (const auto& l : model_.layers) {
       w13_grouped_.emplace_back();
@@ -202,11 +204,14 @@ void Decoder::forward_final(Trace* tr) {
 
 bool Decoder::moe_on_device(int64_t t) const {
   const ModelConfig& c = model_.kcfg();
-  // Quantized experts: grouped launches (decoder_moe.cpp) when every stack has them, else per
-  // expert from the host's grouping.
-  if (quantized_experts_) return grouped_experts_ && t <= kGroupedExpertsMaxTokens;
-  return skinny_gemm_fits(t, c.hidden) && skinny_gemm_fits(t, c.moe_intermediate_size) &&
-         c.hidden % 8 == 0 && c.moe_intermediate_size % 8 == 0;
+  // bf16 experts: grouped skinny GEMMs. Quantized experts: grouped launches (decoder_moe.cpp)
+  // when every quantized stack has them, else per expert from the host's grouping. A model with
+  // both kinds of layers needs both.
+  const bool bf16_ok = skinny_gemm_fits(t, c.hidden) &&
+                       skinny_gemm_fits(t, c.moe_intermediate_size) && c.hidden % 8 == 0 &&
+                       c.moe_intermediate_size % 8 == 0;
+  if (quantized_experts_ && !(grouped_experts_ && t <= kGroupedExpertsMaxTokens)) return false;
+  return !bf16_experts_ || bf16_ok;
 }
 
 void Decoder::check_moe_ids() const {

@@ -153,6 +153,7 @@ class Decoder {
   DeviceBuffer<uint8_t> quant_workspace_;
   bool any_moe_ = false;
   bool quantized_experts_ = false;  // some layer's experts run as GPU methods
+  bool bf16_experts_ = false;       // some MoE layer's experts are bf16 stacks
   // Quantized experts as one grouped launch per stack (quant/grouped_experts.h), per layer (null
   // for dense layers); grouped_experts_ when every quantized stack has one. Otherwise (or past
   // kGroupedExpertsMaxTokens tokens) quantized experts take the host path.

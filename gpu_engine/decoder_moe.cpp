@@ -39,7 +39,7 @@ void Decoder::moe_layer(int64_t l, Trace* tr) {
                                 moe_active_.get(), moe_bad_.get() + l, n, e, k},
                                s);
     launch_gather_rows({h_.get(), moe_rows_.get(), moe_x_.get(), n, hd, t}, s);
-    if (quantized_experts_) {
+    if (w.quantized_experts()) {  // (a model may mix quantized and bf16 expert layers)
       moe_experts_grouped(l);
     } else {
       SkinnyGemmParams up;

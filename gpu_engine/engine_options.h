@@ -20,6 +20,10 @@ struct EngineOptions {
   // Decode-sized forwards stamp the decode attention's stages per block (decode_attention.h);
   // the last layer's are read with read_decode_attention_stages().
   bool attention_stages = false;
+  // Quantized MoE experts of decode-sized batches as grouped launches on the device
+  // (quant/grouped_experts.h); false keeps every batch on the per-expert host path (the tests
+  // compare the two).
+  bool grouped_experts = true;
 };
 
 }  // namespace qparity::gpu

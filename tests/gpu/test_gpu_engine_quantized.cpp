@@ -399,6 +399,24 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
       double worst = 0;
       for (const auto& p : r.points)
         if (p.name.ends_with("moe.expert_out")) worst = std::max(worst, p.stats.rel_l2);
+      if (grouped && seq_len == gpu::kSkinnyMaxM) {
+        // The grouped launches and the per-expert host path give the same bits.
+        gpu::EngineOptions host_eo = eo;
+        host_eo.grouped_experts = false;
+        gpu::Engine host(gpu::load_gpu_model(dir, nullptr), host_eo);
+        ASSERT_FALSE(host.moe_on_device(3 * gpu::kSkinnyMaxM));
+        const fs::path hfile = root / (base + ".host.h5");
+        golden::write_golden(hfile, gpu::engine_golden_local(host, ref, "*", nullptr),
+                             OverwritePolicy::kReplace);
+        const golden::CompareReport same = golden::compare_goldens(
+            golden::GoldenReader::open(lfile), golden::GoldenReader::open(hfile), {});
+        int64_t expert_points = 0;
+        for (const auto& p : same.points) {
+          EXPECT_EQ(p.stats.max_abs, 0.0) << p.name << ": grouped vs host path";
+          expert_points += p.name.ends_with("moe.expert_out");
+        }
+        EXPECT_GT(expert_points, 0);
+      }
       golden::write_golden(ffile, gpu::engine_golden(e, in, "*", true, nullptr),
                            OverwritePolicy::kReplace);
       const golden::CompareReport fr =
@@ -409,6 +427,67 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
                 << ", top-1 " << fr.e2e.top1.value << "\n";
     }
   }
+  fs::remove_all(root);
+}
+
+// A model whose first MoE layer keeps bf16 experts and whose others have quantized ones: a
+// decode-sized batch runs the first through the grouped skinny GEMMs and the others through the
+// grouped quantized launches, in one forward, every point within the scheme's policy.
+TEST_F(GpuEngineQuantized, MixedBf16AndQuantizedExpertLayers) {
+  const fs::path root = test_root("mixed");
+  const std::string scheme = "w4a16-g32";
+  // The small Qwen3-MoE fixture (MoE layers 0-2; the tiny one has a single MoE layer), layer 0's
+  // experts left bf16.
+  fixtures::FixtureSpec spec;
+  spec.arch = Arch::kQwen3Moe;
+  spec.size = fixtures::FixtureSize::kSmall;
+  spec.seed = 7;
+  const fs::path fp = root / "qwen3-moe-small.fp", dir = root / "qwen3-moe-small.mixed";
+  fixtures::write_fp_checkpoint(spec, fp, OverwritePolicy::kReplace);
+  const ModelConfig cfg = load_model_config(fp / "config.json");
+  fixtures::QuantizeCheckpointOptions qo;
+  qo.ignore_unsupported = true;
+  qo.ignore = {"re:model\\.layers\\.0\\.mlp\\.experts\\..*"};
+  fixtures::quantize_checkpoint(
+      fp, parse_scheme_id(scheme), Dialect::kVllm, dir,
+      fixtures::calibrate_checkpoint(fp, reference::synthetic_tokens(32, cfg.vocab, 7)),
+      OverwritePolicy::kReplace, nullptr, qo);
+  auto model = gpu::load_gpu_model(dir, nullptr);
+  ASSERT_GE(model->layers.size(), 2u);
+  ASSERT_FALSE(model->layers[0].quantized_experts());
+  ASSERT_TRUE(model->layers[1].quantized_experts());
+  gpu::EngineOptions eo;
+  eo.max_tokens = 64;
+  eo.max_seqs = 4;
+  eo.max_context = 64;
+  gpu::Engine e(std::move(model), eo);
+  EXPECT_TRUE(e.moe_on_device(gpu::kSkinnyMaxM));
+  const golden::Policy policy =
+      golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
+  golden::CompareOptions co;
+  co.policy = &policy;
+  golden::ReferenceRunOptions ro;
+  ro.mode = reference::PrecisionMode::kEmulate;
+  ro.dialect = Dialect::kVllm;
+  const golden::TokenInputs in = golden::synthetic_inputs(1, gpu::kSkinnyMaxM, cfg.vocab, 9);
+  const fs::path gfile = root / "mixed.ref.h5", lfile = root / "mixed.local.h5";
+  golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
+                       OverwritePolicy::kReplace);
+  const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
+  golden::write_golden(lfile, gpu::engine_golden_local(e, ref, "*", nullptr),
+                       OverwritePolicy::kReplace);
+  const golden::CompareReport r =
+      golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+  // Every point within the policy (the end-to-end gates need more than 4 tokens to judge; the
+  // MoE points must be exact here: both layers' experts match the reference's bits).
+  EXPECT_LT(r.first_failing, 0) << golden::to_text(r);
+  int64_t expert_points = 0;
+  for (const auto& p : r.points)
+    if (p.name.ends_with("moe.expert_out")) {
+      ++expert_points;
+      EXPECT_EQ(p.stats.rel_l2, 0.0) << p.name;
+    }
+  EXPECT_EQ(expert_points, 3);
   fs::remove_all(root);
 }
 
