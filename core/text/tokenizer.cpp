@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -76,9 +77,50 @@ std::optional<size_t> invalid_utf8(std::string_view s) {
   return std::nullopt;
 }
 
+// HF's regexes run on Oniguruma, whose \s is Unicode's White_Space property; PCRE2's \s in UCP
+// mode also takes U+180E (MONGOLIAN VOWEL SEPARATOR, White_Space until Unicode 6.3). So \s and \S
+// are rewritten to the White_Space list before compiling, inside and outside character classes.
+constexpr const char* kWhiteSpace =
+    R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+std::string onig_white_space(const std::string& pattern, const std::string& where) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S') {
+        if (in_class)
+          throw Error(where, "\\S inside a character class of the pre-tokenizer regex is not "
+                             "supported");
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member, not the end.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& where) {
+  Regex(const std::string& onig_pattern, const std::string& where) {
+    const std::string pattern = onig_white_space(onig_pattern, where);
     int err = 0;
     PCRE2_SIZE at = 0;
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -108,8 +150,12 @@ class Regex {
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t b = ov[0], e = ov[1];
-      if (e == b) {  // an empty match: no piece; move on by one code point
-        size_t n = at + 1;
+      if (e == b) {
+        // An empty match still splits the text there (HF keeps it as a split point and drops
+        // only the empty piece); the search goes on one code point further.
+        if (b > gap) out.push_back(s.substr(gap, b - gap));
+        gap = b;
+        size_t n = b + 1;
         while (n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80)
           ++n;
         at = n;
@@ -170,17 +216,43 @@ void Tokenizer::Impl::bpe(const std::string& word, std::vector<int64_t>& ids) co
     sym.push_back(word.substr(i, n));
     i += n;
   }
-  while (sym.size() > 1) {
-    int best = std::numeric_limits<int>::max();
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      const auto it = merge_rank.find(sym[i] + '\0' + sym[i + 1]);
-      if (it != merge_rank.end() && it->second < best) best = it->second, at = i;
-    }
-    if (best == std::numeric_limits<int>::max()) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  // Merges in order of rank, leftmost first among equal ranks, as HF's priority queue does: a
+  // heap of (rank, position) over a linked list of symbols, stale entries skipped. O(n log n), so
+  // a long run of one character (a single pre-token) stays cheap.
+  const size_t n = sym.size();
+  std::vector<ptrdiff_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i)
+    prev[i] = static_cast<ptrdiff_t>(i) - 1,
+    next[i] = i + 1 < n ? static_cast<ptrdiff_t>(i + 1) : -1;
+  const auto rank_of = [&](size_t a, size_t b) {
+    const auto it = merge_rank.find(sym[a] + '\0' + sym[b]);
+    return it == merge_rank.end() ? -1 : it->second;
+  };
+  using Entry = std::pair<int, size_t>;  // (rank, left position)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (size_t i = 0; i + 1 < n; ++i)
+    if (const int r = rank_of(i, i + 1); r >= 0) heap.push({r, i});
+  while (!heap.empty()) {
+    const auto [r, at] = heap.top();
+    heap.pop();
+    if (!alive[at] || next[at] < 0) continue;
+    const auto right = static_cast<size_t>(next[at]);
+    if (rank_of(at, right) != r) continue;  // the pair changed since this entry was pushed
+    sym[at] += sym[right];
+    alive[right] = false;
+    next[at] = next[right];
+    if (next[right] >= 0) prev[static_cast<size_t>(next[right])] = static_cast<ptrdiff_t>(at);
+    if (prev[at] >= 0)
+      if (const int pr = rank_of(static_cast<size_t>(prev[at]), at); pr >= 0)
+        heap.push({pr, static_cast<size_t>(prev[at])});
+    if (next[at] >= 0)
+      if (const int nr = rank_of(at, static_cast<size_t>(next[at])); nr >= 0) heap.push({nr, at});
   }
+  std::vector<std::string> merged;
+  for (ptrdiff_t i = 0; i >= 0; i = next[static_cast<size_t>(i)])
+    merged.push_back(std::move(sym[static_cast<size_t>(i)]));
+  sym.swap(merged);
   for (const std::string& s : sym) {
     const auto it = vocab.find(s);
     if (it == vocab.end())
@@ -198,16 +270,22 @@ void Tokenizer::Impl::encode_plain(
     normalized = qparity::nfc(text);
     text = normalized;
   }
-  std::string prefixed;
-  if (add_prefix_space && text.front() != ' ') {
-    prefixed = " " + std::string(text);
-    text = prefixed;
-  }
   std::vector<std::string_view> pieces, sub;
   if (split)
     split->split(text, pieces);
   else
     pieces.push_back(text);
+  // ByteLevel's add_prefix_space: a space before every split that lacks one (HF applies it per
+  // split of the pre-tokenized string, after the Split pre-tokenizer).
+  std::vector<std::string> prefixed;
+  if (add_prefix_space) {
+    prefixed.reserve(pieces.size());  // (the views below point into it)
+    for (std::string_view& p : pieces)
+      if (p.front() != ' ') {
+        prefixed.push_back(" " + std::string(p));
+        p = prefixed.back();
+      }
+  }
   if (byte_level) {
     for (const std::string_view p : pieces)
       byte_level->split(p, sub);
@@ -292,7 +370,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     } else {
       a = mg.at(0).get<std::string>(), b = mg.at(1).get<std::string>();
     }
-    impl->merge_rank.emplace(a + '\0' + b, rank++);
+    impl->merge_rank[a + '\0' + b] = rank++;  // a repeated pair: the last rank, as HF's map
   }
   // Normalizer.
   const Json& norm = j.contains("normalizer") ? j["normalizer"] : Json();
@@ -344,6 +422,11 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
       if (a.value(k, false))
         throw Error(w,
                     "added token '" + a.value("content", "") + "' with " + k + " is not supported");
+    // HF matches normalized added tokens in the normalized text, after the others; with a
+    // normalizer that order is not reproduced here.
+    if (impl->nfc && a.value("normalized", !a.value("special", false)))
+      throw Error(w, "added token '" + a.value("content", "") +
+                         "' is normalized (matched after NFC): not supported with a normalizer");
     impl->added.push_back({a.at("content").get<std::string>(), a.at("id").get<int64_t>()});
   }
   std::stable_sort(

@@ -204,6 +204,56 @@ TEST(Tokenizer, AddedTokensSplitTheTextAndTemplatesAddBos) {
   fs::remove_all(dir);
 }
 
+// The details where a simpler reading of HF would give other ids.
+TEST(Tokenizer, FollowsHfOnEmptyMatchesPrefixSpacesWhiteSpaceAndRepeatedMerges) {
+  const auto split_then_byte_level = [](const std::string& regex, bool prefix) {
+    return Json{{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"},
+                   {"pattern", {{"Regex", regex}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}},
+                  {{"type", "ByteLevel"}, {"add_prefix_space", prefix}, {"use_regex", false}}}}};
+  };
+  Spec s;
+  s.extra = {"ab"};
+  s.merges = {{"a", "b"}};
+  // An empty match splits: x* matches nothing before 'b', so "ab" is two pieces.
+  s.pre_tokenizer = split_then_byte_level("x*", false);
+  EXPECT_THAT(Tokenizer::load(write_tokenizer("empty", s)).encode("ab"), ElementsAre('a', 'b'));
+  s.pre_tokenizer = split_then_byte_level("z", false);
+  EXPECT_THAT(Tokenizer::load(write_tokenizer("nosplit", s)).encode("ab"), ElementsAre(256));
+  // add_prefix_space: a space before every split (Llama 3's regex cuts "a", ",b"), not once
+  // before the text.
+  s.pre_tokenizer = split_then_byte_level(kLlama3Pattern, true);
+  EXPECT_THAT(Tokenizer::load(write_tokenizer("prefix", s)).encode("a,b"),
+              ElementsAre(' ', 'a', ' ', ',', 'b'));  // pieces "a", ",b": " a", " ,b"
+  // \s is White_Space (Oniguruma), which U+180E is not: " \u180E" stays one piece of
+  // ` ?[^\s\p{L}\p{N}]+`.
+  Spec ws;
+  ws.pre_tokenizer = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  ws.extra = {G + byte_char(0xE1) + byte_char(0xA0) + byte_char(0x8E)};
+  ws.model_extra = {{"ignore_merges", true}};
+  EXPECT_THAT(Tokenizer::load(write_tokenizer("ws", ws)).encode("a \xE1\xA0\x8E"),
+              ElementsAre('a', 256));
+  // A repeated merge keeps its last rank: "b c" (rank 1) then beats "a b" (rank 2).
+  Spec dup;
+  dup.pre_tokenizer = llama3_pre();
+  dup.extra = {"ab", "bc"};
+  dup.merges = {{"a", "b"}, {"b", "c"}, {"a", "b"}};
+  EXPECT_THAT(Tokenizer::load(write_tokenizer("dup", dup)).encode("abc"), ElementsAre('a', 257));
+  // A long run of one character is one pre-token; merges by rank, pair by pair, left to right.
+  Spec run;
+  run.pre_tokenizer = llama3_pre();
+  run.extra = {"==", "===="};
+  run.merges = {{"=", "="}, {"==", "=="}};
+  const std::vector<int64_t> ids =
+      Tokenizer::load(write_tokenizer("run", run)).encode(std::string(200001, '='));
+  ASSERT_EQ(ids.size(), 50001u);
+  EXPECT_EQ(ids.front(), 257);
+  EXPECT_EQ(ids.back(), '=');
+}
+
 TEST(Tokenizer, RefusesWhatItCannotReproduceByName) {
   Spec s;
   s.pre_tokenizer = llama3_pre();
@@ -219,6 +269,10 @@ TEST(Tokenizer, RefusesWhatItCannotReproduceByName) {
   Spec nfkc = s;
   nfkc.normalizer = {{"type", "NFKC"}};
   EXPECT_THAT(refusal("nfkc", nfkc), HasSubstr("normalizer 'NFKC'"));
+  Spec normalized = s;
+  normalized.normalizer = {{"type", "NFC"}};
+  normalized.added = Json::array({{{"id", 300}, {"content", "<x>"}, {"normalized", true}}});
+  EXPECT_THAT(refusal("normalized", normalized), HasSubstr("matched after NFC"));
   Spec strip = s;
   strip.added = Json::array({{{"id", 300}, {"content", "<x>"}, {"lstrip", true}}});
   EXPECT_THAT(refusal("lstrip", strip), HasSubstr("with lstrip"));

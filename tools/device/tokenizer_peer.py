@@ -14,7 +14,8 @@ then encodes two texts with both implementations and compares the ids: the whole
 MB of English with some non-ASCII names) and a generated stress text (whitespace runs of spaces,
 tabs, CR/LF, NBSP, ideographic space, U+2028; contractions in every case; digit runs; accented
 Latin, decomposed accents (e + U+0301, which NFC composes), Hangul jamo, Greek, Cyrillic, CJK,
-emoji, added tokens in the middle of words).
+emoji, added tokens in the middle of words, U+180E next to spaces, characters assigned after
+Unicode 9.0 that NFC would change under newer tables, a 3,000-character run of '=').
 Prints one line per (tokenizer, text): ids compared, identical or the first difference.
 """
 import os
@@ -65,7 +66,8 @@ def stress_text(n, seed=5):
              "한국어", "🙂", "👩‍💻", "1234567", "3.14159", "x86_64", "e-mail", "co-op", "<|eot_id|>",
              "a<|end_of_text|>b", "!!!", "...", "\u00a0", "\u3000", "\u2028", "tab\tsep",
              "ſ", "ﬁ", "Ω", "İ", "ǅ", "e\u0301", "cafe\u0301s", "A\u030a", "\u1100\u1161\u11a8",
-             "q\u0323\u0307", "\u0958", "\u2126"]
+             "q\u0323\u0307", "\u0958", "\u2126", "a \u180eb", "\U00011935\U00011930",
+             "a\u0898\u0316", "=" * 3000]
     spaces = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000 ", "    \n"]
     return "".join(rng.choice(words) + rng.choice(spaces) for _ in range(n))
 

@@ -29,6 +29,8 @@ void run(const TokenizeOptions& o) {
   if (o.text == "-") {
     ss << std::cin.rdbuf();
   } else {
+    if (std::filesystem::is_directory(o.text))
+      throw Error(o.text, "is a directory, not a text file");
     std::ifstream f(o.text, std::ios::binary);
     if (!f) throw Error(o.text, "cannot read the text file");
     ss << f.rdbuf();

@@ -562,6 +562,9 @@ bool run(const ValidateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> wanted = o.schemes == "all" ? kAllSchemes : split(o.schemes);
   if (wanted.empty()) throw UsageError("--schemes", "names no scheme");
+  if (o.stride != 0 && o.text.empty()) throw UsageError("validate", "--stride applies to --text");
+  if (!o.text.empty() && o.text != "-" && !fs::is_regular_file(o.text))
+    throw Error(o.text, "is not a readable text file (--text)");
   if (!o.candidates.empty() && o.model.empty())
     throw UsageError("validate --candidate",
                      "needs --model DIR, the checkpoint the candidate ran: its hashes are checked "
