@@ -104,7 +104,7 @@ QuantTensorShard slice(const std::string& name, int dim, int64_t begin, int64_t 
 QuantTensorShard quant_tensor_shard(const ModelConfig& cfg, const SchemeId& scheme,
                                     const std::string& linear, const std::string& tensor,
                                     const std::vector<uint64_t>& shape, int64_t n, int64_t k,
-                                    int rank, int tp) {
+                                    int rank, int tp, bool act_order) {
   const std::string name = linear + "." + tensor;
   uint64_t numel = 1;
   for (const uint64_t d : shape)
@@ -167,6 +167,10 @@ QuantTensorShard quant_tensor_shard(const ModelConfig& cfg, const SchemeId& sche
   }
   if (w.kind == ShardKind::kRow) {
     const int d = axis_of(Axis::Of::kCols);
+    // Act-order groups index the scale grid by g_idx, not by column: the grid stays whole.
+    const bool group_grid =
+        tensor == "weight_scale" || tensor == "weight_offset" || tensor == "weight_zero_point";
+    if (act_order && group_grid) return {};
     if (d >= 0)
       return slice(name, d, w.begin, w.end, k, (*axes)[static_cast<size_t>(d)].per, "columns",
                    rank);

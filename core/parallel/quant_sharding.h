@@ -36,9 +36,9 @@
 namespace qparity {
 
 enum class QuantShardKind {
-  kWhole,     // every rank holds the tensor as stored
-  kSlice,     // [begin, end) along dim
-  kZeros,     // zeros of the stored shape (a term added once, held whole by rank 0 alone)
+  kWhole,  // every rank holds the tensor as stored
+  kSlice,  // [begin, end) along dim
+  kZeros,  // zeros of the stored shape (a term added once, held whole by rank 0 alone)
 };
 
 struct QuantTensorShard {
@@ -50,9 +50,12 @@ struct QuantTensorShard {
 // The shard of `<linear>.<tensor>` (its stored shape `shape`) of a linear of scheme `scheme` with
 // the logical weight [n, k], held by `rank` of `tp`. `tensor` is the registry's relative name
 // (weight_scale, quant_bias, k_proj.kv_cache_scale, ...). Errors name the tensor and the rule.
+// act_order: the layer stores weight_g_idx (compressed-tensors actorder "group"): its groups are
+// not contiguous columns, so on a row-parallel layer the group scales and offsets stay whole on
+// every rank and only g_idx is sliced (vLLM's marlin_repeat_scales_on_all_ranks).
 QuantTensorShard quant_tensor_shard(const ModelConfig& cfg, const SchemeId& scheme,
                                     const std::string& linear, const std::string& tensor,
                                     const std::vector<uint64_t>& shape, int64_t n, int64_t k,
-                                    int rank, int tp);
+                                    int rank, int tp, bool act_order = false);
 
 }  // namespace qparity

@@ -212,6 +212,28 @@ TEST(QuantSharding, RefusesPartitionsThatSplitAGroupBlockOrWord) {
               HasSubstr("quantized embedding or lm_head"));
 }
 
+// Act order (weight_g_idx): on a row-parallel layer the codes and g_idx follow the columns, the
+// group scales stay whole on every rank (g_idx holds global group ids); column-parallel as usual.
+TEST(QuantSharding, ActOrderKeepsGroupScalesWholeOnRowParallelLayers) {
+  const ModelConfig c = model(8);
+  const SchemeId w4 = parse_scheme_id("w4a16-g32");
+  const std::string down = "model.layers.0.mlp.down_proj";
+  const auto shard = [&](const std::string& t, std::vector<uint64_t> shape, int rank) {
+    return quant_tensor_shard(c, w4, down, t, shape, 1024, 2048, rank, 2, true);
+  };
+  EXPECT_EQ(shard("weight_scale", {1024, 64}, 1).kind, QuantShardKind::kWhole);
+  const QuantTensorShard packed = shard("weight_packed", {1024, 256}, 1);
+  EXPECT_EQ(packed.kind, QuantShardKind::kSlice);
+  EXPECT_EQ(packed.begin, 128);
+  const QuantTensorShard g_idx = shard("weight_g_idx", {2048}, 1);
+  EXPECT_EQ(g_idx.kind, QuantShardKind::kSlice);
+  EXPECT_EQ(g_idx.begin, 1024);
+  const QuantTensorShard col = quant_tensor_shard(
+      c, w4, "model.layers.0.mlp.up_proj", "weight_scale", {2048, 32}, 2048, 1024, 1, 2, true);
+  EXPECT_EQ(col.kind, QuantShardKind::kSlice);  // rows with their weight rows
+  EXPECT_EQ(col.begin, 1024);
+}
+
 // w = (q - offset) * scale per 128-group: the row-parallel ranks' slices of codes, scales and
 // offsets dequantize to exactly TP = 1's columns, and msModelSlim's quant_bias reaches the
 // all-reduced sum once.
