@@ -17,4 +17,13 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w);
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row);
 
+// The kernel under both, register-blocked: for up to kPanelRows weight rows held as a panel
+// [k][kPanelRows] (row j's value at k in panel[k * kPanelRows + j]; unused rows any finite
+// value), out[t * kPanelRows + j] = sum_k x[t, k] * w_j[k] for every token t, each sum in ascending
+// k with a rounding after every product and every addition (no fused multiply-add) — the bits of
+// the scalar loop `acc += x * w`, for any tiling. Tokens go four at a time, rows two by two in
+// SIMD pairs: sixteen independent sums instead of one latency-bound chain.
+inline constexpr int64_t kPanelRows = 4;
+void dot_panel_fixed_order(const Matrix& x, std::span<const double> panel, std::span<double> out);
+
 }  // namespace qparity::reference

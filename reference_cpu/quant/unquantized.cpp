@@ -1,6 +1,9 @@
 #include "reference_cpu/quant/unquantized.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/numeric.h"
 #include "reference_cpu/quant/parallel.h"
 #include "reference_cpu/tensor_decode.h"
@@ -62,17 +65,22 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
     const int64_t np = s.partitions[static_cast<size_t>(p)];
     // Weight rows split across threads; each output is one ascending-k sum (as matmul_nt).
     parallel_chunks(np, x.rows * np * k, [&](int64_t n0, int64_t n1) {
-      std::vector<double> row(static_cast<size_t>(k));
-      for (int64_t n = n0; n < n1; ++n) {
-        decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
-        round_to_run_dtype(t.dtype, row);
-        for (int64_t i = 0; i < x.rows; ++i) {
-          const auto xr = x.row(i);
-          double acc = 0.0;
+      std::vector<double> row(static_cast<size_t>(k)), panel(static_cast<size_t>(k * kPanelRows)),
+          out(static_cast<size_t>(x.rows * kPanelRows));
+      for (int64_t n = n0; n < n1; n += kPanelRows) {
+        const int64_t nr = std::min(kPanelRows, n1 - n);
+        std::fill(panel.begin(), panel.end(), 0.0);
+        for (int64_t r = 0; r < nr; ++r) {
+          decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>((n + r) * k), row, "weight row");
+          round_to_run_dtype(t.dtype, row);
           for (int64_t j = 0; j < k; ++j)
-            acc += xr[static_cast<size_t>(j)] * row[static_cast<size_t>(j)];
-          y(i, off + n) = acc + b[static_cast<size_t>(off + n)];
+            panel[static_cast<size_t>(j * kPanelRows + r)] = row[static_cast<size_t>(j)];
         }
+        dot_panel_fixed_order(x, panel, out);
+        for (int64_t i = 0; i < x.rows; ++i)
+          for (int64_t r = 0; r < nr; ++r)
+            y(i, off + n + r) =
+                out[static_cast<size_t>(i * kPanelRows + r)] + b[static_cast<size_t>(off + n + r)];
       }
     });
   }

@@ -15,6 +15,7 @@
 #include "quant_test_util.h"
 #include "reference_cpu/quant/host_tensor.h"
 #include "reference_cpu/quant/kv_cache_method.h"
+#include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/numeric.h"
 #include "reference_cpu/quant/scaled_gemm.h"
 #include "reference_cpu/quant/unquantized.h"
@@ -169,6 +170,37 @@ TEST(ScaledGemm, SegmentsFollowBothScaleGrids) {
       {}, {}};
   EXPECT_EQ(scaled_gemm(a, b)(0, 0), -448.0 * 448.0 * 6 * 0.5);
   EXPECT_THAT(error_of([] { lattice_code(0.3, 0.5); }), HasSubstr("not on the lattice"));
+}
+
+// The register-blocked product keeps each output the scalar loop's ascending-k sum with a rounding
+// after every product and every addition: bit for bit, for every tile shape (tokens 1..9 cover
+// the 4-token tiles and the remainder; rows 1..7 the 4-row panels and a partial one), on values
+// spread over many exponents so that any reordering or fused multiply-add would show.
+TEST(Matmul, RegisterBlockedSumsEqualTheScalarLoopBitForBit) {
+  std::mt19937_64 rng(test::test_seed());
+  std::uniform_real_distribution<double> mant(-1.0, 1.0);
+  std::uniform_int_distribution<int> expo(-30, 30);
+  const auto value = [&] { return std::ldexp(mant(rng), expo(rng)); };
+  for (const int64_t tokens : {1, 3, 4, 5, 9})
+    for (const int64_t rows : {1, 4, 7})
+      for (const int64_t k : {1, 17, 256}) {
+        Matrix x(tokens, k), w(rows, k);
+        for (double& v : x.data)
+          v = value();
+        for (double& v : w.data)
+          v = value();
+        const Matrix y = matmul_nt(x, w);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t n = 0; n < rows; ++n) {
+            volatile double acc = 0.0;  // one rounding per step, in this order
+            for (int64_t j = 0; j < k; ++j) {
+              volatile double p = x(t, j) * w(n, j);
+              acc = acc + p;
+            }
+            ASSERT_EQ(y(t, n), acc) << tokens << "x" << rows << "x" << k << " at " << t << ","
+                                    << n;
+          }
+      }
 }
 
 TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
