@@ -18,6 +18,8 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w) {
 
 namespace {
 
+constexpr int64_t kPanelRows = 4;  // weight rows a panel holds
+
 // Two doubles a register (SSE2, every x86-64): a product and a sum each round once, as scalars.
 typedef double V2 __attribute__((vector_size(16)));
 
@@ -46,8 +48,7 @@ void dot_panel_tile(const double* const* xr, const double* panel, int64_t k, dou
   }
 }
 
-}  // namespace
-
+// out[t * kPanelRows + j] = the fixed-order sum of token t against panel row j, every token.
 void dot_panel_fixed_order(const Matrix& x, std::span<const double> panel, std::span<double> out) {
   const int64_t k = x.cols;
   if (static_cast<int64_t>(panel.size()) < k * kPanelRows ||
@@ -64,6 +65,8 @@ void dot_panel_fixed_order(const Matrix& x, std::span<const double> panel, std::
     dot_panel_tile<1>(xr, panel.data(), k, out.data() + t * kPanelRows);
   }
 }
+
+}  // namespace
 
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row) {

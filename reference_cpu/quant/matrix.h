@@ -13,17 +13,11 @@ namespace qparity::reference {
 // y = x @ w^T in fp64, each output summed over k in ascending order. x [T, K], w [N, K].
 Matrix matmul_nt(const Matrix& x, const Matrix& w);
 // The same with the weight produced one row at a time (a compact weight decoded on the fly):
-// row(n, out) writes w[n, :] (k values) into out. Same sums, same order, as matmul_nt.
+// row(n, out) writes w[n, :] (k values) into out. Same sums, same order, as matmul_nt. Both are
+// register-blocked (4 tokens x 4 rows of independent sums over a transposed panel of rows), each
+// output still the ascending-k sum with a rounding after every product and every addition (no
+// fused multiply-add): the bits of the scalar loop `acc += x * w`, for any tiling.
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row);
-
-// The kernel under both, register-blocked: for up to kPanelRows weight rows held as a panel
-// [k][kPanelRows] (row j's value at k in panel[k * kPanelRows + j]; unused rows any finite
-// value), out[t * kPanelRows + j] = sum_k x[t, k] * w_j[k] for every token t, each sum in ascending
-// k with a rounding after every product and every addition (no fused multiply-add) — the bits of
-// the scalar loop `acc += x * w`, for any tiling. Tokens go four at a time, rows two by two in
-// SIMD pairs: sixteen independent sums instead of one latency-bound chain.
-inline constexpr int64_t kPanelRows = 4;
-void dot_panel_fixed_order(const Matrix& x, std::span<const double> panel, std::span<double> out);
 
 }  // namespace qparity::reference

@@ -1,11 +1,8 @@
 #include "reference_cpu/quant/unquantized.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/quant/parallel.h"
 #include "reference_cpu/tensor_decode.h"
 
 namespace qparity::reference {
@@ -63,26 +60,15 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
     const HostTensor& t = *parts[static_cast<size_t>(p)];
     const int64_t off = s.partition_offset(p);
     const int64_t np = s.partitions[static_cast<size_t>(p)];
-    // Weight rows split across threads; each output is one ascending-k sum (as matmul_nt).
-    parallel_chunks(np, x.rows * np * k, [&](int64_t n0, int64_t n1) {
-      std::vector<double> row(static_cast<size_t>(k)), panel(static_cast<size_t>(k * kPanelRows)),
-          out(static_cast<size_t>(x.rows * kPanelRows));
-      for (int64_t n = n0; n < n1; n += kPanelRows) {
-        const int64_t nr = std::min(kPanelRows, n1 - n);
-        std::fill(panel.begin(), panel.end(), 0.0);
-        for (int64_t r = 0; r < nr; ++r) {
-          decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>((n + r) * k), row, "weight row");
-          round_to_run_dtype(t.dtype, row);
-          for (int64_t j = 0; j < k; ++j)
-            panel[static_cast<size_t>(j * kPanelRows + r)] = row[static_cast<size_t>(j)];
-        }
-        dot_panel_fixed_order(x, panel, out);
-        for (int64_t i = 0; i < x.rows; ++i)
-          for (int64_t r = 0; r < nr; ++r)
-            y(i, off + n + r) =
-                out[static_cast<size_t>(i * kPanelRows + r)] + b[static_cast<size_t>(off + n + r)];
-      }
+    // The rows decoded one at a time into matmul_nt_rows' panels (threads over rows, each output
+    // one ascending-k sum), then the bias.
+    const Matrix yp = matmul_nt_rows(x, np, [&](int64_t n, std::span<double> row) {
+      decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
+      round_to_run_dtype(t.dtype, row);
     });
+    for (int64_t i = 0; i < x.rows; ++i)
+      for (int64_t n = 0; n < np; ++n)
+        y(i, off + n) = yp(i, n) + b[static_cast<size_t>(off + n)];
   }
   return y;
 }
