@@ -11,6 +11,7 @@
 
 #include "golden/compare.h"
 #include "golden/golden_file.h"
+#include "scratch_dir.h"
 #include "test_seed.h"
 
 namespace qparity::golden {
@@ -47,10 +48,7 @@ Golden with_codes(const std::vector<double>& codes, const std::vector<double>& s
 }
 
 fs::path file(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("qparity_block_codes_" + std::to_string(test::test_seed()));
-  fs::create_directories(dir);
-  return dir / name;
+  return test::scratch_dir("qparity_block_codes") / name;
 }
 
 PointStats point_stats(const Golden& a, const Golden& b, const std::string& tag,

@@ -12,6 +12,7 @@
 
 #include "error_of.h"
 #include "golden/golden_file.h"
+#include "scratch_dir.h"
 #include "test_seed.h"
 
 namespace qparity::golden {
@@ -59,10 +60,7 @@ Golden sample() {
 }
 
 fs::path temp_file(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("qparity_golden_" + std::to_string(test::test_seed()));
-  fs::create_directories(dir);
-  return dir / name;
+  return test::scratch_dir("qparity_golden") / name;
 }
 
 TEST(GoldenFile, RoundTripsBitForBitInExecutionOrder) {

@@ -14,6 +14,7 @@
 #include "core/text/tokenizer.h"
 #include "error_of.h"
 #include "golden/reference_run.h"
+#include "scratch_dir.h"
 #include "test_seed.h"
 
 namespace qparity {
@@ -63,8 +64,7 @@ struct Spec {
 };
 
 fs::path write_tokenizer(const std::string& name, const Spec& s) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("qparity_tokenizer_" + name + "_" + std::to_string(test::test_seed()));
+  const fs::path dir = test::scratch_dir("qparity_tokenizer") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   Json vocab = Json::object();
