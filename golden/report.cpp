@@ -423,6 +423,9 @@ std::string render_markdown(const Json& rep) {
   o << "| Δ ln PPL [95%] | " << fmt(num(s["dln_ppl"]), "%.4g") << " ["
     << fmt(num(s["dln_ppl_lo"]), "%.4g") << ", " << fmt(num(s["dln_ppl_hi"]), "%.4g") << "] |\n";
   o << "| PPL ratio | " << fmt(num(s["ppl_ratio"]), "%.4g") << " |\n";
+  if (const Json& e = c.value("end_to_end", Json::object()); e.contains("ppl_golden"))
+    o << "| PPL golden → candidate | " << fmt(num(e["ppl_golden"]), "%.5g") << " → "
+      << fmt(num(e["ppl_candidate"]), "%.5g") << " |\n";
   o << "| first greedy divergence | " << s["first_greedy_divergence"] << " |\n";
   o << "| logits rel L2 | " << fmt(num(s["logits_rel_l2"])) << " |\n";
   o << "| worst capture point | " << s["worst_point"].get<std::string>() << " ("

@@ -99,6 +99,39 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
   fs::remove_all(dir);
 }
 
+// Without --model: the trained fixtures, evaluated on their held-out text and calibrated on
+// their calibration text; each report's perplexity is a trained model's (a uniform guess over
+// the 1,024-token vocabulary would be 1,024). --fixtures chooses the default set only.
+TEST(CliValidate, DefaultsToTheTrainedFixturesOnTheirHeldOutText) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_validate_trained_" + std::to_string(test_seed()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "reports";
+  const CliRun r =
+      run_cli(dir, "validate --schemes kv-int8 --sequences 2 --seq-len 64 --out " + out.string());
+  ASSERT_TRUE(r.status == 0 || r.status == 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("calibrating on the first 2048 tokens of"));
+  EXPECT_THAT(r.err, HasSubstr("calib.txt"));
+  for (const char* model : {"llama-trained", "qwen3-trained", "qwen3-moe-trained"}) {
+    const fs::path base = out / "cpu-reference" / model / "kv-int8";
+    ASSERT_TRUE(fs::exists(base.string() + ".json")) << base;
+    const Json j = read_json_file(base.string() + ".json");
+    EXPECT_EQ(j["compare"]["end_to_end"]["positions"], 2 * 64) << model;
+    const double ppl = j["compare"]["end_to_end"]["ppl_golden"].get<double>();
+    EXPECT_GT(ppl, 1.0) << model;
+    EXPECT_LT(ppl, 40.0) << model;
+    EXPECT_EQ(j["summary"]["math_check"], "ok") << model;
+  }
+  const CliRun bad = run_cli(dir, "validate --fixtures nope --out " + out.string());
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--fixtures"));
+  const CliRun both =
+      run_cli(dir, "validate --model " + dir.string() + " --fixtures random --out " + out.string());
+  EXPECT_EQ(both.status, 2) << both.err;
+  EXPECT_THAT(both.err, HasSubstr("--model names the model"));
+  fs::remove_all(dir);
+}
+
 // The real checkpoint, by shape: a Llama whose intermediate size (172) breaks the group
 // schemes' K rules. validate runs every scheme that applies (the down projections left
 // unquantized, said in the row), skips what cannot apply with the reason in the index, and exits

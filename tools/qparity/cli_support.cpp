@@ -12,12 +12,12 @@ namespace qparity::cli {
 
 namespace fs = std::filesystem;
 
-fs::path installed_policy_dir() {
+fs::path installed_data_dir(const fs::path& name) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
-  for (const fs::path& dir : {exe.parent_path() / ".." / "share" / "qparity" / "policies",
-                              exe.parent_path() / "policies"})
+  for (const fs::path& dir :
+       {exe.parent_path() / ".." / "share" / "qparity" / name, exe.parent_path() / name})
     if (fs::is_directory(dir, ec)) return dir.lexically_normal();
   return {};
 }

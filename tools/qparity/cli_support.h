@@ -14,10 +14,13 @@
 
 namespace qparity::cli {
 
-// The policies the tool installs: <dir of the binary>/../share/qparity/policies (an install
-// tree, `cmake --install`), else <dir of the binary>/policies (the build tree copies them there).
-// Empty when neither exists.
-std::filesystem::path installed_policy_dir();
+// Data the tool installs beside itself, by directory name ("policies", "fixtures/trained"):
+// <dir of the binary>/../share/qparity/<name> (an install tree, `cmake --install`), else
+// <dir of the binary>/<name> (the build tree copies it there). Empty when neither exists.
+std::filesystem::path installed_data_dir(const std::filesystem::path& name);
+inline std::filesystem::path installed_policy_dir() {
+  return installed_data_dir("policies");
+}
 
 // --policies DIR, or the installed directory; an error naming the directory when it is missing.
 std::filesystem::path policy_dir(const std::string& option);
