@@ -6,21 +6,29 @@
 // GEMM with the same number of threads.
 //
 // Usage: bench_reference_forward [--tokens T] [--repeats R] [--threads 1,2,...]
-//        (default threads: 1 and the OpenMP maximum; prints a table and JSON lines)
-#include <Eigen/Dense>
+//        [--kernel auto|sse2|avx2] [--archs llama,qwen3,qwen3-moe] [--layer-8b 1]
+//        (default threads: 1 and the OpenMP maximum; prints a table and JSON lines). Eigen runs
+//        with AVX2 + FMA (bench/eigen_gemm_baseline.h); the reference's products at the vector
+//        width --kernel names (the bits are the same at either).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "bench/eigen_gemm_baseline.h"
+#include "core/codecs/float_format.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
+#include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/parallel.h"
+#include "reference_cpu/tensor_decode.h"
 
 namespace {
 
@@ -30,21 +38,6 @@ using namespace qparity;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Best-of-`repeats` GFLOP/s of an n x n x n fp64 GEMM (2 n^3 flops).
-double eigen_gemm_gflops(int n, int repeats, int threads) {
-  Eigen::setNbThreads(threads);
-  Eigen::MatrixXd a = Eigen::MatrixXd::Random(n, n), b = Eigen::MatrixXd::Random(n, n), c(n, n);
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    c.noalias() = a * b;
-    best = std::min(best, seconds_since(t0));
-  }
-  if (c(0, 0) == 12345.678) std::puts("");  // keep the product observable
-  const double m = static_cast<double>(n);
-  return 2.0 * m * m * m / best / 1e9;
 }
 
 // Multiply-adds of one token through the model: every linear (active experts only for MoE) plus
@@ -65,16 +58,76 @@ double flops_per_token(const ModelConfig& c, int64_t context) {
   return 2.0 * macs;
 }
 
+// One Llama-3-8B-shaped decoder layer's linears (qkv 6144x4096, o_proj 4096x4096, gate_up
+// 28672x4096, down 4096x14336) at `tokens` tokens, through matmul_nt_rows with bf16 rows decoded
+// on the fly, as the reference's unquantized linear runs them. Returns {GFLOP/s, the share of the
+// time spent decoding and packing the weights} (that share measured by the same calls with no
+// tokens: the rows decoded and packed, no products; one thread, as such calls run).
+std::pair<double, double> layer_8b_linears(int64_t tokens, int repeats) {
+  struct Shape {
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  double flops = 0, all = 0, decode = 0;
+  for (const Shape& sh : shapes) {
+    std::vector<uint16_t> w(static_cast<size_t>(sh.n * sh.k));
+    for (auto& c : w)
+      c = codec::double_to_bf16(u(rng) * 0.05);
+    Matrix x(tokens, sh.k), none(0, sh.k);
+    for (double& v : x.data)
+      v = u(rng);
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(w.data()),
+                                         w.size() * sizeof(uint16_t));
+    const auto row = [&](int64_t r, std::span<double> out) {  // as the unquantized linear does
+      reference::decode_to_double(DType::kBF16, bytes, static_cast<uint64_t>(r * sh.k), out,
+                                  "8B-shaped weight");
+    };
+    double best = 1e300, best_decode = 1e300;
+    for (int r = 0; r < repeats; ++r) {
+      auto t0 = Clock::now();
+      const Matrix y = reference::matmul_nt_rows(x, sh.n, row);
+      best = std::min(best, seconds_since(t0));
+      if (y(0, 0) == 12345.678) std::puts("");
+      t0 = Clock::now();
+      reference::matmul_nt_rows(none, sh.n, row);
+      best_decode = std::min(best_decode, seconds_since(t0));
+    }
+    flops += 2.0 * static_cast<double>(tokens * sh.n * sh.k);
+    all += best;
+    decode += best_decode;
+  }
+  return {flops / all / 1e9, decode / all};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t tokens = 32;
   int repeats = 3;
+  std::vector<std::string> archs = {"llama", "qwen3", "qwen3-moe"};
+  bool layer_8b = false;
   std::vector<int> thread_counts = {1};
   if (reference::reference_threads() > 1) thread_counts.push_back(reference::reference_threads());
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--kernel")) {
+      const std::string k = argv[i + 1];
+      reference::set_dot_kernel(k == "sse2"   ? reference::DotKernel::kSse2
+                                : k == "avx2" ? reference::DotKernel::kAvx2
+                                              : reference::DotKernel::kAuto);
+    }
+    if (!std::strcmp(argv[i], "--layer-8b")) layer_8b = std::strcmp(argv[i + 1], "0") != 0;
+    if (!std::strcmp(argv[i], "--archs")) {
+      archs.clear();
+      for (std::string list = argv[i + 1]; !list.empty();) {
+        const size_t comma = list.find(',');
+        archs.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+    }
     if (!std::strcmp(argv[i], "--threads")) {
       thread_counts.clear();
       for (const char* p = argv[i + 1]; *p;) {
@@ -86,8 +139,11 @@ int main(int argc, char** argv) {
     }
   }
   const fs::path root = fs::temp_directory_path() / "qparity_bench_forward";
-  const char* const archs[] = {"llama", "qwen3", "qwen3-moe"};
-  for (const char* arch : archs) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::fprintf(stderr, "bench_reference_forward: the Eigen baseline needs AVX2 and FMA\n");
+    return 1;
+  }
+  for (const std::string& arch : archs) {
     fixtures::FixtureSpec spec;
     spec.arch = fixtures::parse_fixture_arch(arch);
     spec.size = fixtures::FixtureSize::kSmall;
@@ -96,12 +152,16 @@ int main(int argc, char** argv) {
   }
   for (int threads : thread_counts) {
     reference::set_reference_threads(threads);
-    const double eigen = eigen_gemm_gflops(512, 5, threads);
-    std::printf("Eigen fp64 GEMM 512^3, %d thread(s): %.2f GFLOP/s (baseline, same run)\n", threads,
-                eigen);
+    const double eigen = bench::eigen_gemm_gflops(512, 5, threads);
+    const char* kernel = reference::dot_kernel() == reference::DotKernel::kAvx2 ? "avx2" : "sse2";
+    std::printf(
+        "Eigen fp64 GEMM 512^3 (%s), %d thread(s): %.2f GFLOP/s (baseline, same run); "
+        "reference products: %s\n",
+        bench::eigen_simd(), threads, eigen, kernel);
     std::printf("%-10s %8s %8s %14s %14s %12s %14s\n", "arch", "threads", "tokens", "prefill tok/s",
                 "decode tok/s", "GFLOP/s", "vs Eigen GEMM");
-    for (const char* arch : archs) {
+    for (const std::string& a : archs) {
+      const char* arch = a.c_str();
       auto model = reference::load_model(root / arch);
       const auto t = reference::synthetic_tokens(tokens, model->config().vocab, 7);
       double prefill = 1e300, decode = 1e300;
@@ -125,13 +185,36 @@ int main(int argc, char** argv) {
                   static_cast<long long>(tokens), n / prefill, n / decode, gflops,
                   100.0 * gflops / eigen);
       std::printf(
-          "{\"arch\":\"%s\",\"size\":\"small\",\"threads\":%d,\"tokens\":%lld,"
+          "{\"arch\":\"%s\",\"size\":\"small\",\"kernel\":\"%s\",\"threads\":%d,\"tokens\":%lld,"
           "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"gflops\":%.4f,"
           "\"eigen_gemm_gflops\":%.4f,\"ratio\":%.4f}\n",
-          arch, threads, static_cast<long long>(tokens), n / prefill, n / decode, gflops, eigen,
-          gflops / eigen);
+          arch, kernel, threads, static_cast<long long>(tokens), n / prefill, n / decode, gflops,
+          eigen, gflops / eigen);
     }
   }
   fs::remove_all(root);
+  if (layer_8b) {
+    std::printf(
+        "\nLlama-3-8B-shaped layer, the four linears (bf16 rows decoded on the fly), %lld "
+        "tokens:\n%8s %12s %14s %16s\n",
+        static_cast<long long>(tokens), "threads", "GFLOP/s", "vs Eigen GEMM", "decode+pack share");
+    for (int threads : thread_counts) {
+      reference::set_reference_threads(threads);
+      const double eigen = bench::eigen_gemm_gflops(512, 5, threads);
+      const auto [gflops, decode_share] = layer_8b_linears(tokens, repeats);
+      // The decode-only calls have no products to split across threads: their share is
+      // meaningful at one thread only.
+      if (threads == 1)
+        std::printf("%8d %12.3f %13.1f%% %15.1f%%\n", threads, gflops, 100.0 * gflops / eigen,
+                    100.0 * decode_share);
+      else
+        std::printf("%8d %12.3f %13.1f%% %16s\n", threads, gflops, 100.0 * gflops / eigen, "-");
+      std::printf(
+          "{\"shape\":\"llama3-8b-layer\",\"threads\":%d,\"tokens\":%lld,"
+          "\"gflops\":%.4f,\"eigen_gemm_gflops\":%.4f,\"ratio\":%.4f,"
+          "\"decode_share\":%.4f}\n",
+          threads, static_cast<long long>(tokens), gflops, eigen, gflops / eigen, decode_share);
+    }
+  }
   return 0;
 }

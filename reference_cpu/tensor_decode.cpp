@@ -83,6 +83,30 @@ void decode_to_double(DType dtype, std::span<const uint8_t> bytes, uint64_t firs
   if (last < first || (last * bits + 7) / 8 > bytes.size())
     throw Error(where, "element range [" + std::to_string(first) + ", " + std::to_string(last) +
                            ") is outside the tensor's " + std::to_string(bytes.size()) + " bytes");
+  // bf16 and fp32 without the general decoder (the reference's hot path: every weight row of an
+  // unquantized linear, at every call): a bf16 code is the top half of an fp32, and fp32 widens
+  // to fp64 exactly, so the values are decode()'s, NaN aside (any NaN stays a NaN).
+  if (dtype == DType::kBF16) {
+    const uint8_t* p = bytes.data() + 2 * first;
+    for (uint64_t i = 0; i < out.size(); ++i) {
+      uint16_t c;
+      std::memcpy(&c, p + 2 * i, 2);
+      const uint32_t f32 = static_cast<uint32_t>(c) << 16;
+      float f;
+      std::memcpy(&f, &f32, 4);
+      out[i] = static_cast<double>(f);
+    }
+    return;
+  }
+  if (dtype == DType::kF32) {
+    const uint8_t* p = bytes.data() + 4 * first;
+    for (uint64_t i = 0; i < out.size(); ++i) {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      out[i] = static_cast<double>(f);
+    }
+    return;
+  }
   for (uint64_t i = 0; i < out.size(); ++i)
     out[i] = decode_one(dtype, bytes.data(), first + i, where);
 }

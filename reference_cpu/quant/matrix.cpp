@@ -1,6 +1,7 @@
 #include "reference_cpu/quant/matrix.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/error.h"
 #include "reference_cpu/quant/parallel.h"
@@ -18,75 +19,135 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w) {
 
 namespace {
 
-constexpr int64_t kPanelRows = 4;  // weight rows a panel holds
+// The product kernel: the same sums in the same order at either width, so the choice changes
+// the speed and never a bit (each output is one token's sum against one weight row, ascending k,
+// a rounding after every product and every addition; vectors run across outputs, never within a
+// sum, and no fused multiply-add is emitted: the AVX2 variant is compiled without FMA).
+std::atomic<DotKernel> g_kernel{DotKernel::kAuto};
 
-// Two doubles a register (SSE2, every x86-64): a product and a sum each round once, as scalars.
-typedef double V2 __attribute__((vector_size(16)));
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
 
-template <int kTokens>
-void dot_panel_tile(const double* const* xr, const double* panel, int64_t k, double* out) {
-  V2 acc[kTokens][2];
+typedef double V2 __attribute__((vector_size(16)));  // SSE2, every x86-64
+typedef double V4 __attribute__((vector_size(32)));  // AVX2
+
+// kTokens tokens x (kVecs * lanes) panel rows of independent sums over k. The panel holds the
+// rows transposed: panel[j * kRows + r] = w[r][j].
+// Sums over j in [j0, j1), continuing the partial sums in `out` unless j0 == 0: storing a partial
+// sum and loading it back changes no bit, so blocking k changes nothing but the cache traffic.
+template <typename V, int kVecs, int kTokens>
+[[gnu::always_inline]] inline void dot_panel_tile(const double* const* xr, const double* panel,
+                                                  int64_t j0, int64_t j1, double* out) {
+  constexpr int kLanes = static_cast<int>(sizeof(V) / sizeof(double));
+  constexpr int kRows = kVecs * kLanes;
+  // Fully unrolled, so the accumulators live in registers (GCC -O2 does not unroll these
+  // constant loops by itself and kept them on the stack: a third of the speed).
+  V acc[kTokens][kVecs];
+#pragma GCC unroll 16
   for (int t = 0; t < kTokens; ++t)
-    acc[t][0] = acc[t][1] = V2{0.0, 0.0};
-  for (int64_t j = 0; j < k; ++j) {
-    V2 w0, w1;
-    __builtin_memcpy(&w0, panel + j * kPanelRows, sizeof w0);
-    __builtin_memcpy(&w1, panel + j * kPanelRows + 2, sizeof w1);
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v) {
+      acc[t][v] = V{};
+      if (j0 > 0) __builtin_memcpy(&acc[t][v], out + t * kRows + v * kLanes, sizeof(V));
+    }
+  for (int64_t j = j0; j < j1; ++j) {
+    V w[kVecs];
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v)
+      __builtin_memcpy(&w[v], panel + j * kRows + v * kLanes, sizeof(V));
+#pragma GCC unroll 16
     for (int t = 0; t < kTokens; ++t) {
-      const double xv = xr[t][j];
-      const V2 xx = {xv, xv};
-      const V2 p0 = xx * w0, p1 = xx * w1;  // rounded products, then rounded sums
-      acc[t][0] = acc[t][0] + p0;
-      acc[t][1] = acc[t][1] + p1;
+      V xx;
+#pragma GCC unroll 16
+      for (int l = 0; l < kLanes; ++l)
+        xx[l] = xr[t][j];
+#pragma GCC unroll 16
+      for (int v = 0; v < kVecs; ++v) {
+        const V p = xx * w[v];  // rounded products, then rounded sums
+        acc[t][v] = acc[t][v] + p;
+      }
     }
   }
-  for (int t = 0; t < kTokens; ++t) {
-    out[t * kPanelRows + 0] = acc[t][0][0];
-    out[t * kPanelRows + 1] = acc[t][0][1];
-    out[t * kPanelRows + 2] = acc[t][1][0];
-    out[t * kPanelRows + 3] = acc[t][1][1];
+  for (int t = 0; t < kTokens; ++t)
+    __builtin_memcpy(out + t * kRows, &acc[t][0], sizeof acc[t]);
+}
+
+// out[t * kRows + r] = the fixed-order sum of token t against panel row r, every token.
+template <typename V, int kVecs, int kTile>
+[[gnu::always_inline]] inline void dot_panel(const Matrix& x, const double* panel, double* out) {
+  constexpr int kRows = kVecs * static_cast<int>(sizeof(V) / sizeof(double));
+  // k in blocks of 256: the panel's block (16 KB at 8 rows) and a tile's x rows stay in L1 while
+  // every token tile passes over them.
+  constexpr int64_t kBlock = 256;
+  for (int64_t j0 = 0; j0 < x.cols; j0 += kBlock) {
+    const int64_t j1 = std::min(x.cols, j0 + kBlock);
+    int64_t t = 0;
+    for (; t + kTile <= x.rows; t += kTile) {
+      const double* xr[kTile];
+      for (int i = 0; i < kTile; ++i)
+        xr[i] = x.row(t + i).data();
+      dot_panel_tile<V, kVecs, kTile>(xr, panel, j0, j1, out + t * kRows);
+    }
+    for (; t < x.rows; ++t) {
+      const double* xr[1] = {x.row(t).data()};
+      dot_panel_tile<V, kVecs, 1>(xr, panel, j0, j1, out + t * kRows);
+    }
   }
 }
 
-// out[t * kPanelRows + j] = the fixed-order sum of token t against panel row j, every token.
-void dot_panel_fixed_order(const Matrix& x, std::span<const double> panel, std::span<double> out) {
-  const int64_t k = x.cols;
-  if (static_cast<int64_t>(panel.size()) < k * kPanelRows ||
-      static_cast<int64_t>(out.size()) < x.rows * kPanelRows)
-    throw Error("dot_panel_fixed_order", "panel or output too small");
-  int64_t t = 0;
-  for (; t + 4 <= x.rows; t += 4) {
-    const double* xr[4] = {x.row(t).data(), x.row(t + 1).data(), x.row(t + 2).data(),
-                           x.row(t + 3).data()};
-    dot_panel_tile<4>(xr, panel.data(), k, out.data() + t * kPanelRows);
-  }
-  for (; t < x.rows; ++t) {
-    const double* xr[1] = {x.row(t).data()};
-    dot_panel_tile<1>(xr, panel.data(), k, out.data() + t * kPanelRows);
-  }
+// 4 tokens x 4 rows in SSE2 pairs; 4 tokens x 8 rows in AVX2 quads (8 + 2 + 1 of the 16 vector
+// registers either way).
+constexpr int64_t kSse2Rows = 4, kAvx2Rows = 8;
+void dot_panel_sse2(const Matrix& x, const double* panel, double* out) {
+  dot_panel<V2, 2, 4>(x, panel, out);
+}
+__attribute__((target("avx2"))) void dot_panel_avx2(const Matrix& x, const double* panel,
+                                                    double* out) {
+  dot_panel<V4, 2, 6>(x, panel, out);
 }
 
 }  // namespace
+
+void set_dot_kernel(DotKernel kernel) {
+  if (kernel == DotKernel::kAvx2 && !cpu_has_avx2())
+    throw Error("set_dot_kernel", "AVX2 asked for on a CPU without it");
+  g_kernel.store(kernel);
+}
+
+DotKernel dot_kernel() {
+  const DotKernel k = g_kernel.load();
+  if (k != DotKernel::kAuto) return k;
+  return cpu_has_avx2() ? DotKernel::kAvx2 : DotKernel::kSse2;
+}
 
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row) {
   Matrix y(x.rows, n);
   const int64_t k = x.cols;
+  const bool avx2 = dot_kernel() == DotKernel::kAvx2;
+  const int64_t kRows = avx2 ? kAvx2Rows : kSse2Rows;
   parallel_chunks(n, x.rows * n * k, [&](int64_t r0, int64_t r1) {
-    std::vector<double> wr(static_cast<size_t>(k)), panel(static_cast<size_t>(k * kPanelRows)),
-        out(static_cast<size_t>(x.rows * kPanelRows));
-    for (int64_t r = r0; r < r1; r += kPanelRows) {
-      const int64_t nr = std::min(kPanelRows, r1 - r);
-      std::fill(panel.begin(), panel.end(), 0.0);
-      for (int64_t j = 0; j < nr; ++j) {
-        row(r + j, wr);
-        for (int64_t c = 0; c < k; ++c)
-          panel[static_cast<size_t>(c * kPanelRows + j)] = wr[static_cast<size_t>(c)];
-      }
-      dot_panel_fixed_order(x, panel, out);
+    std::vector<double> rows(static_cast<size_t>(kRows * k)), panel(static_cast<size_t>(k * kRows)),
+        out(static_cast<size_t>(x.rows * kRows));
+    for (int64_t r = r0; r < r1; r += kRows) {
+      const int64_t nr = std::min(kRows, r1 - r);
+      // Decode the rows, then transpose with the panel written in order (writing each row
+      // straight into the panel strides every store by a cache line).
+      std::fill(rows.begin() + nr * k, rows.end(), 0.0);
+      for (int64_t j = 0; j < nr; ++j)
+        row(r + j, std::span<double>(rows.data() + j * k, static_cast<size_t>(k)));
+      for (int64_t c = 0; c < k; ++c)
+        for (int64_t j = 0; j < kRows; ++j)
+          panel[static_cast<size_t>(c * kRows + j)] = rows[static_cast<size_t>(j * k + c)];
+      if (avx2)
+        dot_panel_avx2(x, panel.data(), out.data());
+      else
+        dot_panel_sse2(x, panel.data(), out.data());
       for (int64_t t = 0; t < x.rows; ++t)
         for (int64_t j = 0; j < nr; ++j)
-          y(t, r + j) = out[static_cast<size_t>(t * kPanelRows + j)];
+          y(t, r + j) = out[static_cast<size_t>(t * kRows + j)];
     }
   });
   return y;

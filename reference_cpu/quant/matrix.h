@@ -14,10 +14,18 @@ namespace qparity::reference {
 Matrix matmul_nt(const Matrix& x, const Matrix& w);
 // The same with the weight produced one row at a time (a compact weight decoded on the fly):
 // row(n, out) writes w[n, :] (k values) into out. Same sums, same order, as matmul_nt. Both are
-// register-blocked (4 tokens x 4 rows of independent sums over a transposed panel of rows), each
-// output still the ascending-k sum with a rounding after every product and every addition (no
-// fused multiply-add): the bits of the scalar loop `acc += x * w`, for any tiling.
+// register-blocked (4 tokens x 4 rows of independent sums in SSE2, 4 x 8 in AVX2, over a
+// transposed panel of rows), each output still the ascending-k sum with a rounding after every
+// product and every addition (no fused multiply-add): the bits of the scalar loop
+// `acc += x * w`, for any tiling, vector width or CPU (no cache-size-dependent blocking).
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row);
+
+// Which vector width the products run at: kAuto picks AVX2 where the CPU has it (checked at run
+// time; the build targets baseline x86-64), else SSE2. The bits are the same; tests and the
+// bench force one to show it.
+enum class DotKernel { kAuto, kSse2, kAvx2 };
+void set_dot_kernel(DotKernel kernel);  // kAvx2 on a CPU without it is an Error
+DotKernel dot_kernel();                 // the kernel in use (never kAuto)
 
 }  // namespace qparity::reference

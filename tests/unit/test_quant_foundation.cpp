@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <random>
 
 #include "core/codecs/float_format.h"
@@ -181,26 +182,35 @@ TEST(Matmul, RegisterBlockedSumsEqualTheScalarLoopBitForBit) {
   std::uniform_real_distribution<double> mant(-1.0, 1.0);
   std::uniform_int_distribution<int> expo(-30, 30);
   const auto value = [&] { return std::ldexp(mant(rng), expo(rng)); };
-  for (const int64_t tokens : {1, 3, 4, 5, 9})
-    for (const int64_t rows : {1, 4, 7})
-      for (const int64_t k : {1, 17, 256}) {
-        Matrix x(tokens, k), w(rows, k);
-        for (double& v : x.data)
-          v = value();
-        for (double& v : w.data)
-          v = value();
-        const Matrix y = matmul_nt(x, w);
-        for (int64_t t = 0; t < tokens; ++t)
-          for (int64_t n = 0; n < rows; ++n) {
-            volatile double acc = 0.0;  // one rounding per step, in this order
-            for (int64_t j = 0; j < k; ++j) {
-              volatile double p = x(t, j) * w(n, j);
-              acc = acc + p;
+  // Both vector widths (the CPU's own choice last); tiles of 4 and 6 tokens with remainders;
+  // panels of 4 and 8 rows with partial panels; k across the 256-wide blocks.
+  std::vector<DotKernel> kernels = {DotKernel::kSse2};
+  if (__builtin_cpu_supports("avx2")) kernels.push_back(DotKernel::kAvx2);
+  kernels.push_back(DotKernel::kAuto);
+  for (const DotKernel kernel : kernels)
+    for (const int64_t tokens : {1, 3, 4, 5, 6, 7, 13})
+      for (const int64_t rows : {1, 4, 7, 8, 9, 17})
+        for (const int64_t k : {1, 17, 256, 257, 600}) {
+          set_dot_kernel(kernel);
+          Matrix x(tokens, k), w(rows, k);
+          for (double& v : x.data)
+            v = value();
+          for (double& v : w.data)
+            v = value();
+          const Matrix y = matmul_nt(x, w);
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t n = 0; n < rows; ++n) {
+              volatile double acc = 0.0;  // one rounding per step, in this order
+              for (int64_t j = 0; j < k; ++j) {
+                volatile double p = x(t, j) * w(n, j);
+                acc = acc + p;
+              }
+              ASSERT_EQ(y(t, n), acc) << tokens << "x" << rows << "x" << k << " at " << t << ","
+                                      << n << ", kernel " << static_cast<int>(dot_kernel());
             }
-            ASSERT_EQ(y(t, n), acc) << tokens << "x" << rows << "x" << k << " at " << t << ","
-                                    << n;
-          }
-      }
+        }
+  if (!__builtin_cpu_supports("avx2"))
+    std::cout << "note: this CPU has no AVX2; the SSE2 kernel alone was checked\n";
 }
 
 TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
