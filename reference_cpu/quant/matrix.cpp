@@ -97,8 +97,8 @@ template <typename V, int kVecs, int kTile>
   }
 }
 
-// 4 tokens x 4 rows in SSE2 pairs; 4 tokens x 8 rows in AVX2 quads (8 + 2 + 1 of the 16 vector
-// registers either way).
+// 4 tokens x 4 rows in SSE2 pairs (8 accumulators + 2 weights + 1 broadcast of the 16 vector
+// registers); 6 tokens x 8 rows in AVX2 quads (12 + 2 + 1).
 constexpr int64_t kSse2Rows = 4, kAvx2Rows = 8;
 void dot_panel_sse2(const Matrix& x, const double* panel, double* out) {
   dot_panel<V2, 2, 4>(x, panel, out);

@@ -14,7 +14,7 @@ namespace qparity::reference {
 Matrix matmul_nt(const Matrix& x, const Matrix& w);
 // The same with the weight produced one row at a time (a compact weight decoded on the fly):
 // row(n, out) writes w[n, :] (k values) into out. Same sums, same order, as matmul_nt. Both are
-// register-blocked (4 tokens x 4 rows of independent sums in SSE2, 4 x 8 in AVX2, over a
+// register-blocked (4 tokens x 4 rows of independent sums in SSE2, 6 x 8 in AVX2, over a
 // transposed panel of rows), each output still the ascending-k sum with a rounding after every
 // product and every addition (no fused multiply-add): the bits of the scalar loop
 // `acc += x * w`, for any tiling, vector width or CPU (no cache-size-dependent blocking).
