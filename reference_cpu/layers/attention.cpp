@@ -63,7 +63,30 @@ Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
       const int64_t kvh = h / group;
       const double* qh = q.row(t).data() + h * head_dim;
       double m = -INFINITY;
-      for (const int64_t s : visible) {
+      // Four keys at a time: four independent sums, each still q.k over ascending d with a
+      // rounding per product and per addition (the bits of one key at a time, without one long
+      // chain of dependent additions).
+      size_t i = 0;
+      for (; i + 4 <= visible.size(); i += 4) {
+        const double* k0 = k.row(visible[i]).data() + kvh * head_dim;
+        const double* k1 = k.row(visible[i + 1]).data() + kvh * head_dim;
+        const double* k2 = k.row(visible[i + 2]).data() + kvh * head_dim;
+        const double* k3 = k.row(visible[i + 3]).data() + kvh * head_dim;
+        double dot[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int64_t d = 0; d < head_dim; ++d) {
+          dot[0] += qh[d] * k0[d];
+          dot[1] += qh[d] * k1[d];
+          dot[2] += qh[d] * k2[d];
+          dot[3] += qh[d] * k3[d];
+        }
+        for (size_t j = 0; j < 4; ++j) {
+          const double sc = dot[j] * scaling;
+          score[static_cast<size_t>(visible[i + j])] = sc;
+          if (sc > m) m = sc;
+        }
+      }
+      for (; i < visible.size(); ++i) {
+        const int64_t s = visible[i];
         const double* ks = k.row(s).data() + kvh * head_dim;
         double dot = 0.0;
         for (int64_t d = 0; d < head_dim; ++d)
@@ -80,12 +103,17 @@ Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
       }
       for (const int64_t s : visible)
         score[static_cast<size_t>(s)] /= z;
+      // Each output channel sums p * v over the visible keys in ascending order; walking the
+      // keys outside and the channels inside keeps every channel's order (and bits) and reads v
+      // by rows.
       double* oh = out.row(t).data() + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        double acc = 0.0;
-        for (const int64_t s : visible)
-          acc += score[static_cast<size_t>(s)] * v(s, kvh * head_dim + d);
-        oh[d] = acc;
+      for (int64_t d = 0; d < head_dim; ++d)
+        oh[d] = 0.0;
+      for (const int64_t s : visible) {
+        const double p = score[static_cast<size_t>(s)];
+        const double* vs = v.row(s).data() + kvh * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d)
+          oh[d] = oh[d] + p * vs[d];
       }
     }
   }

@@ -369,6 +369,54 @@ TEST(Attention, MatchesNaivePerHeadSoftmax) {
       EXPECT_EQ(got(0, h * c.d + d), c.v(0, (h / 2) * c.d + d));
 }
 
+// The fixed summation order the reference documents, written one operation at a time: q.k over
+// ascending d, the softmax sum over ascending keys, each output channel's p * v over ascending
+// keys. causal_attention's blocked loops (four keys at a time, channels inside) must give these
+// bits exactly, for any count of visible keys (remainders of the four).
+TEST(Attention, BlockedLoopsKeepTheDocumentedSumOrderBitForBit) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t t_n = 13, h_n = 4, hkv = 2, d_n = 24;
+  const Matrix q = gaussian_matrix(rng, t_n, h_n * d_n, 1.5),
+               k = gaussian_matrix(rng, t_n, hkv * d_n, 1.5),
+               v = gaussian_matrix(rng, t_n, hkv * d_n);
+  std::vector<int64_t> pos(static_cast<size_t>(t_n));
+  std::iota(pos.begin(), pos.end(), int64_t{0});
+  const double scaling = 1.0 / std::sqrt(static_cast<double>(d_n));
+  const Matrix got = causal_attention(q, k, v, pos, pos, h_n, hkv, d_n, scaling);
+  for (int64_t t = 0; t < t_n; ++t)
+    for (int64_t h = 0; h < h_n; ++h) {
+      const int64_t g = h / (h_n / hkv);
+      std::vector<double> p(static_cast<size_t>(t + 1));
+      double m = -INFINITY;
+      for (int64_t s = 0; s <= t; ++s) {
+        volatile double dot = 0.0;
+        for (int64_t d = 0; d < d_n; ++d) {
+          volatile double prod = q(t, h * d_n + d) * k(s, g * d_n + d);
+          dot = dot + prod;
+        }
+        p[static_cast<size_t>(s)] = dot * scaling;
+        m = std::max(m, p[static_cast<size_t>(s)]);
+      }
+      volatile double z = 0.0;
+      for (auto& e : p) {
+        e = std::exp(e - m);
+        z = z + e;
+      }
+      for (auto& e : p)
+        e = e / z;
+      for (int64_t d = 0; d < d_n; ++d) {
+        volatile double acc = 0.0;
+        for (int64_t s = 0; s <= t; ++s) {
+          volatile double prod = p[static_cast<size_t>(s)] * v(s, g * d_n + d);
+          acc = acc + prod;
+        }
+        ASSERT_EQ(got(t, h * d_n + d), acc) << "token " << t << " head " << h << " channel " << d;
+      }
+    }
+}
+
 TEST(Attention, GqaHeadUsesKvHeadHOverGroup) {
   // H = 6, Hkv = 3 (group 2): every value of kv head g is g + 1, so head h outputs h / 2 + 1.
   const uint64_t seed = test_seed();
