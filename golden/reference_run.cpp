@@ -11,6 +11,7 @@
 #include "core/capture/capture_points.h"
 #include "core/capture/trace.h"
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/safetensors/checkpoint.h"
 #include "core/sha256.h"
 #include "core/text/tokenizer.h"
@@ -177,69 +178,137 @@ bool saturated_code(int64_t stored, double lattice) {
   return false;
 }
 
+namespace {
+
+// Counts one linear's activation codes into the golden's statistics and records the dense
+// linears' codes as points (what an engine's quantization kernel must match bit for bit);
+// expert stacks (a routed subset of tokens each) and KV caches are counted, not recorded.
+void observe_codes(Golden& g, Trace& trace, const std::string& name,
+                   const reference::QuantizedMatrix& q) {
+  auto it = std::find_if(g.activation_stats.begin(), g.activation_stats.end(),
+                         [&](const ActivationCodeStats& a) { return a.name == name; });
+  if (it == g.activation_stats.end())
+    it = g.activation_stats.insert(g.activation_stats.end(), ActivationCodeStats{name});
+  std::vector<int64_t> row(static_cast<size_t>(q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) {
+    q.stored_row(r, row);
+    for (int64_t c : row)
+      it->saturated += saturated_code(c, q.lattice);
+  }
+  const std::string values = point_of(name, point::kXValues),
+                    scales = point_of(name, point::kXScales);
+  if (is_activation_code_point(values) && trace.wants(values)) {
+    Matrix v(q.rows, q.cols);
+    for (int64_t r = 0; r < q.rows; ++r)
+      for (int64_t c = 0; c < q.cols; ++c)
+        v(r, c) = static_cast<double>(q.code(r, c)) * q.lattice;
+    trace.record(values, v);
+  }
+  if (is_activation_code_point(scales) && trace.wants(scales)) {
+    // One row per token (a per-tensor or per-block scale repeated over its rows), as every
+    // point has.
+    Matrix sc(q.rows, q.scales.cols);
+    for (int64_t r = 0; r < q.rows; ++r)
+      for (int64_t c = 0; c < q.scales.cols; ++c)
+        sc(r, c) = q.scales(std::min(r / q.block_rows, q.scales.rows - 1), c);
+    trace.record(scales, sc);
+  }
+  it->codes += q.rows * q.cols;
+  it->scales += static_cast<int64_t>(q.scales.data.size());
+  for (double sc : q.scales.data)
+    it->zero_scales += sc == 0.0;
+}
+
+uint64_t trace_bytes(const Trace& t) {
+  uint64_t n = 0;
+  for (const auto& [name, m] : t.points())
+    n += m.data.size() * sizeof(double);
+  return n;
+}
+
+}  // namespace
+
 Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const std::string& capture,
-                     std::ostream* progress) {
+                     std::ostream* progress, uint64_t memory_budget) {
   Golden g;
   g.sequences = in.sequences;
   g.seq_len = in.seq_len;
   g.tokens = in.tokens;
   g.targets = next_token_targets(in);
-  const int64_t vocab = model.config().vocab;
+  const ModelConfig& cfg = model.config();
+  const int64_t vocab = cfg.vocab;
   for (int64_t t : in.tokens)
     if (t >= vocab)
       throw Error("inputs", "token " + std::to_string(t) + " outside the vocabulary (" +
                                 std::to_string(vocab) + ")");
   g.logits.cols = vocab;
-  for (int64_t s = 0; s < in.sequences; ++s) {
-    model.reset_cache();
-    Trace trace(capture);
-    reference::ForwardHooks hooks;
-    hooks.trace = &trace;
-    hooks.on_activation_codes = [&](const std::string& name, const reference::QuantizedMatrix& q) {
-      auto it = std::find_if(g.activation_stats.begin(), g.activation_stats.end(),
-                             [&](const ActivationCodeStats& a) { return a.name == name; });
-      if (it == g.activation_stats.end())
-        it = g.activation_stats.insert(g.activation_stats.end(), ActivationCodeStats{name});
-      std::vector<int64_t> row(static_cast<size_t>(q.cols));
-      for (int64_t r = 0; r < q.rows; ++r) {
-        q.stored_row(r, row);
-        for (int64_t c : row)
-          it->saturated += saturated_code(c, q.lattice);
-      }
-      // The dense linears' codes as points (what an engine's quantization kernel must match
-      // bit for bit); expert stacks (a routed subset of tokens each) and KV caches are not.
-      const std::string values = point_of(name, point::kXValues),
-                        scales = point_of(name, point::kXScales);
-      if (is_activation_code_point(values) && trace.wants(values)) {
-        Matrix v(q.rows, q.cols);
-        for (int64_t r = 0; r < q.rows; ++r)
-          for (int64_t c = 0; c < q.cols; ++c)
-            v(r, c) = static_cast<double>(q.code(r, c)) * q.lattice;
-        trace.record(values, v);
-      }
-      if (is_activation_code_point(scales) && trace.wants(scales)) {
-        // One row per token (a per-tensor or per-block scale repeated over its rows), as every
-        // point has.
-        Matrix sc(q.rows, q.scales.cols);
-        for (int64_t r = 0; r < q.rows; ++r)
-          for (int64_t c = 0; c < q.scales.cols; ++c)
-            sc(r, c) = q.scales(std::min(r / q.block_rows, q.scales.rows - 1), c);
-        trace.record(scales, sc);
-      }
-      it->codes += q.rows * q.cols;
-      it->scales += static_cast<int64_t>(q.scales.data.size());
-      for (double sc : q.scales.data)
-        it->zero_scales += sc == 0.0;
+  // Layer-major: every sequence passes a layer before the next layer runs (each sequence from an
+  // empty cache, so the bits are those of one forward() per sequence), so that a streaming model
+  // loads each layer once. Each sequence keeps its own trace and hidden state meanwhile.
+  const auto S = static_cast<size_t>(in.sequences);
+  std::vector<Trace> traces(S, Trace(capture));
+  std::vector<reference::ForwardHooks> hooks(S);
+  for (size_t s = 0; s < S; ++s) {
+    hooks[s].trace = &traces[s];
+    hooks[s].on_activation_codes = [&g, &traces, s](const std::string& name,
+                                                    const reference::QuantizedMatrix& q) {
+      observe_codes(g, traces[s], name, q);
     };
-    const std::span<const int64_t> seq(in.tokens.data() + s * in.seq_len,
-                                       static_cast<size_t>(in.seq_len));
-    const Matrix logits = model.forward(seq, hooks);
+  }
+  std::vector<int64_t> pos(static_cast<size_t>(in.seq_len));
+  for (size_t i = 0; i < pos.size(); ++i)
+    pos[i] = static_cast<int64_t>(i);
+  model.reset_cache();
+  std::vector<Matrix> x(S);
+  for (size_t s = 0; s < S; ++s)
+    x[s] = model.embed_tokens(
+        std::span<const int64_t>(in.tokens.data() + s * pos.size(), pos.size()), hooks[s]);
+  uint64_t before_layers = 0;
+  for (const Trace& t : traces)
+    before_layers += trace_bytes(t);
+  const auto tokens = static_cast<uint64_t>(in.sequences * in.seq_len);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    model.acquire_layer(l);
+    for (size_t s = 0; s < S; ++s) {
+      model.reset_layer_cache(l);
+      x[s] = model.forward_layer(l, std::move(x[s]), pos, hooks[s]);
+    }
+    model.reset_layer_cache(l);
+    model.release_layer(l);
+    if (l == 0 && memory_budget > 0) {
+      // Every layer captures what layer 0 did; the final norm and fp64 logits come on top.
+      uint64_t after = 0;
+      for (const Trace& t : traces)
+        after += trace_bytes(t);
+      const uint64_t estimate = before_layers +
+                                (after - before_layers) * static_cast<uint64_t>(cfg.num_layers) +
+                                tokens * static_cast<uint64_t>(cfg.hidden + vocab) * sizeof(double);
+      if (estimate > memory_budget)
+        throw Error("reference run",
+                    "the capture points of " + std::to_string(in.sequences) + " x " +
+                        std::to_string(in.seq_len) + " tokens would hold about " +
+                        format_bytes(estimate) + " in memory (fp64), more than the budget of " +
+                        format_bytes(memory_budget) +
+                        ": capture fewer points (--capture 'layers.*.residual,logits') or run "
+                        "fewer tokens");
+    }
+    if (progress)
+      *progress << "qparity golden: layer " << (l + 1) << "/" << cfg.num_layers << " ("
+                << in.sequences << " x " << in.seq_len << " tokens"
+                << (model.streams_layers() ? ", streamed" : "") << ")\n"
+                << std::flush;
+  }
+  for (size_t s = 0; s < S; ++s) {
+    const Matrix logits = model.head(x[s], hooks[s]);
+    x[s] = Matrix();
     g.logits.data.insert(g.logits.data.end(), logits.data.begin(), logits.data.end());
     g.logits.rows += logits.rows;
-    const auto& pts = trace.points();
+    const auto& pts = traces[s].points();
     if (s == 0)
-      for (const auto& [name, m] : pts)
+      for (const auto& [name, m] : pts) {
         g.points.push_back({name, Array2D{0, m.cols, {}}});
+        g.points.back().values.data.reserve(m.data.size() * S);
+      }
     if (pts.size() != g.points.size())
       throw Error("reference run", "sequence " + std::to_string(s) + " captured a different set " +
                                        "of points than sequence 0");
@@ -256,11 +325,9 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
       a.data.insert(a.data.end(), m.data.begin(), m.data.end());
       a.rows += m.rows;
     }
-    if (progress)
-      *progress << "qparity golden: sequence " << (s + 1) << "/" << in.sequences << " ("
-                << in.seq_len << " tokens)\n"
-                << std::flush;
+    traces[s].clear();
   }
+  model.reset_cache();
   for (double v : g.logits.data)
     if (!std::isfinite(v)) throw Error("reference run", "logits are not finite");
   fill_scores(g);
@@ -295,8 +362,15 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   lo.dialect = o.dialect;
   lo.mode = o.mode;
   lo.run_dtype = o.run_dtype;
+  lo.streaming = o.streaming;
+  const uint64_t budget = o.memory_budget > 0 ? o.memory_budget : available_memory_bytes();
+  lo.memory_budget = budget;
   auto model = reference::load_model(model_dir, lo);
-  Golden g = run_reference(*model, in, o.capture, progress);
+  if (progress && model->streams_layers())
+    *progress << "qparity golden: streaming the model one decoder layer at a time ("
+              << format_bytes(reference::checkpoint_bytes(Checkpoint::open(model_dir)))
+              << " of tensors, memory budget " << format_bytes(budget) << ")\n";
+  Golden g = run_reference(*model, in, o.capture, progress, budget);
   g.meta.model = model_name(model_dir);
   g.meta.model_config_hash = config_hash(model_dir);
   g.meta.checkpoint_hash = checkpoint_tensor_hash(model_dir);
@@ -324,6 +398,7 @@ std::string checkpoint_tensor_hash(const fs::path& model_dir) {
       head += std::to_string(d) + ",";
     h.update(head);
     h.update(ref.bytes());
+    ref.drop_pages();  // hashed once: a large checkpoint's pages need not stay resident
   }
   return h.hex();
 }

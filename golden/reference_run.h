@@ -11,6 +11,7 @@
 
 #include "golden/golden_file.h"
 #include "reference_cpu/models/causal_lm.h"
+#include "reference_cpu/models/model_loader.h"
 
 namespace qparity::golden {
 
@@ -54,6 +55,11 @@ struct ReferenceRunOptions {
   // the engine being judged does: a golden for a bf16 engine running an fp32 checkpoint. Empty:
   // the checkpoint's own dtype. Recorded as the golden's model_dtype.
   std::optional<DType> run_dtype;
+  // Whether the model is streamed one decoder layer at a time (reference::LayerStreaming), and
+  // the memory budget (bytes; 0: what the machine has available) that kAuto compares the
+  // checkpoint with and the run compares its captured points with.
+  reference::LayerStreaming streaming = reference::LayerStreaming::kAuto;
+  uint64_t memory_budget = 0;
 };
 
 // Loads the model from `model_dir`, runs every sequence, returns the golden (progress lines on
@@ -61,9 +67,13 @@ struct ReferenceRunOptions {
 Golden run_reference(const std::filesystem::path& model_dir, const TokenInputs& inputs,
                      const ReferenceRunOptions& options, std::ostream* progress);
 
-// The same for a model already loaded (its cache is reset per sequence).
+// The same for a model already loaded (its cache is reset per sequence). The sequences run one
+// decoder layer at a time (each layer loaded once when the model streams), with the bits of one
+// forward() per sequence. memory_budget > 0: after layer 0, the captured points' projected size
+// (fp64, in memory) must fit it, else an Error suggesting a narrower --capture.
 Golden run_reference(reference::CausalLm& model, const TokenInputs& inputs,
-                     const std::string& capture, std::ostream* progress);
+                     const std::string& capture, std::ostream* progress,
+                     uint64_t memory_budget = 0);
 
 // A name for the model in `model_dir`: the directory's name ("ckpt" for "runs/ckpt/").
 std::string model_name(const std::filesystem::path& model_dir);

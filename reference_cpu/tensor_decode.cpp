@@ -155,4 +155,18 @@ TensorStats tensor_stats(DType dtype, std::span<const uint8_t> bytes, uint64_t n
   return s;
 }
 
+void require_finite_elements(DType dtype, std::span<const uint8_t> bytes, uint64_t numel,
+                             const std::string& where) {
+  constexpr uint64_t kChunk = 1 << 16;
+  std::vector<double> buf(static_cast<size_t>(std::min(numel, kChunk)));
+  for (uint64_t first = 0; first < numel; first += kChunk) {
+    const std::span<double> out(buf.data(), static_cast<size_t>(std::min(kChunk, numel - first)));
+    decode_to_double(dtype, bytes, first, out, where);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!std::isfinite(out[i]))
+        throw Error(where, std::string(std::isnan(out[i]) ? "NaN" : "Inf") + " at element " +
+                               std::to_string(first + i) + " (inputs must be finite)");
+  }
+}
+
 }  // namespace qparity::reference

@@ -18,6 +18,11 @@ namespace qparity::reference {
 void decode_to_double(DType dtype, std::span<const uint8_t> bytes, uint64_t first,
                       std::span<double> out, const std::string& where);
 
+// Throws naming `where` and the first element that is NaN or Inf, as require_finite does, decoding
+// a chunk at a time (a whole lm_head in fp64 would be 8 bytes per weight at once).
+void require_finite_elements(DType dtype, std::span<const uint8_t> bytes, uint64_t numel,
+                             const std::string& where);
+
 std::vector<double> decode_all(DType dtype, std::span<const uint8_t> bytes, uint64_t numel,
                                const std::string& where);
 

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -97,6 +98,44 @@ const std::vector<std::string>& all_layer_point_suffixes() {
       std::string(kMoeTopkWeights), std::string(kMoeExpertOut),    std::string(kMoeOut),
       std::string(kResidual)};
   return all;
+}
+
+int64_t capture_point_width(const ModelConfig& cfg, const std::string& point) {
+  using namespace point;
+  if (point == kEmbed || point == kFinalNorm) return cfg.hidden;
+  if (point == kLogits) return cfg.vocab;
+  const int64_t layer = point_layer(point);
+  if (layer < 0 || layer >= cfg.num_layers) return -1;
+  const std::string s = point_suffix(point);
+  const int64_t h = cfg.hidden, q = cfg.q_size(), kv = cfg.kv_size();
+  const int64_t i = cfg.intermediate, k = cfg.num_experts_per_tok;
+  if (s == kInputNorm || s == kAttnOut || s == kPostAttnNorm || s == kMlpOut || s == kMoeOut ||
+      s == kResidual)
+    return h;
+  if (s == kAttnQkv) return q + 2 * kv;
+  if (s == kAttnQNorm || s == kAttnRopeQ || s == kAttnCore) return q;
+  if (s == kAttnKNorm || s == kAttnRopeK || s == kAttnKCache || s == kAttnVCache) return kv;
+  if (s == kMlpGateUp) return 2 * i;
+  if (s == kMlpAct) return i;
+  if (s == kMoeRouterLogits) return cfg.num_experts;
+  if (s == kMoeTopkIds || s == kMoeTopkWeights) return k;
+  if (s == kMoeExpertOut) return k * h;
+  if (s == point_of(std::string(kQkvProj), kXValues) ||
+      s == point_of(std::string(kGateUpProj), kXValues))
+    return h;
+  if (s == point_of(std::string(kOProj), kXValues)) return q;
+  if (s == point_of(std::string(kDownProj), kXValues)) return i;
+  return -1;
+}
+
+std::string auto_capture(const ModelConfig& cfg, int64_t tokens, int64_t bytes_per_value,
+                         uint64_t limit, uint64_t* full_bytes) {
+  uint64_t full = 0;
+  for (const std::string& p : model_capture_points(cfg))
+    full += static_cast<uint64_t>(std::max<int64_t>(capture_point_width(cfg, p), 0)) *
+            static_cast<uint64_t>(tokens) * static_cast<uint64_t>(bytes_per_value);
+  if (full_bytes) *full_bytes = full;
+  return full <= limit ? "*" : std::string(kBoundaryCapture);
 }
 
 const std::vector<std::string>& activation_code_linears() {

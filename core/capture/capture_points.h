@@ -87,6 +87,20 @@ std::vector<std::string> model_capture_points(const ModelConfig& cfg,
 // points): otherwise an error naming the glob and a few of the names it could have meant.
 void check_capture_globs(const std::string& capture, const std::vector<std::string>& points);
 
+// Values per token of a capture point of `cfg` (logits: vocab; layers.<i>.attn.qkv: q + 2 kv;
+// ...x_values: the linear's input features); -1 where the width depends on the scheme
+// (x_scales) or the name is not a point.
+int64_t capture_point_width(const ModelConfig& cfg, const std::string& point);
+
+// The --capture default ("auto"): every point ("*") while a golden of all of them for `tokens`
+// tokens at `bytes_per_value` stays within `limit` bytes, else the layer boundaries (embed, each
+// layer's attn.out and residual, final_norm, logits: enough for bisect to find the layer and re-run
+// it from its input). `full_bytes` receives the size of everything.
+std::string auto_capture(const ModelConfig& cfg, int64_t tokens, int64_t bytes_per_value,
+                         uint64_t limit, uint64_t* full_bytes = nullptr);
+inline constexpr std::string_view kBoundaryCapture =
+    "embed,layers.*.attn.out,layers.*.residual,final_norm,logits";
+
 // The points outside the decoder layers: before them ("embed") and after them ("final_norm",
 // "logits").
 const std::vector<std::string>& points_before_layers();

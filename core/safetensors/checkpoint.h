@@ -22,6 +22,7 @@ struct TensorRef {
   const SafetensorsFile* file;
   const TensorInfo* info;
   std::span<const uint8_t> bytes() const { return file->bytes(*info); }
+  void drop_pages() const { file->drop_pages(*info); }
 };
 
 // Parsed `weight_map` of an index file: tensor name -> shard file name.

@@ -237,4 +237,15 @@ std::span<const uint8_t> SafetensorsFile::bytes(const TensorInfo& t) const {
   return std::span<const uint8_t>(map_->data + 8 + header_.header_len + t.begin, t.nbytes());
 }
 
+void SafetensorsFile::drop_pages(const TensorInfo& t) const {
+  if (t.nbytes() == 0 || !map_->data) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(bytes(t).data());
+  const uintptr_t begin = first / page * page;
+  const uintptr_t end = std::min((first + t.nbytes() + page - 1) / page * page,
+                                 reinterpret_cast<uintptr_t>(map_->data) + map_->size);
+  // Advice only: a failure leaves the pages resident, which costs memory, never correctness.
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace qparity

@@ -64,6 +64,11 @@ class SafetensorsFile {
   // Throws naming the file and the tensor when absent.
   const TensorInfo& at(const std::string& name) const;
   std::span<const uint8_t> bytes(const TensorInfo& t) const;
+  // Returns the mapped pages under t's bytes to the kernel (madvise MADV_DONTNEED): once a
+  // reader has copied a tensor, its pages no longer count in the process's resident set. The
+  // mapping is read-only and private, so a later read maps the file's bytes again; nothing is
+  // lost. Pages shared with a neighbouring tensor are dropped too (they reload the same way).
+  void drop_pages(const TensorInfo& t) const;
 
  private:
   struct Mapping;

@@ -288,33 +288,91 @@ Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> p
   return x;
 }
 
+DecoderLayer& CausalLm::layer_at(int64_t layer, const char* where) {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
+    throw Error(where, "layer " + std::to_string(layer) + " of a model with " +
+                           std::to_string(layers_.size()));
+  return layers_[static_cast<size_t>(layer)];
+}
+
+void CausalLm::stream_layers_from(std::unique_ptr<LayerWeightSource> source) {
+  source_ = std::move(source);
+  loaded_.assign(layers_.size(), false);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    release_layer(static_cast<int64_t>(i));
+}
+
+void CausalLm::acquire_layer(int64_t layer) {
+  DecoderLayer& l = layer_at(layer, "acquire_layer");
+  if (!source_ || loaded_[static_cast<size_t>(layer)]) return;
+  // Built afresh, with an empty cache: a streaming model runs each sequence through a layer
+  // before the next layer (the golden run), so nothing cached survives a release.
+  DecoderLayer fresh;
+  fresh.index = layer;
+  source_->load(fresh);
+  l = std::move(fresh);
+  loaded_[static_cast<size_t>(layer)] = true;
+}
+
+void CausalLm::release_layer(int64_t layer) {
+  DecoderLayer& l = layer_at(layer, "release_layer");
+  if (!source_) return;
+  DecoderLayer empty;
+  empty.index = layer;
+  l = std::move(empty);
+  loaded_[static_cast<size_t>(layer)] = false;
+}
+
+void CausalLm::reset_layer_cache(int64_t layer) {
+  AttentionBlock& a = layer_at(layer, "reset_layer_cache").attn;
+  a.k_cache = a.v_cache = Matrix();
+}
+
 Matrix CausalLm::forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,
                                const ForwardHooks& hooks) {
-  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
-    throw Error("forward_layer", "layer " + std::to_string(layer) + " of a model with " +
-                                     std::to_string(layers_.size()));
+  DecoderLayer& l = layer_at(layer, "forward_layer");
   if (x.cols != cfg_.hidden || static_cast<size_t>(x.rows) != positions.size())
     throw Error("forward_layer", "hidden states [" + std::to_string(x.rows) + ", " +
                                      std::to_string(x.cols) + "] for " +
                                      std::to_string(positions.size()) + " positions and hidden " +
                                      std::to_string(cfg_.hidden));
-  return run_layer(layers_[static_cast<size_t>(layer)], std::move(x), positions, hooks);
+  acquire_layer(layer);
+  return run_layer(l, std::move(x), positions, hooks);
 }
 
-Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
+Matrix CausalLm::embed_tokens(std::span<const int64_t> tokens, const ForwardHooks& hooks) const {
   if (tokens.empty()) throw Error("tokens", "no tokens to run");
   if (!lm_head_) throw Error("model", "forward before the weights were loaded");
-  std::vector<int64_t> pos(tokens.size());
-  for (size_t i = 0; i < pos.size(); ++i)
-    pos[i] = cached_ + static_cast<int64_t>(i);
   Matrix x = embed(tokens);
   store(std::string(point::kEmbed), x, hooks);
-  for (DecoderLayer& l : layers_)
-    x = run_layer(l, std::move(x), pos, hooks);
+  return x;
+}
+
+Matrix CausalLm::head(const Matrix& x, const ForwardHooks& hooks) const {
   Matrix f = norm(x, final_norm_);
   store(std::string(point::kFinalNorm), f, hooks);
   Matrix logits = lm_head_->apply(f);
   store(std::string(point::kLogits), logits, hooks, true);
+  return logits;
+}
+
+Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
+  Matrix x = embed_tokens(tokens, hooks);
+  std::vector<int64_t> pos(tokens.size());
+  for (size_t i = 0; i < pos.size(); ++i)
+    pos[i] = cached_ + static_cast<int64_t>(i);
+  if (source_ && cached_ > 0)
+    throw Error("forward",
+                "a streaming model frees each layer (and its KV cache) after use, so it "
+                "cannot continue a cached sequence; load it whole (a larger "
+                "--memory-budget) to decode step by step");
+  for (DecoderLayer& l : layers_) {
+    const bool was_loaded = !source_ || loaded_[static_cast<size_t>(l.index)];
+    acquire_layer(l.index);
+    x = run_layer(l, std::move(x), pos, hooks);
+    if (!was_loaded) release_layer(l.index);
+  }
+  Matrix logits = head(x, hooks);
   cached_ += static_cast<int64_t>(tokens.size());
   return logits;
 }

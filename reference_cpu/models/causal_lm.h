@@ -92,6 +92,18 @@ struct DecoderLayer {
   std::optional<MoeBlock> moe;
 };
 
+// Streaming (model_loader's layer streaming): builds one decoder layer's weights when the model
+// needs them and frees them after, so that a model larger than memory runs one layer at a time.
+class LayerWeightSource {
+ public:
+  virtual ~LayerWeightSource() = default;
+  // Fills `layer` (whose index is set) with its methods, norms and KV-cache method, loaded and
+  // processed.
+  virtual void load(DecoderLayer& layer) = 0;
+  // The bytes a layer's weights occupy once loaded (its checkpoint tensors).
+  virtual uint64_t layer_bytes(int64_t layer) const = 0;
+};
+
 class CausalLm {
  public:
   // run_dtype: the dtype the model runs its weights and stored activations in, as an engine
@@ -118,9 +130,26 @@ class CausalLm {
   // Runs decoder layer `layer` alone on hidden states x [T, hidden] at `positions`, appending to
   // that layer's KV cache only: how bisect re-runs a suspect layer on the golden's inputs to tell
   // the layer's own error from what flowed into it.
+  // A streaming model loads the layer first and keeps it until release_layer.
   Matrix forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,
                        const ForwardHooks& hooks = {});
+  // forward() in parts, for a caller that runs many sequences one layer at a time (the golden
+  // run): embed_tokens (the "embed" point), forward_layer per layer, head ("final_norm",
+  // "logits"). The same operations in the same order as forward(), hence the same bits.
+  Matrix embed_tokens(std::span<const int64_t> tokens, const ForwardHooks& hooks = {}) const;
+  Matrix head(const Matrix& x, const ForwardHooks& hooks = {}) const;
   void reset_cache();
+  void reset_layer_cache(int64_t layer);
+
+  // --- streaming ---
+  // From now on decoder layers are loaded from `source` on demand and freed after use: forward()
+  // loads each layer, runs it and frees it again; acquire_layer / release_layer let a caller
+  // keep one loaded across several calls. Every layer starts released.
+  void stream_layers_from(std::unique_ptr<LayerWeightSource> source);
+  bool streams_layers() const { return source_ != nullptr; }
+  const LayerWeightSource* layer_source() const { return source_.get(); }
+  void acquire_layer(int64_t layer);  // no-op when not streaming or already loaded
+  void release_layer(int64_t layer);  // no-op when not streaming
 
   // --- for the loader ---
   std::vector<DecoderLayer>& layers() { return layers_; }
@@ -133,6 +162,7 @@ class CausalLm {
 
  private:
   Matrix embed(std::span<const int64_t> tokens) const;
+  DecoderLayer& layer_at(int64_t layer, const char* where);
   Matrix run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
                    const ForwardHooks& hooks);
   void observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
@@ -160,6 +190,8 @@ class CausalLm {
   NormWeights final_norm_;
   std::unique_ptr<LinearMethod> lm_head_;
   int64_t cached_ = 0;
+  std::unique_ptr<LayerWeightSource> source_;
+  std::vector<bool> loaded_;  // streaming: which layers hold their weights now
 };
 
 // "bfloat16" / "float16" / "float32" (config.json `torch_dtype` / `dtype`) -> DType; empty means

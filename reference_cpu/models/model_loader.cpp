@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "reference_cpu/models/architectures.h"
 #include "reference_cpu/quant/method_factory.h"
 #include "reference_cpu/quant/numeric.h"
@@ -46,82 +47,108 @@ struct NormSlot {
 
 class Loader {
  public:
-  Loader(std::shared_ptr<const Checkpoint> ckpt, CausalLm& model, ArchBlocks blocks)
-      : ckpt_(std::move(ckpt)), m_(model), cfg_(model.config()), blocks_(blocks) {}
+  // dry: route() only says whether a tensor has a consumer, loading nothing (streaming's
+  // up-front check that every checkpoint tensor is used).
+  Loader(std::shared_ptr<const Checkpoint> ckpt, CausalLm& model, ArchBlocks blocks,
+         const std::vector<LinearLayer>& linears, bool dry = false)
+      : ckpt_(std::move(ckpt)),
+        m_(model),
+        cfg_(model.config()),
+        blocks_(blocks),
+        linears_(linears),
+        dry_(dry) {}
 
-  void build() {
-    const QuantPlan& plan = m_.plan();
+  // Every decoder layer's structure (appended to the model) and the pieces outside them.
+  void build_all() {
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       DecoderLayer l;
       l.index = i;
-      const std::string lp = "model.layers." + std::to_string(i);
-      l.attn.prefix = lp + ".self_attn";
-      if (blocks_.moe && cfg_.is_moe_layer(i)) {
-        l.moe.emplace();
-        l.moe->prefix = lp + ".mlp";
-      } else {
-        l.mlp.emplace();
-        l.mlp->prefix = lp + ".mlp";
-      }
       m_.layers().push_back(std::move(l));
     }
-    for (DecoderLayer& l : m_.layers()) {
-      const std::string lp = "model.layers." + std::to_string(l.index);
-      build_attention(plan, l);
-      norm_slot(lp + ".input_layernorm", &l.input_norm, cfg_.hidden);
-      norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
+    for (DecoderLayer& l : m_.layers())
+      build_layer(l);
+    build_top();
+  }
+
+  // Decoder layer l (its index set): attention, norms, MLP or MoE, their methods, registered for
+  // routing.
+  void build_layer(DecoderLayer& l) {
+    const std::string lp = "model.layers." + std::to_string(l.index);
+    l.attn.prefix = lp + ".self_attn";
+    if (blocks_.moe && cfg_.is_moe_layer(l.index)) {
+      l.moe.emplace();
+      l.moe->prefix = lp + ".mlp";
+    } else {
+      l.mlp.emplace();
+      l.mlp->prefix = lp + ".mlp";
     }
-    norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
-    for (const LinearLayer& ll : linear_layers(cfg_, m_.model_dtype(), m_.weight_rounding())) {
-      std::unique_ptr<LinearMethod> lm = make(plan, ll);
-      DecoderLayer* d = ll.layer >= 0 ? &m_.layers()[static_cast<size_t>(ll.layer)] : nullptr;
+    build_attention(m_.plan(), l);
+    norm_slot(lp + ".input_layernorm", &l.input_norm, cfg_.hidden);
+    norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
+    for (const LinearLayer& ll : linears_) {
+      if (ll.layer != l.index) continue;
+      std::unique_ptr<LinearMethod> lm = make(m_.plan(), ll);
       switch (ll.kind) {
         case LinearLayerKind::kQkv:
-          d->attn.qkv = std::move(lm);
+          l.attn.qkv = std::move(lm);
           break;
         case LinearLayerKind::kOProj:
-          d->attn.o_proj = std::move(lm);
+          l.attn.o_proj = std::move(lm);
           break;
         case LinearLayerKind::kGateUp:
-          d->mlp->gate_up = std::move(lm);
+          l.mlp->gate_up = std::move(lm);
           break;
         case LinearLayerKind::kDown:
-          d->mlp->down = std::move(lm);
+          l.mlp->down = std::move(lm);
           break;
         case LinearLayerKind::kRouter:
-          d->moe->router = std::move(lm);
+          l.moe->router = std::move(lm);
           break;
         case LinearLayerKind::kExpertsW13:
-          d->moe->w13 = std::move(lm);
+          l.moe->w13 = std::move(lm);
           break;
         case LinearLayerKind::kExpertsW2:
-          d->moe->w2 = std::move(lm);
+          l.moe->w2 = std::move(lm);
           break;
         case LinearLayerKind::kLmHead:
-          m_.lm_head() = std::move(lm);
-          break;
+          throw Error("model loader",
+                      "lm_head listed inside decoder layer " + std::to_string(l.index));
       }
     }
   }
 
-  void load() {
-    std::set<std::string> used;
-    for (const auto& [name, ref] : ckpt_->tensors()) {
-      const TensorView v = view_of(ref);
-      if (!route(name, v))
+  // The final norm and lm_head (the embedding is routed by name).
+  void build_top() {
+    norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
+    for (const LinearLayer& ll : linears_)
+      if (ll.kind == LinearLayerKind::kLmHead) m_.lm_head() = make(m_.plan(), ll);
+    top_ = true;
+  }
+
+  // Routes the named checkpoint tensors (each must have a consumer built here), resolves the
+  // norms and processes every method built here. The routed tensors' mapped pages are returned
+  // to the kernel afterwards: the methods hold copies (the embedding is read in place, and its
+  // pages come back as rows are read).
+  void load(const std::vector<std::string>& names) {
+    for (const std::string& name : names)
+      if (!route(name, view_of(ckpt_->at(name))))
         throw Error(ckpt_->root().string() + ": tensor '" + name + "'",
                     "is not used by a " + std::string(arch_name(cfg_.arch)) +
                         " model under this quantization plan (unexpected tensor)");
+    if (dry_) return;
+    if (top_) {
+      if (embed_.bytes.empty())
+        throw Error(ckpt_->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
+      m_.set_embedding(embed_);
     }
-    if (embed_.bytes.empty())
-      throw Error(ckpt_->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
-    m_.set_embedding(embed_);
     for (auto& [prefix, slot] : norms_)
       resolve_norm(prefix, slot);
     for (LinearMethod* lm : methods_)
       lm->process_weights_after_loading();
-    for (DecoderLayer& l : m_.layers())
-      l.attn.kv->process_weights_after_loading();
+    for (auto& [prefix, kv] : kv_)
+      kv->process_weights_after_loading();
+    for (const std::string& name : names)
+      ckpt_->at(name).drop_pages();
   }
 
  private:
@@ -180,8 +207,9 @@ class Loader {
         throw Error(name, "expected a float [" + std::to_string(cfg_.vocab) + ", " +
                               std::to_string(cfg_.hidden) + "] table, got " +
                               std::string(dtype_name(v.dtype)) + " " + shape_string(v.shape));
+      if (!top_) return false;
       embed_ = v;
-      if (cfg_.tie_word_embeddings) m_.lm_head()->load("weight", v);
+      if (cfg_.tie_word_embeddings && !dry_) m_.lm_head()->load("weight", v);
       return true;
     }
     const size_t dot = name.rfind('.');
@@ -204,17 +232,17 @@ class Loader {
       const std::string rest = name.substr(prefix.size() + 1);
       for (const ParamSpec& s : kv->create_weights())
         if (s.name == rest) {
-          kv->load(rest, v);
+          if (!dry_) kv->load(rest, v);
           return true;
         }
     }
     const std::string prefix = name.substr(0, dot), param = name.substr(dot + 1);
     if (const auto it = shards_.find(prefix); it != shards_.end()) {
-      it->second.method->load(param, v, it->second.partition, it->second.expert);
+      if (!dry_) it->second.method->load(param, v, it->second.partition, it->second.expert);
       return true;
     }
     if (const auto it = fused_.find(prefix); it != fused_.end()) {
-      load_fused(name, param, v, *it->second.method);
+      if (!dry_) load_fused(name, param, v, *it->second.method);
       return true;
     }
     return false;
@@ -283,6 +311,9 @@ class Loader {
   CausalLm& m_;
   const ModelConfig& cfg_;
   ArchBlocks blocks_;
+  const std::vector<LinearLayer>& linears_;
+  bool dry_ = false;
+  bool top_ = false;  // build_top ran: the embedding, final norm and lm_head are routed here
   std::vector<LinearMethod*> methods_;
   std::map<std::string, ShardTarget> shards_;
   std::map<std::string, FusedTarget> fused_;
@@ -361,27 +392,139 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
   return out;
 }
 
-std::unique_ptr<CausalLm> load_model(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
-                                     QuantPlan plan, Dialect dialect, PrecisionMode mode,
-                                     std::optional<DType> run_dtype) {
+namespace {
+
+// "model.layers.<i>.…" -> i when i < num_layers; -1 for every other name (embedding, final norm,
+// lm_head, and names that are not a layer's: those are refused by the top-level routing).
+int64_t layer_of_tensor(const std::string& name, int64_t num_layers) {
+  static constexpr std::string_view kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
+  int64_t i = 0;
+  size_t p = kPrefix.size();
+  for (; p < name.size() && name[p] >= '0' && name[p] <= '9' && i < num_layers; ++p)
+    i = i * 10 + (name[p] - '0');
+  if (p == kPrefix.size() || p >= name.size() || name[p] != '.' || i >= num_layers) return -1;
+  return i;
+}
+
+// One decoder layer's tensors read from the memory-mapped checkpoint when the model needs them.
+class CheckpointLayerSource final : public LayerWeightSource {
+ public:
+  CheckpointLayerSource(std::shared_ptr<const Checkpoint> ckpt, CausalLm& model, ArchBlocks blocks,
+                        std::vector<LinearLayer> linears,
+                        std::vector<std::vector<std::string>> names)
+      : ckpt_(std::move(ckpt)),
+        model_(model),
+        blocks_(blocks),
+        linears_(std::move(linears)),
+        names_(std::move(names)) {}
+
+  void load(DecoderLayer& layer) override {
+    Loader loader(ckpt_, model_, blocks_, linears_);
+    loader.build_layer(layer);
+    loader.load(names_.at(static_cast<size_t>(layer.index)));
+  }
+
+  uint64_t layer_bytes(int64_t layer) const override {
+    uint64_t n = 0;
+    for (const std::string& name : names_.at(static_cast<size_t>(layer)))
+      n += ckpt_->at(name).info->nbytes();
+    return n;
+  }
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;
+  CausalLm& model_;
+  ArchBlocks blocks_;
+  std::vector<LinearLayer> linears_;
+  std::vector<std::vector<std::string>> names_;  // per decoder layer
+};
+
+std::unique_ptr<CausalLm> load_impl(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
+                                    QuantPlan plan, Dialect dialect, PrecisionMode mode,
+                                    std::optional<DType> run_dtype, bool stream) {
   const ArchBlocks blocks = blocks_of(cfg);
   auto model =
       std::make_unique<CausalLm>(std::move(cfg), std::move(plan), dialect, mode, run_dtype);
   model->hold(checkpoint);
-  Loader loader(checkpoint, *model, blocks);
-  loader.build();
-  if (model->config().tie_word_embeddings && !checkpoint->contains("model.embed_tokens.weight"))
+  const ModelConfig& c = model->config();
+  if (c.tie_word_embeddings && !checkpoint->contains("model.embed_tokens.weight"))
     throw Error(checkpoint->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
-  loader.load();
+  std::vector<LinearLayer> linears =
+      linear_layers(c, model->model_dtype(), model->weight_rounding());
+  if (!stream) {
+    Loader loader(checkpoint, *model, blocks, linears);
+    loader.build_all();
+    std::vector<std::string> names;
+    for (const auto& [name, ref] : checkpoint->tensors())
+      names.push_back(name);
+    loader.load(names);
+    return model;
+  }
+  // Streaming: the pieces outside the layers are loaded now; each layer's tensors are checked
+  // for a consumer now (an unexpected tensor fails before any compute) and loaded when the layer
+  // runs.
+  std::vector<std::vector<std::string>> per_layer(static_cast<size_t>(c.num_layers));
+  std::vector<std::string> top;
+  for (const auto& [name, ref] : checkpoint->tensors()) {
+    const int64_t l = layer_of_tensor(name, c.num_layers);
+    (l < 0 ? top : per_layer[static_cast<size_t>(l)]).push_back(name);
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    DecoderLayer l;
+    l.index = i;
+    model->layers().push_back(std::move(l));
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Loader dry(checkpoint, *model, blocks, linears, true);
+    DecoderLayer probe;
+    probe.index = i;
+    dry.build_layer(probe);
+    dry.load(per_layer[static_cast<size_t>(i)]);
+  }
+  Loader loader(checkpoint, *model, blocks, linears);
+  loader.build_top();
+  loader.load(top);
+  model->stream_layers_from(std::make_unique<CheckpointLayerSource>(
+      checkpoint, *model, blocks, std::move(linears), std::move(per_layer)));
   return model;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLm> load_model(std::shared_ptr<const Checkpoint> checkpoint, ModelConfig cfg,
+                                     QuantPlan plan, Dialect dialect, PrecisionMode mode,
+                                     std::optional<DType> run_dtype) {
+  return load_impl(std::move(checkpoint), std::move(cfg), std::move(plan), dialect, mode, run_dtype,
+                   false);
+}
+
+uint64_t checkpoint_bytes(const Checkpoint& ckpt) {
+  uint64_t n = 0;
+  for (const auto& [name, ref] : ckpt.tensors())
+    n += ref.info->nbytes();
+  return n;
+}
+
+bool streams_under(const LoadOptions& o, uint64_t tensor_bytes) {
+  switch (o.streaming) {
+    case LayerStreaming::kNever:
+      return false;
+    case LayerStreaming::kAlways:
+      return true;
+    case LayerStreaming::kAuto:
+      return tensor_bytes > (o.memory_budget > 0 ? o.memory_budget : available_memory_bytes());
+  }
+  return false;
 }
 
 std::unique_ptr<CausalLm> load_model(const std::filesystem::path& dir, const LoadOptions& o) {
   ModelConfig cfg = load_model_config(dir / "config.json");
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   QuantPlan plan = build_quant_plan(cfg, dir, o.override_scheme);
-  return load_model(std::move(ckpt), std::move(cfg), std::move(plan), o.dialect, o.mode,
-                    o.run_dtype);
+  const bool stream = streams_under(o, checkpoint_bytes(*ckpt));
+  return load_impl(std::move(ckpt), std::move(cfg), std::move(plan), o.dialect, o.mode, o.run_dtype,
+                   stream);
 }
 
 }  // namespace qparity::reference

@@ -13,7 +13,13 @@
 //      twice, a wrong shape or dtype, and (at process time) a missing tensor are Errors naming
 //      the checkpoint tensor.
 //   3. process_weights_after_loading on every method.
-// Weights stay in their checkpoint dtype (the embedding is read from the memory map in place).
+// Weights stay in their checkpoint dtype (the embedding is read from the memory map in place);
+// once a method holds its copy, the tensor's mapped pages are given back to the kernel, so a
+// loaded model's resident memory is its weights once, not twice.
+// Streaming (LoadOptions::streaming): the embedding, final norm and lm_head load at once; every
+// decoder layer's tensors are routed dry at load (an unexpected tensor fails before any compute)
+// and loaded, processed and freed layer by layer as the model runs; a wrong shape or dtype, or a
+// missing tensor, inside a layer is reported when that layer first loads.
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -60,12 +66,24 @@ struct LinearLayer {
 std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype,
                                        std::optional<DType> run_dtype = std::nullopt);
 
+// Whether the model is held whole or streamed one decoder layer at a time (CausalLm's
+// stream_layers_from): kAuto streams when the checkpoint's tensors exceed the memory budget.
+enum class LayerStreaming : uint8_t { kNever, kAuto, kAlways };
+
 struct LoadOptions {
   std::optional<std::string> override_scheme;  // --scheme
   Dialect dialect = Dialect::kIdeal;
   PrecisionMode mode = PrecisionMode::kExact;
   std::optional<DType> run_dtype;  // CausalLm's: the dtype an engine runs the weights in
+  LayerStreaming streaming = LayerStreaming::kNever;
+  uint64_t memory_budget = 0;  // bytes, for kAuto; 0: the machine's available memory
 };
+
+// The bytes of every tensor in the checkpoint (what a whole model holds once loaded, roughly:
+// processing may add run-time layouts).
+uint64_t checkpoint_bytes(const Checkpoint& ckpt);
+// Whether load_model streams a checkpoint of `tensor_bytes` under these options.
+bool streams_under(const LoadOptions& options, uint64_t tensor_bytes);
 
 std::unique_ptr<CausalLm> load_model(const std::filesystem::path& checkpoint_dir,
                                      const LoadOptions& options = {});

@@ -42,7 +42,8 @@ void UnquantizedLinearMethod::process() {
     for (int64_t p = 0; p < s.partition_count(); ++p) {
       const HostTensor& t = loaded("weight", p, e);
       // One full pass to reject NaN/Inf at load, not in the middle of a forward.
-      require_finite(decode(t.view(), where("weight", p, e)), where("weight", p, e));
+      require_finite_elements(t.dtype, t.bytes, static_cast<uint64_t>(t.numel()),
+                              where("weight", p, e));
       parts.push_back(&t);
     }
     weights_.push_back(std::move(parts));

@@ -9,12 +9,14 @@
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
 #include "core/json_util.h"
+#include "golden/golden_file.h"
 
 namespace qparity::test {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CliGolden : public testing::Test {
  protected:
@@ -33,10 +35,45 @@ class CliGolden : public testing::Test {
   fs::path dir_;
 };
 
+// A checkpoint past --memory-budget is streamed one decoder layer at a time, to the same golden
+// bit for bit; a budget its capture points cannot fit fails after the first layer, naming the size
+// and --capture; a malformed budget is refused before any work.
+TEST_F(CliGolden, PastTheMemoryBudgetTheModelStreamsToTheSameGolden) {
+  // The tiny Qwen3's tensors take ~700 KiB; 2 x 2 tokens' points ~150 KiB.
+  const auto make2 = [&](const std::string& extra, const std::string& out) {
+    return "golden make --model " + (dir_ / "fx").string() +
+           " --synthetic 2 --seq-len 2 --capture '*' --out " + (dir_ / out).string() + " " + extra;
+  };
+  const CliRun whole = run_cli(dir_, make2("", "whole.h5"));
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  EXPECT_THAT(whole.err, Not(HasSubstr("streamed")));
+  const CliRun streamed = run_cli(dir_, make2("--memory-budget 384K", "streamed.h5"));
+  ASSERT_EQ(streamed.status, 0) << streamed.err;
+  EXPECT_THAT(streamed.err, HasSubstr("streaming the model one decoder layer at a time"));
+  EXPECT_THAT(streamed.err, HasSubstr("memory budget 384.0 KiB"));
+  EXPECT_THAT(streamed.err, HasSubstr("layer 2/2 (2 x 2 tokens, streamed)"));
+  const auto a = golden::GoldenReader::open(dir_ / "whole.h5");
+  const auto b = golden::GoldenReader::open(dir_ / "streamed.h5");
+  ASSERT_EQ(a.point_names(), b.point_names());
+  for (const std::string& p : a.point_names())
+    EXPECT_EQ(a.point(p).data, b.point(p).data) << p;
+  EXPECT_EQ(a.logits().data, b.logits().data);
+  EXPECT_EQ(a.meta().checkpoint_hash, b.meta().checkpoint_hash);
+
+  const CliRun tight = run_cli(dir_, make2("--memory-budget 8K", "tight.h5"));
+  EXPECT_EQ(tight.status, 1);
+  EXPECT_THAT(tight.err, HasSubstr("more than the budget of 8.0 KiB"));
+  EXPECT_THAT(tight.err, HasSubstr("--capture"));
+  EXPECT_FALSE(fs::exists(dir_ / "tight.h5"));
+  const CliRun bad = run_cli(dir_, make2("--memory-budget 6X", "bad.h5"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.err, HasSubstr("'6X' is not a memory size"));
+}
+
 TEST_F(CliGolden, MakeWritesAFileOtherToolsRead) {
   const CliRun r = run_cli(dir_, make("--mode emulate", "g.h5"));
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("sequence 2/2"));  // progress on stderr
+  EXPECT_THAT(r.err, HasSubstr("layer 2/2 (2 x 8 tokens)"));  // progress on stderr
   const CliRun again = run_cli(dir_, make("--mode emulate", "g.h5"));
   EXPECT_EQ(again.status, 1);
   EXPECT_THAT(again.err, HasSubstr("pass --force"));

@@ -7,7 +7,9 @@
 #include <string>
 
 #include "core/config/model_config.h"
+#include "core/quant/module_names.h"
 #include "core/quant/quant_plan.h"
+#include "fixtures/shaped_checkpoint.h"
 #include "tests/integration/cli_runner.h"
 
 namespace qparity::test {
@@ -86,6 +88,47 @@ TEST(CliMakeFixture, SmallIsSharded) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir / "m" / "model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(dir / "m" / "model-00002-of-00002.safetensors"));
+  fs::remove_all(dir);
+}
+
+// --shape: a released model's config, its parameter count the published one (Meta-Llama-3-8B:
+// 8,030,261,248; Qwen3-0.6B: 596,049,920 with tied embeddings), and the flags it excludes. The
+// files themselves (16 GB, 1.2 GB) are too large for CI: `--layers 1` of the 0.6B shape is written
+// and loaded by the reference instead.
+TEST(CliMakeFixture, ShapesOfReleasedModels) {
+  const auto params = [](const std::string& shape) {
+    const ModelConfig cfg = parse_model_config(fixtures::shaped_config(shape), shape);
+    const ModuleNames mods(cfg);
+    uint64_t n = static_cast<uint64_t>(cfg.vocab * cfg.hidden);
+    for (const auto& l : mods.linears())
+      if (!l.tied) n += static_cast<uint64_t>(l.out_features * l.in_features);
+    for (const auto& m : mods.norms())
+      n += static_cast<uint64_t>(m.dim);
+    return n;
+  };
+  EXPECT_EQ(params("llama3-8b"), 8'030'261'248u);
+  EXPECT_EQ(params("qwen3-0.6b"), 596'049'920u);
+  const fs::path dir = scratch("shape");
+  const std::string out = " --out " + (dir / "m").string();
+  CliRun r = run_cli(dir, "make-fixture --shape qwen3-0.6b --layers 1 --seed 3" + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const ModelConfig cfg = load_model_config(dir / "m" / "config.json");
+  EXPECT_EQ(cfg.hidden, 1024);
+  EXPECT_EQ(cfg.num_layers, 1);
+  EXPECT_EQ(cfg.vocab, 151936);
+  r = run_cli(dir, "trace --model " + (dir / "m").string() +
+                       " --token-ids 1,2,3 --capture logits --memory-budget 64M --out " +
+                       (dir / "t.safetensors").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("streaming the model one decoder layer at a time"), std::string::npos);
+  r = run_cli(dir, "make-fixture --shape llama3-70b --seed 1" + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("llama3-8b"), std::string::npos) << r.err;
+  r = run_cli(dir, "make-fixture --shape llama3-8b --arch llama --seed 1" + out);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--shape"), std::string::npos) << r.err;
+  r = run_cli(dir, "make-fixture --arch llama --layers 3 --seed 1" + out);
+  EXPECT_EQ(r.status, 2) << r.err;
   fs::remove_all(dir);
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/quant/dialect.h"
 
 namespace qparity::cli {
@@ -196,6 +197,25 @@ void check_output_file(const fs::path& file, bool force) {
     throw Error(file.string(), "its directory " + dir.string() + " does not exist");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw Error(file.string(), "its directory " + dir.string() + " is not writable");
+}
+
+void add_memory_budget_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--memory-budget", value,
+                  "memory the reference may use, e.g. 6G (default: what the machine has "
+                  "available); a checkpoint larger than this is streamed one decoder layer at a "
+                  "time")
+      ->check([](const std::string& v) {
+        try {
+          parse_memory_size(v, "--memory-budget");
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
+}
+
+uint64_t memory_budget_of(const std::string& value) {
+  return value.empty() ? 0 : parse_memory_size(value, "--memory-budget");
 }
 
 }  // namespace qparity::cli

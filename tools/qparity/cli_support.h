@@ -77,6 +77,12 @@ void add_token_options(CLI::App* cmd, std::string& tokens_file, std::string& tok
 // Fails now, naming the path, when `file` could not be written later: its directory missing or
 // not writable, or the file present without --force.
 void check_output_file(const std::filesystem::path& file, bool force);
+
+// --memory-budget SIZE (core/memory_budget.h): the reference streams a checkpoint larger than it
+// one decoder layer at a time. memory_budget_of: bytes, 0 when not given (the machine's
+// available memory then).
+void add_memory_budget_option(CLI::App* cmd, std::string& value);
+uint64_t memory_budget_of(const std::string& value);
 // Creates `dir` if needed and checks that a file can be written in it.
 void check_output_dir(const std::filesystem::path& dir);
 

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "core/capture/capture_points.h"
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/model_loader.h"
 #include "tools/qparity/cli_support.h"
@@ -18,10 +19,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// --capture auto's limit on the uncompressed points of a golden.
+constexpr uint64_t kAutoCaptureLimit = uint64_t{1} << 30;
+
 struct MakeOptions {
   TextInput text;
   std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
-                             capture = "*", run_dtype;
+                             capture = "auto", run_dtype, memory_budget;
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
   bool f32 = false, force = false;
@@ -40,15 +44,26 @@ void make(const MakeOptions& o) {
   if (!o.scheme.empty()) ro.scheme = o.scheme;
   ro.dialect = parse_dialect(o.dialect);
   ro.mode = reference::parse_precision_mode(o.mode);
-  ro.capture = o.capture;
   if (!o.run_dtype.empty()) ro.run_dtype = parse_run_dtype(o.run_dtype);
   ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
+  ro.memory_budget = memory_budget_of(o.memory_budget);
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-  check_capture_globs(o.capture,
-                      model_capture_points(cfg, true));  // a quantized cache adds its points
   const golden::TokenInputs in =
       token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed,
                    {o.text.file, o.model, o.text.stride});
+  ro.capture = o.capture;
+  if (o.capture == "auto") {
+    uint64_t full = 0;
+    ro.capture =
+        auto_capture(cfg, in.sequences * in.seq_len, o.f32 ? 4 : 8, kAutoCaptureLimit, &full);
+    if (ro.capture != "*")
+      std::cerr << "qparity golden: --capture auto: every point would take " << format_bytes(full)
+                << " before compression (more than " << format_bytes(kAutoCaptureLimit)
+                << "); capturing the layer boundaries " << ro.capture
+                << " (--capture '*' keeps every point)\n";
+  }
+  check_capture_globs(ro.capture,
+                      model_capture_points(cfg, true));  // a quantized cache adds its points
   std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len
             << " tokens through " << o.model << "\n";
   golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
@@ -56,7 +71,9 @@ void make(const MakeOptions& o) {
   golden::write_golden(o.out, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
   std::cerr << "qparity golden: " << g.points.size() << " capture points, logits [" << g.logits.rows
             << ", " << g.logits.cols << "], scheme " << g.meta.scheme << ", dialect "
-            << g.meta.dialect << ", mode " << g.meta.precision_mode << " -> " << o.out << "\n";
+            << g.meta.dialect << ", mode " << g.meta.precision_mode << " -> " << o.out << " ("
+            << format_bytes(fs::file_size(o.out)) << "; peak resident "
+            << format_bytes(peak_resident_bytes()) << ")\n";
 }
 
 void info(const std::string& file, bool json) {
@@ -123,9 +140,13 @@ void add_golden_command(CLI::App& app, int& rc) {
                  "tokens per sequence (--tokens / --token-ids are cut into sequences of it)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   mk->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
-  mk->add_option("--capture", o->capture, "capture-point globs, comma-separated")
+  mk->add_option("--capture", o->capture,
+                 "capture-point globs, comma-separated; auto: every point while the golden stays "
+                 "under 1 GiB before compression, else the layer boundaries (" +
+                     std::string(kBoundaryCapture) + ")")
       ->capture_default_str();
   mk->add_flag("--f32", o->f32, "store capture points as float32 (logits stay float64)");
+  add_memory_budget_option(mk, o->memory_budget);
   mk->add_option("--out", o->out, "golden .h5 file to write")->required();
   mk->add_flag("--force", o->force, "replace an existing golden file");
   mk->callback([o, &rc] {

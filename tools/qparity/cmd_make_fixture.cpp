@@ -1,3 +1,5 @@
+// `qparity make-fixture --shape {llama3-8b,qwen3-0.6b} [--layers N] --seed S --out DIR`: a released
+// model's shape with random bf16 weights (fixtures/shaped_checkpoint.h), for size and speed.
 // `qparity make-fixture --arch {llama,qwen3,qwen3-moe} [--scheme ID] [--dialect D]
 // [--size tiny|small] [--hidden H] [--intermediate I] [--moe-intermediate I] --seed S --out DIR
 // [--force]`: a deterministic fixture checkpoint
@@ -23,6 +25,7 @@
 #include "core/quant/scheme_registry.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
+#include "fixtures/shaped_checkpoint.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -32,7 +35,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct MakeFixtureOptions {
-  std::string arch;
+  std::string arch, shape;
+  int64_t layers = 0;
   std::string scheme;
   std::string dialect;
   std::string size = "tiny";
@@ -60,6 +64,21 @@ class TempDir {
 };
 
 void run(const MakeFixtureOptions& o) {
+  if (!o.shape.empty()) {
+    if (!o.arch.empty() || !o.scheme.empty() || o.hidden || o.intermediate || o.moe_intermediate)
+      throw UsageError("--shape",
+                       "a real model's shape fixes the architecture and sizes, and "
+                       "its weights stay bf16 (quantize them with `qparity quantize`)");
+    std::cerr << "make-fixture: writing " << o.shape << "-shaped random bf16 weights (seed "
+              << o.seed << ") to " << o.out << "\n";
+    fixtures::write_shaped_checkpoint(
+        o.shape, o.seed, o.out, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse,
+        o.layers, &std::cerr);
+    std::cerr << "make-fixture: done\n";
+    return;
+  }
+  if (o.arch.empty()) throw UsageError("--arch", "required (or --shape)");
+  if (o.layers) throw UsageError("--layers", "only with --shape");
   fixtures::FixtureSpec spec;
   spec.arch = fixtures::parse_fixture_arch(o.arch);
   spec.size = fixtures::parse_fixture_size(o.size);
@@ -106,8 +125,13 @@ void add_make_fixture_command(CLI::App& app, int& rc) {
       "Write a deterministic fixture checkpoint (tiny/small Llama, Qwen3, Qwen3-MoE), floating "
       "point or quantized with a scheme the way its producer writes it");
   cmd->add_option("--arch", o->arch, "llama | qwen3 | qwen3-moe")
-      ->required()
       ->check(CLI::IsMember({"llama", "qwen3", "qwen3-moe"}));
+  cmd->add_option("--shape", o->shape,
+                  "instead of --arch: a released model's shape with random bf16 weights, sharded "
+                  "(llama3-8b: 16 GB, qwen3-0.6b), for measuring the reference at real size")
+      ->check(CLI::IsMember(fixtures::shaped_checkpoint_names()));
+  cmd->add_option("--layers", o->layers, "--shape: this many decoder layers instead of the model's")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   cmd->add_option("--scheme", o->scheme, "Scheme id (see `qparity schemes`); omit for bf16");
   cmd->add_option("--dialect", o->dialect,
                   "producer dialect: ideal | compressed-tensors | vllm | sglang | msmodelslim "

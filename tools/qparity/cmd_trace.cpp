@@ -39,6 +39,7 @@ struct TraceOptions {
   std::string mode = "exact";
   std::string capture = "*";
   std::string out;
+  std::string memory_budget;
   bool decode = false;
   bool force = false;
 };
@@ -57,7 +58,17 @@ void run(const TraceOptions& o) {
   if (!o.scheme.empty()) lo.override_scheme = o.scheme;
   lo.dialect = parse_dialect(o.dialect);
   lo.mode = parse_precision_mode(o.mode);
+  lo.streaming = LayerStreaming::kAuto;
+  lo.memory_budget = memory_budget_of(o.memory_budget);
   auto model = load_model(o.model, lo);
+  if (model->streams_layers()) {
+    if (o.decode)
+      throw Error("--decode",
+                  "the checkpoint is larger than the memory budget, so the reference "
+                  "streams it one layer at a time and keeps no KV cache between "
+                  "steps: decode needs the whole model (a larger --memory-budget)");
+    std::cerr << "qparity trace: streaming the model one decoder layer at a time\n";
+  }
   Trace trace(o.capture);
   ForwardHooks hooks;
   hooks.trace = &trace;
@@ -126,6 +137,7 @@ void add_trace_command(CLI::App& app, int& rc) {
   cmd->add_option("--capture", o->capture, "capture-point globs, comma-separated")
       ->capture_default_str();
   cmd->add_flag("--decode", o->decode, "one decode step per token instead of one prefill");
+  add_memory_budget_option(cmd, o->memory_budget);
   cmd->add_option("--out", o->out, "safetensors file to write")->required();
   cmd->add_flag("--force", o->force, "replace an existing output file");
   cmd->callback([o, &rc] {

@@ -78,7 +78,8 @@ const std::set<std::string> kNeedsCalibration = {"w8a8-static", "w8a8s",  "fp8-t
 constexpr double kSaturationWarning = 1e-3;
 
 struct ValidateOptions {
-  std::string model, schemes = "all", out = "reports", policies, budget, text, calib_text;
+  std::string model, schemes = "all", out = "reports", policies, budget, text, calib_text,
+                     memory_budget;
   std::string fixtures = "trained";  // without --model: trained | random
   int64_t sequences = 4, seq_len = 32, calib_tokens = 2048, stride = 0;
   bool sequences_given = false, seq_len_given = false;  // else the trained set's own defaults
@@ -167,6 +168,7 @@ void Validation::format_row(const Target& t, const std::string& scheme,
                                 nullptr, qo);
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;  // format errors are far above fp32 rounding
+  ro.memory_budget = memory_budget_of(o_.memory_budget);
   golden::Golden g = golden::run_reference(qdir, in, ro, nullptr);
   g.meta.model = t.name;
   g.meta.scheme = scheme;  // what was asked for (smoothquant's plan reads as w8a8-static)
@@ -290,6 +292,7 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
                                ", outside the model's vocabulary of " + std::to_string(cfg.vocab));
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;
+  ro.memory_budget = memory_budget_of(o_.memory_budget);
   progress(t.name + ": the unquantized reference (" +
            (cfg.dtype.empty() ? std::string("bfloat16") : cfg.dtype) +
            " checkpoint, computed in fp64) on " + std::to_string(in.sequences) + "x" +
@@ -727,6 +730,7 @@ void add_validate_command(CLI::App& app, int& rc) {
                   "checkpoint's tokenizer) instead of synthetic tokens (the trained fixtures: "
                   "their calib.txt)");
   cmd->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
+  add_memory_budget_option(cmd, o->memory_budget);
   cmd->add_flag("--keep-work", o->keep_work, "keep quantized checkpoints and goldens in .work/");
   cmd->add_flag("--no-engine", o->no_engine, "skip the engine-vs-reference rows on a GPU machine");
   cmd->add_option("--candidate", o->candidates,
