@@ -73,6 +73,8 @@ CodeStore CodeStore::pack(std::span<const int64_t> codes) {
   if (codes.empty()) return s;
   const auto [lo_it, hi_it] = std::minmax_element(codes.begin(), codes.end());
   const int64_t lo = *lo_it, hi = *hi_it;
+  s.lo_ = lo;
+  s.hi_ = hi;
   // hi - lo in unsigned arithmetic: the span of int64 codes can exceed INT64_MAX.
   const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
   const auto pack4 = [&](auto index_of) {

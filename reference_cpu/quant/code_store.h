@@ -34,6 +34,9 @@ class CodeStore {
 
   int64_t size() const { return size_; }
   Kind kind() const { return kind_; }
+  // The smallest and largest code held (0 when empty).
+  int64_t min_code() const { return lo_; }
+  int64_t max_code() const { return hi_; }
   int64_t at(int64_t i) const;
   // codes [begin, begin + out.size()) into out.
   void decode(int64_t begin, std::span<int64_t> out) const;
@@ -45,6 +48,7 @@ class CodeStore {
   Kind kind_ = Kind::kEmpty;
   int64_t size_ = 0;
   int64_t base_ = 0;            // offset kinds
+  int64_t lo_ = 0, hi_ = 0;     // range of the codes
   std::vector<int64_t> table_;  // table kinds: index -> code
   std::vector<uint8_t> data_;   // little-endian payload; 4-bit kinds low nibble first
 };

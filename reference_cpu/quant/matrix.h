@@ -21,6 +21,25 @@ Matrix matmul_nt(const Matrix& x, const Matrix& w);
 Matrix matmul_nt_rows(const Matrix& x, int64_t n,
                       const std::function<void(int64_t, std::span<double>)>& row);
 
+// Segmented and scaled, the quantized GEMMs' form: K is cut at `cuts` ([0, c1, ..., K]); for each
+// segment s the ascending-k sum d(t, n, s) of x[t, k] * w[n, k] from 0 (as matmul_nt_rows sums),
+// then
+//   y(t, n) = fold over s ascending, from 0.0, of acc + ((d * lattice) * sx(t, s)) * sw(n, s)
+// with sx a [T, S] matrix (nullptr: no activation scale; multiplying by 1 would change no bit) and
+// row_scales(n, out[S]) writing sw(n, :). int32_check: a segment sum outside int32 is an Error
+// naming the output, as an int8 GEMM's accumulator would overflow (the sums of integer codes are
+// exact here while |sum| < 2^53, which the caller guarantees).
+struct SegmentedScales {
+  std::span<const int64_t> cuts;
+  double lattice = 1.0;
+  const Matrix* sx = nullptr;
+  std::function<void(int64_t, std::span<double>)> row_scales;
+  bool int32_check = false;
+};
+Matrix matmul_nt_rows_segmented(const Matrix& x, int64_t n,
+                                const std::function<void(int64_t, std::span<double>)>& row,
+                                const SegmentedScales& scales);
+
 // Which vector width the products run at: kAuto picks AVX2 where the CPU has it (checked at run
 // time; the build targets baseline x86-64), else SSE2. The bits are the same; tests and the
 // bench force one to show it.

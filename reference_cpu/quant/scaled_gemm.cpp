@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "core/error.h"
+#include "reference_cpu/quant/matrix.h"
 #include "reference_cpu/quant/parallel.h"
 
 namespace qparity::reference {
@@ -110,6 +112,52 @@ Matrix dequantize(const QuantizedMatrix& m) {
   return out;
 }
 
+double QuantizedMatrix::code_bound() const {
+  double m = 0.0;
+  if (compacted()) {
+    m = std::max(std::fabs(static_cast<double>(packed.min_code())),
+                 std::fabs(static_cast<double>(packed.max_code())));
+  } else {
+    for (int64_t c : codes)
+      m = std::max(m, std::fabs(static_cast<double>(c)));
+  }
+  double z = 0.0;
+  for (int64_t v : zero_points)
+    z = std::max(z, std::fabs(static_cast<double>(v)));
+  return m + z;
+}
+
+namespace {
+
+int64_t longest_segment(const std::vector<int64_t>& cuts) {
+  int64_t m = 0;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s)
+    m = std::max(m, cuts[s + 1] - cuts[s]);
+  return m;
+}
+
+// Each weight row's codes as doubles (exact below 2^53), one row at a time from the compact form.
+std::function<void(int64_t, std::span<double>)> code_rows(const QuantizedMatrix& w) {
+  return [&w](int64_t n, std::span<double> out) {
+    thread_local std::vector<int64_t> codes;
+    codes.resize(static_cast<size_t>(w.cols));
+    w.row_codes(n, codes);
+    for (size_t k = 0; k < out.size(); ++k)
+      out[k] = static_cast<double>(codes[k]);
+  };
+}
+
+// sw(n, s) for every segment, from the segments' first columns.
+std::function<void(int64_t, std::span<double>)> weight_scales(const QuantizedMatrix& w,
+                                                              const std::vector<int64_t>& cuts) {
+  return [&w, &cuts](int64_t n, std::span<double> out) {
+    for (size_t s = 0; s < out.size(); ++s)
+      out[s] = w.scale(n, cuts[s]);
+  };
+}
+
+}  // namespace
+
 // Both GEMMs decode one weight row at a time (the weight stays compact) and split the weight rows
 // across threads; each y(t, n) is still its own fixed-order sum, so neither the order of visits
 // nor the thread count changes a bit of the result.
@@ -122,6 +170,21 @@ Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int3
   const auto cuts = segments(x.cols, x.block_cols, w.block_cols);
   const double lat = x.lattice * w.lattice;
   const std::vector<int64_t> xcodes = x.code_vector();
+  if (x.code_bound() * w.code_bound() * static_cast<double>(longest_segment(cuts)) < 0x1p53) {
+    Matrix xd(x.rows, x.cols), sx(x.rows, static_cast<int64_t>(cuts.size()) - 1);
+    for (size_t i = 0; i < xcodes.size(); ++i)
+      xd.data[i] = static_cast<double>(xcodes[i]);
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t s = 0; s + 1 < static_cast<int64_t>(cuts.size()); ++s)
+        sx(t, s) = x.scale(t, cuts[static_cast<size_t>(s)]);
+    SegmentedScales sc;
+    sc.cuts = cuts;
+    sc.lattice = lat;
+    sc.sx = &sx;
+    sc.row_scales = weight_scales(w, cuts);
+    sc.int32_check = int32_accumulator;
+    return matmul_nt_rows_segmented(xd, w.rows, code_rows(w), sc);
+  }
   Matrix y(x.rows, w.rows);
   parallel_chunks(w.rows, x.rows * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
     std::vector<int64_t> wr(static_cast<size_t>(w.cols));
@@ -146,31 +209,21 @@ Matrix scaled_gemm(const QuantizedMatrix& x, const QuantizedMatrix& w, bool int3
   return y;
 }
 
+// The segment sums are fp64 sums of x times integer codes in ascending k: exactly what
+// matmul_nt_rows_segmented computes over the codes as doubles (exact below 2^53).
 Matrix weight_only_gemm(const Matrix& x, const QuantizedMatrix& w) {
   validate(w, "weight_only_gemm weights");
   if (x.cols != w.cols)
     throw Error("weight_only_gemm", "inner dimensions differ: " + std::to_string(x.cols) + " vs " +
                                         std::to_string(w.cols));
+  if (!(w.code_bound() < 0x1p53))
+    throw Error("weight_only_gemm", "weight codes beyond 2^53 have no exact fp64 value");
   const auto cuts = segments(w.cols, w.block_cols, w.block_cols);
-  Matrix y(x.rows, w.rows);
-  parallel_chunks(w.rows, x.rows * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
-    std::vector<int64_t> wr(static_cast<size_t>(w.cols));
-    for (int64_t n = n0; n < n1; ++n) {
-      w.row_codes(n, wr);
-      for (int64_t t = 0; t < x.rows; ++t) {
-        const auto xr = x.row(t);
-        double acc = 0.0;
-        for (size_t s = 0; s + 1 < cuts.size(); ++s) {
-          double dot = 0.0;
-          for (int64_t k = cuts[s]; k < cuts[s + 1]; ++k)
-            dot += xr[static_cast<size_t>(k)] * static_cast<double>(wr[static_cast<size_t>(k)]);
-          acc += dot * w.lattice * w.scale(n, cuts[s]);
-        }
-        y(t, n) = acc;
-      }
-    }
-  });
-  return y;
+  SegmentedScales sc;
+  sc.cuts = cuts;
+  sc.lattice = w.lattice;
+  sc.row_scales = weight_scales(w, cuts);
+  return matmul_nt_rows_segmented(x, w.rows, code_rows(w), sc);
 }
 
 }  // namespace qparity::reference

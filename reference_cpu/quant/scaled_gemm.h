@@ -14,6 +14,10 @@
 // int8 GEMM accumulates (int32 on hardware; a sum that would not fit int32 is reported, since a
 // real kernel would wrap) and what an fp8/fp4 tensor core approximates (fp32 accumulation). The
 // outer sum over segments is fp64 in ascending k, so results are independent of threading.
+// How: codes become doubles and run through the fp64 panel kernel (matmul_nt_rows_segmented)
+// when every partial sum stays below 2^53 in magnitude (max |x code| * max |w code| * segment
+// length), where fp64 integer sums are exact in any order: the int128 sum's bits, at the speed of
+// the fp64 products; otherwise the int128 loop itself.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -64,6 +68,8 @@ struct QuantizedMatrix {
   void compact();
   // Heap bytes held by codes, zero points and scales.
   size_t bytes() const;
+  // An upper bound on |code(r, c)| (zero points subtracted), as a double.
+  double code_bound() const;
 };
 
 // The code of `value` on `lattice` (value / lattice must be an integer; else an Error).

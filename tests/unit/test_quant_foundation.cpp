@@ -213,6 +213,92 @@ TEST(Matmul, RegisterBlockedSumsEqualTheScalarLoopBitForBit) {
     std::cout << "note: this CPU has no AVX2; the SSE2 kernel alone was checked\n";
 }
 
+// The quantized GEMMs run the fp64 panel kernel over codes as doubles (matmul_nt_rows_segmented):
+// the outputs must be the documented loops' bits, written here one operation at a time: per
+// segment the int128 code sum (scaled_gemm) or the ascending-k fp64 sum (weight_only_gemm), then
+// acc + ((sum * lattice) * sx) * sw over segments in order. Shapes cover token tiles and panels
+// with remainders, groups of 1, 32 and K, zero points, e4m3 lattice codes, 2-D weight blocks, and
+// codes past the 2^53 bound (the int128 loop then runs itself).
+TEST(ScaledGemm, PanelKernelGivesTheDocumentedLoopsBitForBit) {
+  const uint64_t seed = test::test_seed();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> sc(0.01, 2.0);
+  std::vector<DotKernel> kernels = {DotKernel::kSse2};
+  if (__builtin_cpu_supports("avx2")) kernels.push_back(DotKernel::kAvx2);
+  struct Case {
+    int64_t t, n, k, xg, wg, wrows;
+    int64_t lo, hi;  // code range
+    double lattice;
+    bool zeros;
+  };
+  const Case cases[] = {{5, 7, 96, 32, 48, 4, -128, 127, 1.0, false},
+                        {13, 17, 600, 600, 32, 1, -8, 7, 1.0, true},
+                        {1, 9, 257, 1, 257, 1, -229376, 229376, 0x1p-9, false},
+                        {7, 8, 384, 128, 128, 128, -229376, 229376, 0x1p-9, false},
+                        {3, 5, 64, 64, 32, 1, -(int64_t{1} << 40), int64_t{1} << 40, 1.0, false}};
+  for (const DotKernel kernel : kernels)
+    for (const Case& c : cases) {
+      set_dot_kernel(kernel);
+      std::uniform_int_distribution<int64_t> code(c.lo, c.hi);
+      const auto blocks = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+      QuantizedMatrix x{c.t, c.k, {}, c.lattice, 1, c.xg, Matrix(c.t, blocks(c.k, c.xg)), {}, {}};
+      QuantizedMatrix w{
+          c.n, c.k, {}, c.lattice, c.wrows, c.wg, Matrix(blocks(c.n, c.wrows), blocks(c.k, c.wg)),
+          {},  {}};
+      for (int64_t i = 0; i < c.t * c.k; ++i)
+        x.codes.push_back(code(rng));
+      for (int64_t i = 0; i < c.n * c.k; ++i)
+        w.codes.push_back(code(rng));
+      for (auto& v : x.scales.data)
+        v = sc(rng);
+      for (auto& v : w.scales.data)
+        v = sc(rng);
+      if (c.zeros)
+        for (size_t i = 0; i < w.scales.data.size(); ++i)
+          w.zero_points.push_back(code(rng) / 2);
+      w.compact();
+      const Matrix xd = dequantize(x);
+      const Matrix y = scaled_gemm(x, w), yw = weight_only_gemm(xd, w);
+      std::vector<int64_t> cuts;
+      for (int64_t j = 0; j < c.k; ++j)
+        if (j % c.xg == 0 || j % c.wg == 0) cuts.push_back(j);
+      cuts.push_back(c.k);
+      std::vector<int64_t> wcuts;
+      for (int64_t j = 0; j < c.k; j += c.wg)
+        wcuts.push_back(j);
+      wcuts.push_back(c.k);
+      for (int64_t t = 0; t < c.t; ++t)
+        for (int64_t n = 0; n < c.n; ++n) {
+          volatile double acc = 0.0;
+          for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+            Int128 dot = 0;
+            for (int64_t j = cuts[s]; j < cuts[s + 1]; ++j)
+              dot += static_cast<Int128>(x.code(t, j)) * w.code(n, j);
+            volatile double term = static_cast<double>(dot) * (c.lattice * c.lattice);
+            term = term * x.scale(t, cuts[s]);
+            term = term * w.scale(n, cuts[s]);
+            acc = acc + term;
+          }
+          ASSERT_EQ(y(t, n), acc) << "scaled " << c.k << " at " << t << "," << n << " "
+                                  << test::seed_note(seed);
+          volatile double accw = 0.0;
+          for (size_t s = 0; s + 1 < wcuts.size(); ++s) {
+            volatile double dot = 0.0;
+            for (int64_t j = wcuts[s]; j < wcuts[s + 1]; ++j) {
+              volatile double p = xd(t, j) * static_cast<double>(w.code(n, j));
+              dot = dot + p;
+            }
+            volatile double term = dot * c.lattice;
+            term = term * w.scale(n, wcuts[s]);
+            accw = accw + term;
+          }
+          ASSERT_EQ(yw(t, n), accw)
+              << "weight-only " << c.k << " at " << t << "," << n << " " << test::seed_note(seed);
+        }
+    }
+  set_dot_kernel(DotKernel::kAuto);
+}
+
 TEST(ScaledGemm, AgreesWithDequantizedMatmul) {
   const uint64_t seed = test::test_seed();
   std::mt19937_64 rng(seed);
