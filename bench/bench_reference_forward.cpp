@@ -7,6 +7,8 @@
 //
 // Usage: bench_reference_forward [--tokens T] [--repeats R] [--threads 1,2,...]
 //        [--kernel auto|sse2|avx2] [--archs llama,qwen3,qwen3-moe] [--layer-8b 1]
+//        [--schemes bf16,w8a16-ch,...] (each quantized from the bf16 fixture as its producer writes
+//        it, calibrated on 64 synthetic tokens; GFLOP/s count the same multiply-adds)
 //        (default threads: 1 and the OpenMP maximum; prints a table and JSON lines). Eigen runs
 //        with AVX2 + FMA (bench/eigen_gemm_baseline.h); the reference's products at the vector
 //        width --kernel names (the bits are the same at either).
@@ -23,6 +25,7 @@
 
 #include "bench/eigen_gemm_baseline.h"
 #include "core/codecs/float_format.h"
+#include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   int64_t tokens = 32;
   int repeats = 3;
   std::vector<std::string> archs = {"llama", "qwen3", "qwen3-moe"};
+  std::vector<std::string> schemes = {"bf16"};
   bool layer_8b = false;
   std::vector<int> thread_counts = {1};
   if (reference::reference_threads() > 1) thread_counts.push_back(reference::reference_threads());
@@ -120,14 +124,15 @@ int main(int argc, char** argv) {
                                               : reference::DotKernel::kAuto);
     }
     if (!std::strcmp(argv[i], "--layer-8b")) layer_8b = std::strcmp(argv[i + 1], "0") != 0;
-    if (!std::strcmp(argv[i], "--archs")) {
-      archs.clear();
-      for (std::string list = argv[i + 1]; !list.empty();) {
-        const size_t comma = list.find(',');
-        archs.push_back(list.substr(0, comma));
-        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+    for (auto [flag, list] : {std::pair{"--archs", &archs}, std::pair{"--schemes", &schemes}})
+      if (!std::strcmp(argv[i], flag)) {
+        list->clear();
+        for (std::string items = argv[i + 1]; !items.empty();) {
+          const size_t comma = items.find(',');
+          list->push_back(items.substr(0, comma));
+          items = comma == std::string::npos ? "" : items.substr(comma + 1);
+        }
       }
-    }
     if (!std::strcmp(argv[i], "--threads")) {
       thread_counts.clear();
       for (const char* p = argv[i + 1]; *p;) {
@@ -149,6 +154,15 @@ int main(int argc, char** argv) {
     spec.size = fixtures::FixtureSize::kSmall;
     spec.seed = 1;
     fixtures::write_fp_checkpoint(spec, root / arch, OverwritePolicy::kReplace);
+    for (const std::string& scheme : schemes) {
+      if (scheme == "bf16") continue;
+      const ModelConfig cfg = load_model_config(root / arch / "config.json");
+      fixtures::quantize_checkpoint(root / arch, parse_scheme_id(scheme), Dialect::kIdeal,
+                                    root / (arch + "." + scheme),
+                                    fixtures::calibrate_checkpoint(
+                                        root / arch, reference::synthetic_tokens(64, cfg.vocab, 3)),
+                                    OverwritePolicy::kReplace, nullptr);
+    }
   }
   for (int threads : thread_counts) {
     reference::set_reference_threads(threads);
@@ -158,39 +172,42 @@ int main(int argc, char** argv) {
         "Eigen fp64 GEMM 512^3 (%s), %d thread(s): %.2f GFLOP/s (baseline, same run); "
         "reference products: %s\n",
         bench::eigen_simd(), threads, eigen, kernel);
-    std::printf("%-10s %8s %8s %14s %14s %12s %14s\n", "arch", "threads", "tokens", "prefill tok/s",
-                "decode tok/s", "GFLOP/s", "vs Eigen GEMM");
-    for (const std::string& a : archs) {
-      const char* arch = a.c_str();
-      auto model = reference::load_model(root / arch);
-      const auto t = reference::synthetic_tokens(tokens, model->config().vocab, 7);
-      double prefill = 1e300, decode = 1e300;
-      for (int r = 0; r < repeats; ++r) {
-        model->reset_cache();
-        auto t0 = Clock::now();
-        model->forward(t);
-        prefill = std::min(prefill, seconds_since(t0));
-        model->reset_cache();
-        t0 = Clock::now();
-        for (size_t i = 0; i < t.size(); ++i)
-          model->forward(std::span<const int64_t>(t).subspan(i, 1));
-        decode = std::min(decode, seconds_since(t0));
+    std::printf("%-10s %-14s %8s %8s %14s %14s %12s %14s\n", "arch", "scheme", "threads", "tokens",
+                "prefill tok/s", "decode tok/s", "GFLOP/s", "vs Eigen GEMM");
+    for (const std::string& a : archs)
+      for (const std::string& sc : schemes) {
+        const char* arch = a.c_str();
+        const char* scheme = sc.c_str();
+        auto model = reference::load_model(sc == "bf16" ? root / a : root / (a + "." + sc));
+        const auto t = reference::synthetic_tokens(tokens, model->config().vocab, 7);
+        double prefill = 1e300, decode = 1e300;
+        for (int r = 0; r < repeats; ++r) {
+          model->reset_cache();
+          auto t0 = Clock::now();
+          model->forward(t);
+          prefill = std::min(prefill, seconds_since(t0));
+          model->reset_cache();
+          t0 = Clock::now();
+          for (size_t i = 0; i < t.size(); ++i)
+            model->forward(std::span<const int64_t>(t).subspan(i, 1));
+          decode = std::min(decode, seconds_since(t0));
+        }
+        double flops = 0;
+        for (int64_t i = 0; i < tokens; ++i)
+          flops += flops_per_token(model->config(), i + 1);
+        const double gflops = flops / prefill / 1e9;
+        const double n = static_cast<double>(tokens);
+        std::printf("%-10s %-14s %8d %8lld %14.1f %14.1f %12.3f %13.1f%%\n", arch, scheme, threads,
+                    static_cast<long long>(tokens), n / prefill, n / decode, gflops,
+                    100.0 * gflops / eigen);
+        std::printf(
+            "{\"arch\":\"%s\",\"scheme\":\"%s\",\"size\":\"small\",\"kernel\":\"%s\","
+            "\"threads\":%d,\"tokens\":%lld,"
+            "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"gflops\":%.4f,"
+            "\"eigen_gemm_gflops\":%.4f,\"ratio\":%.4f}\n",
+            arch, scheme, kernel, threads, static_cast<long long>(tokens), n / prefill, n / decode,
+            gflops, eigen, gflops / eigen);
       }
-      double flops = 0;
-      for (int64_t i = 0; i < tokens; ++i)
-        flops += flops_per_token(model->config(), i + 1);
-      const double gflops = flops / prefill / 1e9;
-      const double n = static_cast<double>(tokens);
-      std::printf("%-10s %8d %8lld %14.1f %14.1f %12.3f %13.1f%%\n", arch, threads,
-                  static_cast<long long>(tokens), n / prefill, n / decode, gflops,
-                  100.0 * gflops / eigen);
-      std::printf(
-          "{\"arch\":\"%s\",\"size\":\"small\",\"kernel\":\"%s\",\"threads\":%d,\"tokens\":%lld,"
-          "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"gflops\":%.4f,"
-          "\"eigen_gemm_gflops\":%.4f,\"ratio\":%.4f}\n",
-          arch, kernel, threads, static_cast<long long>(tokens), n / prefill, n / decode, gflops,
-          eigen, gflops / eigen);
-    }
   }
   fs::remove_all(root);
   if (layer_8b) {

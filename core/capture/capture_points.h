@@ -94,12 +94,13 @@ int64_t capture_point_width(const ModelConfig& cfg, const std::string& point);
 
 // The --capture default ("auto"): every point ("*") while a golden of all of them for `tokens`
 // tokens at `bytes_per_value` stays within `limit` bytes, else the layer boundaries (embed, each
-// layer's attn.out and residual, final_norm, logits: enough for bisect to find the layer and re-run
-// it from its input). `full_bytes` receives the size of everything.
+// layer's attn.out and residual, final_norm: enough for bisect to find the layer and re-run
+// it from its input; the logits are in every golden's outputs anyway). `full_bytes` receives the
+// size of everything.
 std::string auto_capture(const ModelConfig& cfg, int64_t tokens, int64_t bytes_per_value,
                          uint64_t limit, uint64_t* full_bytes = nullptr);
 inline constexpr std::string_view kBoundaryCapture =
-    "embed,layers.*.attn.out,layers.*.residual,final_norm,logits";
+    "embed,layers.*.attn.out,layers.*.residual,final_norm";
 
 // The points outside the decoder layers: before them ("embed") and after them ("final_norm",
 // "logits").

@@ -11,6 +11,7 @@
 
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
+#include "core/capture/capture_points.h"
 #include "core/memory_budget.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
@@ -86,6 +87,13 @@ TEST_F(LayerStreaming, GivesTheWholeModelsGoldenAndOneForwardPerSequenceBitForBi
           << what << " " << whole.points[i].name;
     }
     EXPECT_EQ(whole.logits.data, streamed.logits.data) << what;
+    // The catalog's widths (what --capture auto sizes a golden by) are what the run records.
+    for (const auto& p : whole.points) {
+      const int64_t w = capture_point_width(cfg, p.name);
+      if (!p.name.ends_with(".x_scales")) {
+        EXPECT_EQ(w, p.values.cols) << what << " " << p.name;
+      }
+    }
     ASSERT_EQ(whole.activation_stats.size(), streamed.activation_stats.size()) << what;
     for (size_t i = 0; i < whole.activation_stats.size(); ++i) {
       EXPECT_EQ(whole.activation_stats[i].name, streamed.activation_stats[i].name);

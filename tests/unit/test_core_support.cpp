@@ -50,6 +50,31 @@ TEST(CapturePoints, CaptureGlobsMustNameAPointOfTheModel) {
   EXPECT_THAT(test::error_of([&] { check_capture_globs(",", points); }), HasSubstr("is empty"));
 }
 
+// --capture auto sizes a golden from the catalog's widths: Llama-3-8B's, worked by hand (a layer:
+// 5 x 4096 for the norms, attn.out, mlp.out and residual, 6144 qkv, 2 x 4096 rope_q and core,
+// 1024 rope_k, 28672 gate_up, 14336 act = 78848).
+TEST(CapturePoints, AutoCaptureSizesTheGoldenFromTheCatalogWidths) {
+  ModelConfig c;
+  c.hidden = 4096;
+  c.intermediate = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.vocab = 128256;
+  EXPECT_EQ(capture_point_width(c, "layers.3.attn.qkv"), 6144);
+  EXPECT_EQ(capture_point_width(c, "layers.3.mlp.gate_up"), 28672);
+  EXPECT_EQ(capture_point_width(c, "layers.31.mlp.down_proj.x_values"), 14336);
+  EXPECT_EQ(capture_point_width(c, "layers.3.attn.o_proj.x_scales"), -1);
+  EXPECT_EQ(capture_point_width(c, "layers.32.residual"), -1);  // no such layer
+  EXPECT_EQ(capture_point_width(c, "logits"), 128256);
+  uint64_t full = 0;
+  EXPECT_EQ(auto_capture(c, 128, 8, uint64_t{1} << 30, &full), std::string(kBoundaryCapture));
+  EXPECT_EQ(full, uint64_t{128} * (78848 * 32 + 2 * 4096 + 128256) * 8);
+  EXPECT_EQ(auto_capture(c, 128, 8, full), "*");
+  EXPECT_EQ(auto_capture(c, 128, 8, full - 1), std::string(kBoundaryCapture));
+}
+
 // A registered temporary file is removed when the process dies of Ctrl-C (issue: an
 // interrupted golden write left a hidden .NAME.tmp-PID-RAND behind).
 TEST(TempCleanup, SigintRemovesRegisteredPaths) {

@@ -24,8 +24,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/capture/capture_points.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/quant/dialect.h"
 #include "core/sha256.h"
 #include "core/temp_cleanup.h"
@@ -104,6 +106,14 @@ struct Target {
   std::vector<std::string> schemes;
 };
 
+// The points a row's goldens capture: every point while they take at most kRowCaptureLimit in
+// memory (fp64, as the run holds them), else the layer boundaries (core/capture/capture_points.h).
+constexpr uint64_t kRowCaptureLimit = uint64_t{1} << 30;
+std::string row_capture(const fs::path& dir, const golden::TokenInputs& in) {
+  return auto_capture(load_model_config(dir / "config.json"), in.sequences * in.seq_len, 8,
+                      kRowCaptureLimit);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -169,6 +179,7 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;  // format errors are far above fp32 rounding
   ro.memory_budget = memory_budget_of(o_.memory_budget);
+  ro.capture = row_capture(t.dir, in);
   golden::Golden g = golden::run_reference(qdir, in, ro, nullptr);
   g.meta.model = t.name;
   g.meta.scheme = scheme;  // what was asked for (smoothquant's plan reads as w8a8-static)
@@ -293,6 +304,12 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
   golden::ReferenceRunOptions ro;
   ro.point_precision = golden::PointPrecision::kF32;
   ro.memory_budget = memory_budget_of(o_.memory_budget);
+  ro.capture = row_capture(t.dir, in);
+  if (ro.capture != "*")
+    progress(t.name + ": every capture point of " + std::to_string(in.sequences) + "x" +
+             std::to_string(in.seq_len) + " tokens would take more than " +
+             format_bytes(kRowCaptureLimit) +
+             " in memory; the rows capture the layer boundaries (" + ro.capture + ")");
   progress(t.name + ": the unquantized reference (" +
            (cfg.dtype.empty() ? std::string("bfloat16") : cfg.dtype) +
            " checkpoint, computed in fp64) on " + std::to_string(in.sequences) + "x" +
