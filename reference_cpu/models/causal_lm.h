@@ -100,8 +100,6 @@ class LayerWeightSource {
   // Fills `layer` (whose index is set) with its methods, norms and KV-cache method, loaded and
   // processed.
   virtual void load(DecoderLayer& layer) = 0;
-  // The bytes a layer's weights occupy once loaded (its checkpoint tensors).
-  virtual uint64_t layer_bytes(int64_t layer) const = 0;
 };
 
 class CausalLm {
@@ -147,7 +145,6 @@ class CausalLm {
   // keep one loaded across several calls. Every layer starts released.
   void stream_layers_from(std::unique_ptr<LayerWeightSource> source);
   bool streams_layers() const { return source_ != nullptr; }
-  const LayerWeightSource* layer_source() const { return source_.get(); }
   void acquire_layer(int64_t layer);  // no-op when not streaming or already loaded
   void release_layer(int64_t layer);  // no-op when not streaming
 

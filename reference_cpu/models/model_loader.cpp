@@ -425,13 +425,6 @@ class CheckpointLayerSource final : public LayerWeightSource {
     loader.load(names_.at(static_cast<size_t>(layer.index)));
   }
 
-  uint64_t layer_bytes(int64_t layer) const override {
-    uint64_t n = 0;
-    for (const std::string& name : names_.at(static_cast<size_t>(layer)))
-      n += ckpt_->at(name).info->nbytes();
-    return n;
-  }
-
  private:
   std::shared_ptr<const Checkpoint> ckpt_;
   CausalLm& model_;
