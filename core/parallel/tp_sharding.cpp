@@ -34,6 +34,34 @@ int64_t padded_vocab(int64_t vocab, int tp) {
   return (vocab + m - 1) / m * m;
 }
 
+ModelConfig tp_rank_config(const ModelConfig& c, int tp) {
+  const std::string where = "config.json";
+  require(tp >= 1, where, "tp " + std::to_string(tp) + " must be at least 1");
+  if (tp == 1) return c;
+  const auto divides = [&](int64_t n, const char* key) {
+    require(n % tp == 0, where,
+            std::string(key) + " " + std::to_string(n) + " does not divide by tp " +
+                std::to_string(tp));
+    return n / tp;
+  };
+  ModelConfig r = c;
+  r.num_heads = divides(c.num_heads, "num_attention_heads");
+  if (c.num_kv_heads >= tp) {
+    r.num_kv_heads = divides(c.num_kv_heads, "num_key_value_heads");
+  } else {
+    require(tp % c.num_kv_heads == 0, where,
+            "tp " + std::to_string(tp) + " is not a multiple of num_key_value_heads " +
+                std::to_string(c.num_kv_heads) +
+                " (KV heads are replicated when tp > their count)");
+    r.num_kv_heads = 1;
+  }
+  if (c.intermediate > 0) r.intermediate = divides(c.intermediate, "intermediate_size");
+  if (c.moe_intermediate_size > 0)
+    r.moe_intermediate_size = divides(c.moe_intermediate_size, "moe_intermediate_size");
+  r.vocab = padded_vocab(c.vocab, tp) / tp;
+  return r;
+}
+
 TensorShard tensor_shard(const ModelConfig& c, const std::string& name,
                          const std::vector<uint64_t>& shape, int rank, int tp) {
   require(tp >= 1 && rank >= 0 && rank < tp, name,
@@ -42,7 +70,9 @@ TensorShard tensor_shard(const ModelConfig& c, const std::string& name,
   const int64_t rows = static_cast<int64_t>(shape[0]);
   const int64_t cols = shape.size() > 1 ? static_cast<int64_t>(shape[1]) : 0;
   TensorShard full{ShardKind::kReplicated, 0, 0, rows, rows};
-  if (ends_with(name, "norm.weight") || ends_with(name, "mlp.gate.weight")) return full;
+  if (ends_with(name, "norm.weight") || ends_with(name, "norm.bias") ||
+      ends_with(name, "mlp.gate.weight"))
+    return full;
   if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight")) {
     const int64_t per = padded_vocab(rows, tp) / tp;
     const int64_t b = std::min(rows, rank * per), e = std::min(rows, (rank + 1) * per);

@@ -35,4 +35,10 @@ TensorShard tensor_shard(const ModelConfig& cfg, const std::string& name,
 // Padded vocabulary size for tp ranks (a multiple of 64 * tp).
 int64_t padded_vocab(int64_t vocab, int tp);
 
+// The shapes one rank of tp computes, as a config: num_heads / tp q heads, num_kv_heads / tp KV
+// heads (1 when replicated), intermediate_size and moe_intermediate_size / tp, padded_vocab / tp
+// vocabulary rows; everything else (hidden, head_dim, experts, RoPE, eps) as cfg. tp = 1 gives
+// cfg. Throws naming the config key whose size does not divide (the rules above).
+ModelConfig tp_rank_config(const ModelConfig& cfg, int tp);
+
 }  // namespace qparity

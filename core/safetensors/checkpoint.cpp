@@ -111,4 +111,20 @@ Checkpoint Checkpoint::open(const fs::path& path) {
   return c;
 }
 
+Checkpoint Checkpoint::from_files(const fs::path& root, std::vector<SafetensorsFile> files) {
+  Checkpoint c;
+  c.root_ = root;
+  c.is_dir_ = true;
+  c.files_ = std::move(files);
+  for (const SafetensorsFile& f : c.files_)
+    for (const TensorInfo& t : f.tensors()) {
+      auto [it, inserted] = c.tensors_.emplace(t.name, TensorRef{&f, &t});
+      if (!inserted)
+        throw Error(root.string(), "tensor '" + t.name + "' appears in both " +
+                                       it->second.file->path().filename().string() + " and " +
+                                       f.path().filename().string());
+    }
+  return c;
+}
+
 }  // namespace qparity

@@ -31,6 +31,10 @@ std::map<std::string, std::string> parse_safetensors_index(const Json& j, const 
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& path);
+  // The tensors of `files` (in-memory images, SafetensorsFile::from_image) as one checkpoint
+  // rooted at `root` (what errors and loaders name); a name in two files is an Error.
+  static Checkpoint from_files(const std::filesystem::path& root,
+                               std::vector<SafetensorsFile> files);
   // TensorRefs point into files_: moving keeps them valid, copying would not.
   Checkpoint(Checkpoint&&) noexcept = default;
   Checkpoint& operator=(Checkpoint&&) noexcept = default;

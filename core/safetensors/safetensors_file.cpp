@@ -181,11 +181,12 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file_bytes, const s
 struct SafetensorsFile::Mapping {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  std::vector<uint8_t> owned;  // from_image: the bytes themselves (data points into them)
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   Mapping() = default;
   ~Mapping() {
-    if (data && size) munmap(const_cast<uint8_t*>(data), size);
+    if (data && size && owned.empty()) munmap(const_cast<uint8_t*>(data), size);
   }
 };
 
@@ -222,6 +223,22 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   return f;
 }
 
+SafetensorsFile SafetensorsFile::from_image(std::vector<uint8_t> image,
+                                            const std::filesystem::path& name) {
+  auto map = std::make_shared<Mapping>();
+  map->owned = std::move(image);
+  map->data = map->owned.data();
+  map->size = map->owned.size();
+  SafetensorsFile f;
+  f.path_ = name;
+  f.size_ = map->size;
+  f.header_ = parse_safetensors(std::span<const uint8_t>(map->data, map->size), name.string());
+  f.map_ = std::move(map);
+  for (size_t i = 0; i < f.header_.tensors.size(); ++i)
+    f.index_[f.header_.tensors[i].name] = i;
+  return f;
+}
+
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &header_.tensors[it->second];
@@ -238,7 +255,7 @@ std::span<const uint8_t> SafetensorsFile::bytes(const TensorInfo& t) const {
 }
 
 void SafetensorsFile::drop_pages(const TensorInfo& t) const {
-  if (t.nbytes() == 0 || !map_->data) return;
+  if (t.nbytes() == 0 || !map_->data || !map_->owned.empty()) return;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto first = reinterpret_cast<uintptr_t>(bytes(t).data());
   const uintptr_t begin = first / page * page;

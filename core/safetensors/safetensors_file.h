@@ -49,6 +49,9 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file_bytes, const s
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::filesystem::path& path);
+  // A file image held in memory (validated as open() validates a file), named `name` in errors:
+  // what a tensor-parallel rank's shard of a checkpoint is (core/parallel/checkpoint_shard.h).
+  static SafetensorsFile from_image(std::vector<uint8_t> image, const std::filesystem::path& name);
 
   SafetensorsFile(SafetensorsFile&&) noexcept = default;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
