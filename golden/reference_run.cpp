@@ -16,6 +16,7 @@
 #include "core/sha256.h"
 #include "core/text/tokenizer.h"
 #include "reference_cpu/models/model_loader.h"
+#include "reference_cpu/models/tensor_parallel_emulation.h"
 
 namespace qparity::golden {
 
@@ -362,10 +363,11 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   lo.dialect = o.dialect;
   lo.mode = o.mode;
   lo.run_dtype = o.run_dtype;
-  lo.streaming = o.streaming;
+  lo.streaming = o.tp > 1 ? reference::LayerStreaming::kNever : o.streaming;
   const uint64_t budget = o.memory_budget > 0 ? o.memory_budget : available_memory_bytes();
   lo.memory_budget = budget;
   auto model = reference::load_model(model_dir, lo);
+  reference::emulate_tensor_parallel(*model, model_dir, o.scheme, o.tp);
   if (progress && model->streams_layers())
     *progress << "qparity golden: streaming the model one decoder layer at a time ("
               << format_bytes(reference::checkpoint_bytes(Checkpoint::open(model_dir)))
@@ -376,6 +378,7 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   g.meta.checkpoint_hash = checkpoint_tensor_hash(model_dir);
   g.meta.scheme = o.scheme ? *o.scheme : plan_scheme(model->plan());
   g.meta.point_precision = o.point_precision;
+  if (o.tp > 1) g.meta.device += ", tp " + std::to_string(o.tp) + " arithmetic";
   return g;
 }
 

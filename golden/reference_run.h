@@ -60,6 +60,10 @@ struct ReferenceRunOptions {
   // checkpoint with and the run compares its captured points with.
   reference::LayerStreaming streaming = reference::LayerStreaming::kAuto;
   uint64_t memory_budget = 0;
+  // The arithmetic of tensor parallelism tp at the row-parallel layers
+  // (reference_cpu/models/tensor_parallel_emulation.h): the spec a TP engine is judged by. The
+  // model is then held whole (no streaming); recorded in the golden's device.
+  int tp = 1;
 };
 
 // Loads the model from `model_dir`, runs every sequence, returns the golden (progress lines on

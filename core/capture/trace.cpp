@@ -25,7 +25,7 @@ bool glob_match(std::string_view p, std::string_view s) {
   return pi == p.size();
 }
 
-Trace::Trace(std::string pattern) {
+Trace::Trace(std::string pattern) : pattern_(pattern) {
   size_t start = 0;
   while (start <= pattern.size()) {
     const size_t comma = pattern.find(',', start);

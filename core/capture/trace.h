@@ -20,6 +20,8 @@ bool glob_match(std::string_view pattern, std::string_view name);
 class Trace {
  public:
   explicit Trace(std::string pattern = "*");
+  // What the constructor took: a trace of another engine rank wants the same points.
+  const std::string& pattern() const { return pattern_; }
 
   bool wants(std::string_view name) const;
   // Appends x's rows to the point `name` (created on first use; the column count must not change).
@@ -32,6 +34,7 @@ class Trace {
   void clear() { points_.clear(); }
 
  private:
+  std::string pattern_;
   std::vector<std::string> globs_;
   std::vector<std::pair<std::string, Matrix>> points_;
 };

@@ -138,6 +138,9 @@ class CausalLm {
   Matrix head(const Matrix& x, const ForwardHooks& hooks = {}) const;
   void reset_cache();
   void reset_layer_cache(int64_t layer);
+  // Emulate mode: x rounded to the run dtype, as a stored activation (exact mode: unchanged).
+  // What an emulated collective (tensor_parallel_emulation.h) rounds its partial sums with.
+  void round_activation(Matrix& x) const { round_stored(x); }
 
   // --- streaming ---
   // From now on decoder layers are loaded from `source` on demand and freed after use: forward()

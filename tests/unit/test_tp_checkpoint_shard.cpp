@@ -16,6 +16,7 @@
 #include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
 #include "error_of.h"
+#include "golden/reference_run.h"
 #include "reference_cpu/models/model_loader.h"
 #include "scratch_dir.h"
 
@@ -203,6 +204,65 @@ TEST(TpCheckpointShard, ShapesThatDoNotDivideAreRefusedByKey) {
   EXPECT_EQ(r.num_kv_heads, 1);
   EXPECT_EQ(r.intermediate, 24);
   EXPECT_EQ(r.vocab, 64);  // 100 padded to 256, a quarter each
+}
+
+}  // namespace
+}  // namespace qparity
+
+namespace qparity {
+namespace {
+
+// The reference with TP's arithmetic (reference_cpu/models/tensor_parallel_emulation.h).
+TEST(TpReferenceEmulation, ExactModeIsTheWholeProductAndEmulateModeRoundsEachRanksPartial) {
+  const fs::path root = test::scratch_dir("qparity_tp_shard") / "tp_emulation";
+  const fs::path dir = quantized(root, "llama", "w8a8-int8-dyn");
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  const golden::TokenInputs in = golden::synthetic_inputs(1, 12, cfg.vocab, 4);
+  golden::ReferenceRunOptions ro;
+  ro.dialect = Dialect::kVllm;
+  // Exact: the ranks' fp64 partials sum to the whole product up to reassociation, except that
+  // each rank quantizes its own slice of the o_proj / down input (per-token dynamic scales).
+  const golden::Golden e1 = golden::run_reference(dir, in, ro, nullptr);
+  ro.tp = 2;
+  const golden::Golden e2 = golden::run_reference(dir, in, ro, nullptr);
+  EXPECT_THAT(e2.meta.device, HasSubstr("tp 2 arithmetic"));
+  const auto point = [](const golden::Golden& g, const std::string& name) {
+    for (const auto& p : g.points)
+      if (p.name == name) return p.values.data;
+    throw Error(name, "not in the golden");
+  };
+  EXPECT_EQ(point(e1, "layers.0.attn.core"), point(e2, "layers.0.attn.core"));
+  EXPECT_NE(point(e1, "layers.0.attn.out"), point(e2, "layers.0.attn.out"))
+      << "per-rank activation scales must change the o_proj output";
+  // bf16 (no activation quantization), emulate mode: each partial rounded, then their sum.
+  const fs::path bf = quantized(root, "llama", "bf16");
+  golden::ReferenceRunOptions em;
+  em.mode = reference::PrecisionMode::kEmulate;
+  const golden::Golden b1 = golden::run_reference(bf, in, em, nullptr);
+  em.tp = 2;
+  const golden::Golden b2 = golden::run_reference(bf, in, em, nullptr);
+  const std::vector<double> o1 = point(b1, "layers.0.attn.out"),
+                            o2 = point(b2, "layers.0.attn.out");
+  ASSERT_EQ(o1.size(), o2.size());
+  int64_t moved = 0;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < o1.size(); ++i) {
+    moved += o1[i] != o2[i];
+    num += (o1[i] - o2[i]) * (o1[i] - o2[i]);
+    den += o1[i] * o1[i];
+  }
+  EXPECT_GT(moved, 0) << "rounding each rank's partial must move some elements";
+  // Two roundings of partials (each up to 2^-9 of a partial, which can exceed the sum) and one
+  // of the sum: a few unit roundoffs in relative L2, not more.
+  EXPECT_LE(std::sqrt(num / den), std::ldexp(1.0, -6));
+  EXPECT_GT(std::sqrt(num / den), std::ldexp(1.0, -12));
+  EXPECT_EQ(point(b1, "layers.0.attn.qkv"), point(b2, "layers.0.attn.qkv"));
+  // MoE layers: refused by name.
+  const fs::path moe = quantized(root, "qwen3-moe", "bf16");
+  EXPECT_THAT(error_of([&] {
+                golden::run_reference(moe, golden::synthetic_inputs(1, 4, 512, 1), em, nullptr);
+              }),
+              AllOf(HasSubstr(".moe"), HasSubstr("tensor parallelism inside MoE")));
 }
 
 }  // namespace

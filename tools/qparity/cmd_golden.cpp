@@ -28,6 +28,7 @@ struct MakeOptions {
                              capture = "auto", run_dtype, memory_budget;
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
+  int tp = 1;
   bool f32 = false, force = false;
 };
 
@@ -47,6 +48,7 @@ void make(const MakeOptions& o) {
   if (!o.run_dtype.empty()) ro.run_dtype = parse_run_dtype(o.run_dtype);
   ro.point_precision = o.f32 ? golden::PointPrecision::kF32 : golden::PointPrecision::kF64;
   ro.memory_budget = memory_budget_of(o.memory_budget);
+  ro.tp = o.tp;
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
   const golden::TokenInputs in =
       token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed,
@@ -146,6 +148,12 @@ void add_golden_command(CLI::App& app, int& rc) {
                      std::string(kBoundaryCapture) + ")")
       ->capture_default_str();
   mk->add_flag("--f32", o->f32, "store capture points as float32 (logits stay float64)");
+  mk->add_option("--tp", o->tp,
+                 "the arithmetic of tensor parallelism N at the row-parallel layers (o_proj, "
+                 "down_proj: each rank's partial product rounded as stored, then summed), the spec "
+                 "an `engine run --tp N` dump is judged by; dense models")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   add_memory_budget_option(mk, o->memory_budget);
   mk->add_option("--out", o->out, "golden .h5 file to write")->required();
   mk->add_flag("--force", o->force, "replace an existing golden file");
