@@ -42,14 +42,13 @@ std::string shape_text(const std::vector<uint64_t>& s) {
 
 }  // namespace
 
-std::unique_ptr<GpuModel> load_bf16_gpu_model(const fs::path& dir, ModelConfig cfg,
-                                              std::ostream* progress) {
+std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::path& dir,
+                                              ModelConfig cfg, std::ostream* progress) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<GpuModel>();
   m->dir = dir;
   m->cfg = std::move(cfg);
   const ModelConfig& c = m->cfg;
-  const Checkpoint ck = Checkpoint::open(dir);
 
   // ---- structure: every buffer's parts, checked, then allocated ----
   const uint64_t h = static_cast<uint64_t>(c.hidden), q = static_cast<uint64_t>(c.q_size()),

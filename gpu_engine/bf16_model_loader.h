@@ -8,11 +8,14 @@
 #include <memory>
 
 #include "core/config/model_config.h"
+#include "core/safetensors/checkpoint.h"
 #include "gpu_engine/gpu_model.h"
 
 namespace qparity::gpu {
 
-std::unique_ptr<GpuModel> load_bf16_gpu_model(const std::filesystem::path& dir, ModelConfig cfg,
+// `ck`: the checkpoint of `dir` or one rank's shard of it; cfg: its shapes.
+std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck,
+                                              const std::filesystem::path& dir, ModelConfig cfg,
                                               std::ostream* progress);
 
 }  // namespace qparity::gpu

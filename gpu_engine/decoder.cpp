@@ -9,14 +9,21 @@
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/paged_attention.h"
+#include "gpu_engine/kernels/rank_sum.h"
 #include "gpu_engine/kernels/rms_norm.h"
 #include "gpu_engine/shape_padding.h"
 
 namespace qparity::gpu {
 
 Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions& o,
-                 cudaStream_t stream, KernelTimeline& timeline)
-    : model_(model), cache_(cache), options_(o), stream_(stream), timeline_(timeline) {
+                 cudaStream_t stream, KernelTimeline& timeline, TpComm* comm)
+    : model_(model), comm_(comm), cache_(cache), options_(o), stream_(stream), timeline_(timeline) {
+  if (comm_ && (comm_->size() != model_.tp || comm_->rank() != model_.rank))
+    throw Error("engine", "the communicator is rank " + std::to_string(comm_->rank()) + " of " +
+                              std::to_string(comm_->size()) + ", the model rank " +
+                              std::to_string(model_.rank) + " of " + std::to_string(model_.tp));
+  if (!comm_ && model_.tp > 1)
+    throw Error("engine", "a tensor-parallel model shard needs its communicator");
   const ModelConfig& c = model_.kcfg();
   gemm_ = std::make_unique<BlasLtGemm>();
   const PaddedColumns cols = padded_columns(model_.cfg, c);
@@ -47,7 +54,12 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
   gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
   act_ = Bf16Buffer(t * std::max<size_t>(inter, 1));
-  logits_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab));
+  logits_ = DeviceBuffer<float>(t * static_cast<size_t>(model_.whole().vocab));
+  if (comm_) {
+    logits_shard_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab));
+    logits_gathered_ = DeviceBuffer<float>(t * static_cast<size_t>(c.vocab * comm_->size()));
+    partials_ = Bf16Buffer(t * h * static_cast<size_t>(comm_->size()));
+  }
   argmax_keys_ = DeviceBuffer<unsigned long long>(static_cast<size_t>(kSkinnyMaxM));
   QPARITY_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_keys_),
                                     static_cast<size_t>(kSkinnyMaxM) * sizeof(unsigned long long)));
@@ -133,9 +145,7 @@ void Decoder::forward(Trace* tr) {
   const bool skinny_head = fused_argmax(t);
   if (skinny_head)
     QPARITY_CUDA_CHECK(cudaMemsetAsync(argmax_keys_.get(), 0, static_cast<size_t>(t) * 8, stream_));
-  EmbeddingParams ep{in_.tokens, model_.embed.get(), resid(), nullptr, t, c.vocab, c.hidden};
-  ep.probe = probe("embedding");
-  launch_embedding(ep, stream_);
+  embed(probe("embedding"));
   capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
   for (int64_t l = 0; l < c.num_layers; ++l)
     run_layer(l, tr, l > 0);
@@ -158,10 +168,10 @@ void Decoder::forward(Trace* tr) {
     capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, c.hidden, c.hidden,
             stream_);
     if (!options_.ablate_linears)  // (no fused argmax here: skinny_head is false)
-      linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, c.hidden, nullptr,
-             probe("lm_head"));
+      head_logits(probe("lm_head"));
   }
-  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  const int64_t v = model_.whole().vocab;
+  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, v, v, stream_);
   if (skinny_head) {
     QPARITY_CUDA_CHECK(cudaMemcpyAsync(pinned_keys_, argmax_keys_.get(),
                                        static_cast<size_t>(t) * sizeof(unsigned long long),
@@ -179,10 +189,48 @@ void Decoder::forward_layer(int64_t layer, Trace* tr) {
                  last ? nullptr : nl->input_norm_bias.get());
 }
 
+void Decoder::embed(KernelProbe* kernel_probe) {
+  const ModelConfig& c = model_.kcfg();
+  EmbeddingParams ep{in_.tokens, model_.embed.get(), resid(), nullptr, in_.t, c.vocab, c.hidden};
+  ep.probe = kernel_probe;
+  if (comm_) ep.vocab_shard = true, ep.vocab_begin = comm_->rank() * c.vocab;
+  launch_embedding(ep, stream_);
+  if (comm_) reduce_partial(resid());
+}
+
+void Decoder::head_logits(KernelProbe* kernel_probe) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t;
+  if (!comm_) {
+    linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, c.hidden, nullptr,
+           kernel_probe);
+    return;
+  }
+  linear(h_.get(), model_.lm_head, logits_shard_.get(), true, t, c.vocab, c.hidden, nullptr,
+         kernel_probe);
+  const size_t shard = static_cast<size_t>(t * c.vocab);
+  comm_->all_gather_f32(logits_shard_.get(), logits_gathered_.get(), shard, stream_);
+  // [tp][t][shard] -> [t][whole vocabulary]: each rank's block of columns, its padding dropped.
+  const int64_t v = model_.whole().vocab;
+  for (int r = 0; r < comm_->size(); ++r) {
+    const int64_t first = r * c.vocab, cols = std::min(c.vocab, v - first);
+    if (cols <= 0) continue;
+    QPARITY_CUDA_CHECK(cudaMemcpy2DAsync(
+        logits_.get() + first, static_cast<size_t>(v) * 4,
+        logits_gathered_.get() + static_cast<size_t>(r) * shard, static_cast<size_t>(c.vocab) * 4,
+        static_cast<size_t>(cols) * 4, static_cast<size_t>(t), cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void Decoder::reduce_partial(__nv_bfloat16* buf) {
+  const size_t n = static_cast<size_t>(in_.t * model_.kcfg().hidden);
+  comm_->all_gather_bf16(buf, partials_.get(), n, stream_);
+  launch_rank_sum({partials_.get(), buf, static_cast<int64_t>(n), comm_->size()}, stream_);
+}
+
 void Decoder::forward_embed(Trace* tr) {
   const ModelConfig& c = model_.kcfg();
-  launch_embedding({in_.tokens, model_.embed.get(), resid(), nullptr, in_.t, c.vocab, c.hidden},
-                   stream_);
+  embed(nullptr);
   capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, in_.t, c.hidden, c.hidden, stream_);
 }
 
@@ -198,8 +246,9 @@ void Decoder::forward_final(Trace* tr) {
                    .eps = static_cast<float>(c.rms_norm_eps)},
                   stream_);
   capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, hd, hd, stream_);
-  linear(h_.get(), model_.lm_head, logits_.get(), true, t, c.vocab, hd);
-  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, c.vocab, c.vocab, stream_);
+  head_logits(nullptr);
+  const int64_t v = model_.whole().vocab;
+  capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, v, v, stream_);
 }
 
 bool Decoder::moe_on_device(int64_t t) const {
@@ -359,6 +408,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   if (!options_.ablate_linears)
     project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), hd, q, "o_proj", tr,
             point_of(p, point::kOProj));
+  if (comm_) reduce_partial(attn_out_.get());
   capture(tr, point_of(p, point::kAttnOut), attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
   if (fused && !w.moe && !w.quantized_gate_up()) {
@@ -404,6 +454,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   if (!options_.ablate_linears)
     project(w.down_q.get(), w.down.get(), act_.get(), mlp_out_.get(), hd, in, "down", tr,
             point_of(p, point::kDownProj));
+  if (comm_) reduce_partial(mlp_out_.get());
   capture(tr, point_of(p, point::kMlpOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 

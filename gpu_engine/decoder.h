@@ -9,6 +9,15 @@
 // skinny GEMM with its norm fused in for decode-sized batches, cuBLASLt otherwise). Precision,
 // determinism and batch invariance: engine.h.
 //
+// Tensor parallelism (a TpComm given): the model is one rank's shard (gpu_model.h), and the
+// composition adds the collectives Megatron's layout needs: the vocab-parallel embedding's rows
+// and the row-parallel o_proj / down / MoE combine outputs (bf16 partials) are all-gathered and
+// summed in rank order in fp32 with one rounding (kernels/rank_sum.h: vLLM's one-shot all-reduce
+// arithmetic, the same bits on every rank and for any rank count) before they join the residual
+// stream; the vocab-parallel lm_head's logits are all-gathered into the whole vocabulary
+// (padding rows dropped). Every rank then holds the same residual stream and logits. The fused
+// argmax stays off (a rank sees a slice of the vocabulary).
+//
 // Shapes: buffers and kernels use the model's kernel shapes (GpuModel::kcfg(): head_dim and the
 // intermediate sizes zero-padded where a kernel needs it, shape_padding.h); captures pick the
 // logical columns out, so every capture point has the model's own shape.
@@ -27,6 +36,7 @@
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_engine/kv_cache.h"
 #include "gpu_engine/quant/grouped_experts.h"
+#include "gpu_engine/tp_comm.h"
 
 namespace qparity::gpu {
 
@@ -47,7 +57,7 @@ struct StepInputs {
 class Decoder {
  public:
   Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions& options,
-          cudaStream_t stream, KernelTimeline& timeline);
+          cudaStream_t stream, KernelTimeline& timeline, TpComm* comm = nullptr);
   ~Decoder();
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -65,10 +75,11 @@ class Decoder {
   // Where forward_layer / forward_final read their input ([t, hidden] bf16).
   __nv_bfloat16* residual() const { return resid(); }
 
+  // [t, whole vocabulary] fp32 (all-gathered under tensor parallelism).
   const float* logits() const { return logits_.get(); }
   // Whether a forward of t tokens fuses the greedy argmax into its lm_head GEMM.
   bool fused_argmax(int64_t t) const {
-    return skinny_gemm_fits(t, model_.kcfg().hidden) && !options_.ablate_linears;
+    return skinny_gemm_fits(t, model_.kcfg().hidden) && !options_.ablate_linears && !comm_;
   }
   // The fused argmax's keys of the last forward, on the host (argmax_rows() of them; 0 when the
   // last forward did not fuse it). A replayed graph copies them too: graph_replayed(t) says so.
@@ -113,8 +124,15 @@ class Decoder {
   void moe_experts_via_host(int64_t layer);
   void moe_experts_grouped(int64_t layer);
   KernelProbe* probe(const char* kernel) { return timeline_.probe(kernel); }
+  // Tensor parallelism: a row-parallel output's partial sums [t, hidden] completed in place.
+  void reduce_partial(__nv_bfloat16* buf);
+  // The embedding of the batch into resid() (vocab-parallel: the owner's rows, all-reduced).
+  void embed(KernelProbe* kernel_probe);
+  // lm_head on h_ into logits_ (vocab-parallel: the rank's slice, all-gathered).
+  void head_logits(KernelProbe* kernel_probe);
 
   const GpuModel& model_;
+  TpComm* comm_ = nullptr;
   PagedKvCache& cache_;
   EngineOptions options_;
   cudaStream_t stream_;
@@ -132,6 +150,9 @@ class Decoder {
   __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
   Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
   DeviceBuffer<float> logits_;
+  // Tensor parallelism: the rank's logits [t, vocab shard] and the gathered [tp, t, shard].
+  DeviceBuffer<float> logits_shard_, logits_gathered_;
+  Bf16Buffer partials_;  // a row-parallel output's gathered partials, [tp, t, hidden]
   // The lm_head's fused argmax (skinny path): keys on the device, copied to pinned memory inside
   // the forward; keys_rows_ > 0 when the last forward produced them.
   DeviceBuffer<unsigned long long> argmax_keys_;

@@ -61,6 +61,9 @@ void Decoder::moe_layer(int64_t l, Trace* tr) {
           s);
   launch_moe_combine(
       {moe_slots_.get(), topk_ids_.get(), topk_weights_.get(), mlp_out_.get(), t, k, hd}, s);
+  // Tensor parallelism: each rank's experts hold a slice of their intermediate size, so each
+  // rank's combine is a partial sum (vLLM reduces after the combine, as here).
+  if (comm_) reduce_partial(mlp_out_.get());
   capture(tr, point_of(p, point::kMoeOut), mlp_out_.get(), Elem::kBf16, t, hd, hd, s);
 }
 

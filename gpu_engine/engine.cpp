@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/capture/trace.h"
 #include "core/error.h"
+#include "core/parallel/tp_gather.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/prefill_attention.h"
 #include "gpu_engine/kernels/sampling.h"
@@ -11,7 +13,7 @@
 
 namespace qparity::gpu {
 
-Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
+Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o, TpComm* comm)
     : model_(std::move(model)),
       options_(o),
       // Eight probed kernels a layer at most, plus the head's.
@@ -35,10 +37,88 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o)
   QPARITY_CUDA_CHECK(
       cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), input_ints * sizeof(int32_t)));
   next_ids_ = DeviceBuffer<int32_t>(t);
-  decoder_ = std::make_unique<Decoder>(*model_, *cache_, o, stream_, timeline_);
+  decoder_ = std::make_unique<Decoder>(*model_, *cache_, o, stream_, timeline_, comm);
+  QPARITY_CUDA_CHECK(cudaGetDevice(&device_));
+}
+
+void Engine::attach_peers(std::vector<std::unique_ptr<Engine>> peers,
+                          std::vector<std::unique_ptr<TpComm>> comms) {
+  if (!peers_.empty()) throw Error("engine", "peers are attached once");
+  if (comms.size() != peers.size() + 1 || model_->rank != 0 ||
+      static_cast<int>(comms.size()) != model_->tp)
+    throw Error("engine", "rank 0 of tp " + std::to_string(model_->tp) + " needs " +
+                              std::to_string(model_->tp - 1) + " peers and " +
+                              std::to_string(model_->tp) + " communicators");
+  for (size_t i = 0; i < peers.size(); ++i)
+    if (!peers[i] || peers[i]->model_->rank != static_cast<int>(i) + 1)
+      throw Error("engine", "peer " + std::to_string(i) + " is not rank " + std::to_string(i + 1));
+  comms_ = std::move(comms);
+  peers_ = std::move(peers);
+  for (const auto& p : peers_)
+    workers_.push_back(std::make_unique<RankWorker>(p->device_));
+}
+
+void Engine::on_ranks(Trace* tr, const std::function<void(Engine&, Trace*)>& f) {
+  if (peers_.empty()) {
+    f(*this, tr);
+    return;
+  }
+  std::vector<std::unique_ptr<Trace>> traces;
+  if (tr)
+    for (size_t r = 0; r <= peers_.size(); ++r)
+      traces.push_back(std::make_unique<Trace>(tr->pattern()));
+  const auto trace_of = [&](size_t r) { return tr ? traces[r].get() : nullptr; };
+  for (size_t i = 0; i < peers_.size(); ++i)
+    workers_[i]->post([&, i] { f(*peers_[i], trace_of(i + 1)); });
+  // Every rank validates the same batch the same way, so a refusal comes from all of them
+  // before any collective starts; a rank failing inside a forward leaves the others waiting in
+  // NCCL (the engine is then unusable, as a production engine's ranks are).
+  std::exception_ptr first;
+  try {
+    QPARITY_CUDA_CHECK(cudaSetDevice(device_));
+    f(*this, trace_of(0));
+  } catch (...) {
+    first = std::current_exception();
+  }
+  for (auto& w : workers_) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  if (!tr) return;
+  std::vector<const Trace*> ranks;
+  for (const auto& t : traces)
+    ranks.push_back(t.get());
+  GatheredTrace g = gather_tp_trace(ranks, model_->whole());
+  for (const auto& [name, m] : g.trace.points())
+    tr->record(name, m);
+  for (const AbsentTpPoint& a : g.absent) {
+    bool known = false;
+    for (const AbsentPoint& k : tp_absent_)
+      known = known || k.name == a.name;
+    if (!known) tp_absent_.push_back({a.name, a.reason});
+  }
+}
+
+void Engine::release(int32_t slot) {
+  cache_->release(slot);
+  for (auto& p : peers_)
+    p->cache_->release(slot);
 }
 
 Engine::~Engine() {
+  // The other ranks first, each torn down on its own device's thread.
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    workers_[i]->post([this, i] { peers_[i].reset(); });
+    try {
+      workers_[i]->wait();
+    } catch (...) {  // a destructor must not throw; the process is ending the engine anyway
+    }
+  }
+  if (!peers_.empty()) cudaSetDevice(device_);
   for (auto& [n, g] : graphs_)
     cudaGraphExecDestroy(g);
   if (stream_) {
@@ -58,10 +138,10 @@ void Engine::prepare(const Batch& b) {
     throw Error("engine batch", "tokens, slots and positions differ in length");
   for (int64_t i = 0; i < t; ++i) {
     const size_t u = static_cast<size_t>(i);
-    if (b.tokens[u] < 0 || b.tokens[u] >= model_->cfg.vocab)
+    if (b.tokens[u] < 0 || b.tokens[u] >= config().vocab)
       throw Error("engine batch", "token " + std::to_string(i) + " has id " +
                                       std::to_string(b.tokens[u]) + ", outside the vocabulary (" +
-                                      std::to_string(model_->cfg.vocab) + ")");
+                                      std::to_string(config().vocab) + ")");
     if (b.positions[u] < 0 || b.positions[u] >= options_.max_context)
       throw Error("engine batch", "token " + std::to_string(i) + " at position " +
                                       std::to_string(b.positions[u]) + ", outside [0, " +
@@ -117,15 +197,40 @@ void Engine::run(int64_t t, Trace* tr) {
 }
 
 void Engine::forward(const Batch& b, Trace* capture_to) {
+  on_ranks(capture_to, [&](Engine& e, Trace* t) { e.forward_rank(b, t); });
+}
+
+void Engine::forward_graph(const Batch& b) {
+  on_ranks(nullptr, [&](Engine& e, Trace*) { e.forward_graph_rank(b); });
+}
+
+void Engine::replay_graph(int64_t t, int64_t times) {
+  on_ranks(nullptr, [&](Engine& e, Trace*) { e.replay_graph_rank(t, times); });
+}
+
+void Engine::forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
+                           Trace* capture_to) {
+  on_ranks(capture_to, [&](Engine& e, Trace* t) { e.forward_layer_rank(layer, input, b, t); });
+}
+
+void Engine::forward_embed(const Batch& b, Trace* capture_to) {
+  on_ranks(capture_to, [&](Engine& e, Trace* t) { e.forward_embed_rank(b, t); });
+}
+
+void Engine::forward_final(const std::vector<double>& input, const Batch& b, Trace* capture_to) {
+  on_ranks(capture_to, [&](Engine& e, Trace* t) { e.forward_final_rank(input, b, t); });
+}
+
+void Engine::forward_rank(const Batch& b, Trace* capture_to) {
   prepare(b);
   run(b.size(), capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   decoder_->check_moe_ids();
 }
 
-void Engine::forward_graph(const Batch& b) {
+void Engine::forward_graph_rank(const Batch& b) {
   if (decoder_->any_moe() && !decoder_->moe_on_device(b.size())) {
-    forward(b);
+    forward_rank(b, nullptr);
     return;
   }
   const int64_t t = b.size();
@@ -141,6 +246,12 @@ void Engine::forward_graph(const Batch& b) {
     // Everything the decoder launches reads its inputs from the device buffers prepare()
     // filled, so the captured graph replays correctly for any tokens, slots and positions of
     // this size.
+    if (model_->tp > 1) {
+      // Tensor parallelism: one eager step first, so NCCL sets up whatever this message size
+      // needs outside the capture (it rewrites the same cache rows the graph then rewrites).
+      run(t, nullptr);
+      QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     cudaGraph_t g;
     QPARITY_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     run(t, nullptr);
@@ -156,7 +267,7 @@ void Engine::forward_graph(const Batch& b) {
   decoder_->check_moe_ids();
 }
 
-void Engine::replay_graph(int64_t t, int64_t times) {
+void Engine::replay_graph_rank(int64_t t, int64_t times) {
   const auto it = graphs_.find(2 * t);  // (decode graphs: no tiled attention, forward_graph's key)
   if (it == graphs_.end())
     throw Error("engine", "replay_graph: no decode graph of batch size " + std::to_string(t) +
@@ -166,8 +277,8 @@ void Engine::replay_graph(int64_t t, int64_t times) {
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void Engine::forward_layer(int64_t layer, const std::vector<double>& input, const Batch& b,
-                           Trace* capture_to) {
+void Engine::forward_layer_rank(int64_t layer, const std::vector<double>& input, const Batch& b,
+                                Trace* capture_to) {
   const ModelConfig& c = model_->cfg;
   if (layer < 0 || layer >= c.num_layers)
     throw Error("engine layer", "layer " + std::to_string(layer) + " of a model with " +
@@ -195,20 +306,21 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
                                      cudaMemcpyHostToDevice, stream_));
 }
 
-void Engine::forward_embed(const Batch& b, Trace* capture_to) {
+void Engine::forward_embed_rank(const Batch& b, Trace* capture_to) {
   prepare(b);
   decoder_->forward_embed(capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void Engine::forward_final(const std::vector<double>& input, const Batch& b, Trace* capture_to) {
+void Engine::forward_final_rank(const std::vector<double>& input, const Batch& b,
+                                Trace* capture_to) {
   upload_input(input, b, "engine final");
   decoder_->forward_final(capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 std::vector<float> Engine::logits_host(int64_t rows) const {
-  std::vector<float> out(static_cast<size_t>(rows * model_->cfg.vocab));
+  std::vector<float> out(static_cast<size_t>(rows * config().vocab));
   QPARITY_CUDA_CHECK(
       cudaMemcpy(out.data(), decoder_->logits(), out.size() * 4, cudaMemcpyDeviceToHost));
   return out;
@@ -221,7 +333,7 @@ std::vector<int32_t> Engine::greedy(int64_t rows) {
       ids[static_cast<size_t>(r)] = argmax_id(decoder_->argmax_keys()[r]);
     return ids;
   }
-  launch_argmax({decoder_->logits(), next_ids_.get(), rows, model_->cfg.vocab}, stream_);
+  launch_argmax({decoder_->logits(), next_ids_.get(), rows, config().vocab}, stream_);
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   QPARITY_CUDA_CHECK(cudaMemcpyAsync(ids.data(), next_ids_.get(), ids.size() * 4,
                                      cudaMemcpyDeviceToHost, stream_));

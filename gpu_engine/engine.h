@@ -4,7 +4,7 @@
 // any sequences (a prefill chunk, decode steps of many sequences, both): token i belongs to
 // sequence slot slots[i] at position positions[i] and attends to that slot's positions
 // 0..positions[i] (its own K/V written first). So prefill, decode and continuous batching are all
-// the same call; sequences come and go by slot (cache().release(slot)).
+// the same call; sequences come and go by slot (release(slot)).
 //
 // Precision: bf16 activations and weights; every linear is a GEMM with fp32 accumulation rounded
 // once to bf16 (router logits and logits kept in fp32): for up to kSkinnyMaxM tokens the skinny
@@ -21,12 +21,22 @@
 // policy. Decode-sized forwards also fuse the greedy argmax into the lm_head GEMM (greedy() then
 // reads it from the host, no launch).
 //
+// Tensor parallelism (tensor_parallel.h load_tp_engine): one process drives tp ranks, this
+// engine as rank 0 on device 0 and a peer Engine per further rank on its own device, each from
+// its own host thread (rank_worker.h). Every call below runs on every rank at once (each rank
+// its shard of the model and its own KV cache, the collectives of decoder.h between them) and
+// returns when all have finished; logits, greedy ids and the timeline are rank 0's (its logits
+// are gathered whole). A Trace receives the whole-model points gathered from the ranks'
+// (core/parallel/tp_gather.h); points with no whole-model counterpart are listed in
+// tp_absent_points().
+//
 // Capture: with a Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
 // golden schema come from the same forward that serves.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +47,8 @@
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/kernel_timeline.h"
 #include "gpu_engine/kv_cache.h"
+#include "gpu_engine/rank_worker.h"
+#include "gpu_engine/tp_comm.h"
 
 namespace qparity {
 class Trace;
@@ -51,12 +63,28 @@ struct Batch {
 
 class Engine {
  public:
-  Engine(std::unique_ptr<GpuModel> model, const EngineOptions& options);
+  // `comm`: this rank's communicator when `model` is a tensor-parallel shard (else null).
+  Engine(std::unique_ptr<GpuModel> model, const EngineOptions& options, TpComm* comm = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const ModelConfig& config() const { return model_->cfg; }
+  // Makes this engine (rank 0 of comms.size()) drive `peers` (ranks 1.., each built on its own
+  // device with comms[rank]); it then owns them and every communicator.
+  void attach_peers(std::vector<std::unique_ptr<Engine>> peers,
+                    std::vector<std::unique_ptr<TpComm>> comms);
+  int tp() const { return model_->tp; }
+  // Points a tensor-parallel Trace could not hold whole, with the reason (tp_gather.h), over
+  // every forward so far.
+  struct AbsentPoint {
+    std::string name, reason;
+  };
+  const std::vector<AbsentPoint>& tp_absent_points() const { return tp_absent_; }
+  // Frees a sequence slot's cache blocks on every rank.
+  void release(int32_t slot);
+
+  // The checkpoint's config (the whole model's, under tensor parallelism too).
+  const ModelConfig& config() const { return model_->whole(); }
   const GpuModel& model() const { return *model_; }
   PagedKvCache& cache() { return *cache_; }
   cudaStream_t stream() const { return stream_; }
@@ -110,6 +138,17 @@ class Engine {
   void upload_input(const std::vector<double>& input, const Batch& b, const char* what);
   // The decoder's whole forward, probed when decode-sized and kernel_timeline is on.
   void run(int64_t t, Trace* capture);
+  // The public calls' work on this rank alone.
+  void forward_rank(const Batch& b, Trace* capture);
+  void forward_graph_rank(const Batch& b);
+  void replay_graph_rank(int64_t t, int64_t times);
+  void forward_layer_rank(int64_t layer, const std::vector<double>& input, const Batch& b,
+                          Trace* capture);
+  void forward_embed_rank(const Batch& b, Trace* capture);
+  void forward_final_rank(const std::vector<double>& input, const Batch& b, Trace* capture);
+  // Runs f on every rank at once (rank 0 on this thread), then gathers the ranks' traces into
+  // `capture`; rethrows the lowest rank's error.
+  void on_ranks(Trace* capture, const std::function<void(Engine&, Trace*)>& f);
 
   std::unique_ptr<GpuModel> model_;
   EngineOptions options_;
@@ -129,6 +168,12 @@ class Engine {
   bool tiled_attention_ = false;
   int64_t attention_tiles_ = 0;
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  // Tensor parallelism (rank 0 only): the communicators, the other ranks and their threads.
+  int device_ = 0;
+  std::vector<std::unique_ptr<TpComm>> comms_;
+  std::vector<std::unique_ptr<Engine>> peers_;
+  std::vector<std::unique_ptr<RankWorker>> workers_;
+  std::vector<AbsentPoint> tp_absent_;
 };
 
 }  // namespace qparity::gpu

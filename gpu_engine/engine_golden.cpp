@@ -52,7 +52,7 @@ golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std
     g.logits.data.insert(g.logits.data.end(), l.begin(), l.end());
     g.logits.rows += b.size();
     for (int64_t s = 0; s < n; ++s)
-      e.cache().release(static_cast<int32_t>(s));
+      e.release(static_cast<int32_t>(s));
     if (progress)
       *progress << "qparity engine: sequences " << s0 + 1 << ".." << s0 + n << "/" << in.sequences
                 << "\n";
@@ -89,6 +89,13 @@ void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::G
   g.meta.seed = seed;
   g.meta.input_set = input_set;
   g.meta.device = device_name();
+  if (e.tp() > 1) {
+    g.meta.device += ", tp " + std::to_string(e.tp());
+    // Points the ranks hold no whole-model tensor of (core/parallel/tp_gather.h): declared
+    // absent with the reason, so compare lists them instead of failing them as missing.
+    for (const Engine::AbsentPoint& a : e.tp_absent_points())
+      g.meta.absent_points.push_back({a.name, "tp " + std::to_string(e.tp()) + ": " + a.reason});
+  }
 }
 
 golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
@@ -120,7 +127,7 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
   };
   for (int64_t s = 0; s < s_count; ++s) {
     e.forward_embed(batch_of(s), &trace);
-    e.cache().release(0);
+    e.release(0);
   }
   for (int64_t l = 0; l <= c.num_layers; ++l) {
     const std::string input = layer_input_point(l);
@@ -138,7 +145,7 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
         g.logits.data.insert(g.logits.data.end(), lg.begin(), lg.end());
         g.logits.rows += t;
       }
-      e.cache().release(0);
+      e.release(0);
     }
     if (progress && l < c.num_layers)
       *progress << "qparity engine: layer " << l << " on the golden's inputs\n";
@@ -170,7 +177,7 @@ std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenR
     }
     const auto first = x.data.begin() + s * t * x.cols;
     e.forward_layer(layer, std::vector<double>(first, first + t * x.cols), b, &trace);
-    e.cache().release(0);
+    e.release(0);
   }
   std::vector<LayerPointStats> out;
   for (const auto& [name, m] : trace.points()) {

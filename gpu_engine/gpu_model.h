@@ -49,7 +49,13 @@ struct GpuLayerWeights {
 };
 
 struct GpuModel {
+  // The shapes this model computes: the checkpoint's config, or under tensor parallelism one
+  // rank's (core/parallel/tp_sharding.h tp_rank_config: its heads, intermediate and vocabulary
+  // rows), with `whole_cfg` the checkpoint's own.
   ModelConfig cfg;
+  std::optional<ModelConfig> whole_cfg;
+  int tp = 1, rank = 0;
+  const ModelConfig& whole() const { return whole_cfg ? *whole_cfg : cfg; }
   std::filesystem::path dir;
   Bf16Buffer embed;       // [V, H]
   Bf16Buffer final_norm;  // [H]

@@ -14,6 +14,9 @@ struct GpuLoadOptions {
   // sglang; weight-only schemes compute the same in every dialect).
   Dialect dialect = Dialect::kVllm;
   GpuMethodOptions methods;  // test-only fault injection
+  // Tensor parallelism: load rank `rank`'s shard of tp (core/parallel/checkpoint_shard.h) as a
+  // model of that rank's shapes (GpuModel::cfg; whole_cfg the checkpoint's).
+  int tp = 1, rank = 0;
 };
 
 }  // namespace qparity::gpu

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/parallel/checkpoint_shard.h"
+#include "core/parallel/tp_sharding.h"
 #include "core/quant/quant_plan.h"
 #include "gpu_engine/bf16_model_loader.h"
 #include "gpu_engine/planned_model_loader.h"
@@ -21,6 +23,26 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
+  auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  std::optional<ModelConfig> whole;
+  if (options.tp > 1) {
+    // The rank's shard in memory, then loaded as a checkpoint of the rank's shapes; its plan is
+    // the same description read for those shapes.
+    if (options.rank < 0 || options.rank >= options.tp)
+      throw Error("engine",
+                  "rank " + std::to_string(options.rank) + " of tp " + std::to_string(options.tp));
+    whole = cfg;
+    ck = std::make_shared<const Checkpoint>(
+        shard_checkpoint(*ck, cfg, plan, options.rank, options.tp));
+    cfg = tp_rank_config(*whole, options.tp);
+    plan = build_quant_plan(cfg, dir, options.override_scheme);
+  }
+  const auto as_rank = [&](std::unique_ptr<GpuModel> m) {
+    m->whole_cfg = whole;
+    m->tp = options.tp;
+    m->rank = options.rank;
+    return m;
+  };
   if (plan_quantizes_anything(plan)) {
     GpuLoadOptions o = options;
     // The test-only switch for the planted fault that bisect must find (weight_only_gemm.h),
@@ -34,11 +56,11 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
       std::cerr << "qparity engine: WARNING: QPARITY_TEST_FAULT=" << f
                 << ": a deliberate fault is planted in the weight-only GEMM (tests only)\n";
     }
-    return load_planned_gpu_model(dir, std::move(cfg), std::move(plan), o, progress);
+    return as_rank(load_planned_gpu_model(ck, dir, std::move(cfg), std::move(plan), o, progress));
   }
-  auto m = load_bf16_gpu_model(dir, std::move(cfg), progress);
+  auto m = load_bf16_gpu_model(*ck, dir, std::move(cfg), progress);
   m->dialect = options.dialect;
-  return m;
+  return as_rank(std::move(m));
 }
 
 }  // namespace qparity::gpu

@@ -133,7 +133,8 @@ void place(const reference::LinearMethod& lm, Bf16Buffer& dense,
 
 }  // namespace
 
-std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfig cfg,
+std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoint> ck,
+                                                 const fs::path& dir, ModelConfig cfg,
                                                  QuantPlan plan, const GpuLoadOptions& options,
                                                  std::ostream* progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -143,7 +144,6 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(const fs::path& dir, ModelConfi
   m->cfg = cfg;
   m->scheme = plan_scheme_summary(plan);
   m->dialect = options.dialect;
-  auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   // Steps 1-3 of the lifecycle, shared with the reference (every tensor routed, every shape and
   // dtype checked, an unexpected tensor an Error naming it).
   const std::unique_ptr<reference::CausalLm> host = reference::load_model(

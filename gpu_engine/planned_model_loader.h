@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/quant/quant_plan.h"
+#include "core/safetensors/checkpoint.h"
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/load_options.h"
 
@@ -24,7 +25,9 @@ std::string plan_scheme_summary(const QuantPlan& plan);
 // method, a quantized expert stack, lm_head or KV cache, a norm transform. Reads no weight.
 void check_gpu_can_run(const QuantPlan& plan);
 
-std::unique_ptr<GpuModel> load_planned_gpu_model(const std::filesystem::path& dir, ModelConfig cfg,
+// `ck`: the checkpoint of `dir` or one rank's shard of it; cfg and plan: its shapes.
+std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoint> ck,
+                                                 const std::filesystem::path& dir, ModelConfig cfg,
                                                  QuantPlan plan, const GpuLoadOptions& options,
                                                  std::ostream* progress);
 

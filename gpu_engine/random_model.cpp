@@ -10,7 +10,11 @@
 namespace qparity::gpu {
 
 std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
-                                           const std::string& expert_scheme) {
+                                           const std::string& expert_scheme,
+                                           const std::string& dense_scheme) {
+  if (dense_scheme != "bf16" && dense_scheme != "fp8-block")
+    throw Error("random model",
+                "dense scheme '" + dense_scheme + "': random dense linears are bf16 or fp8-block");
   if (expert_scheme != "bf16" && expert_scheme != "fp8-block" && expert_scheme != "w4a16-g32")
     throw Error("random model", "expert scheme '" + expert_scheme +
                                     "': random experts are bf16, fp8-block or w4a16-g32");
@@ -31,12 +35,22 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
   if (!c.tie_word_embeddings) make(m->lm_head_own, v * h, 0.f);
   m->lm_head = c.tie_word_embeddings ? m->embed.get() : m->lm_head_own.get();
   m->layers.resize(static_cast<size_t>(c.num_layers));
+  const bool fp8 = dense_scheme == "fp8-block";
+  // A dense linear [n, k]: bf16, or fp8-block codes ~ 150 sigma (weights ~ N(0, 0.04)).
+  const auto dense = [&](Bf16Buffer& b, std::unique_ptr<GpuLinearMethod>& method,
+                         const std::string& name, size_t n, size_t k) {
+    if (!fp8) return make(b, n * k, 0.f);
+    method = Fp8LinearMethod::random_block(name, static_cast<int64_t>(n), static_cast<int64_t>(k),
+                                           1.f / 4096, ++stream_seed);
+    m->weight_bytes += method->device_bytes();
+  };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     GpuLayerWeights& l = m->layers[static_cast<size_t>(i)];
+    const std::string lp = "model.layers." + std::to_string(i) + ".";
     make(l.input_norm, h, 1.f);
     make(l.post_norm, h, 1.f);
-    make(l.qkv, (q + 2 * kv) * h, 0.f);
-    make(l.o_proj, h * q, 0.f);
+    dense(l.qkv, l.qkv_q, lp + "self_attn.qkv_proj", q + 2 * kv, h);
+    dense(l.o_proj, l.o_proj_q, lp + "self_attn.o_proj", h, q);
     if (c.has_qk_norm) {
       make(l.q_norm, d, 1.f);
       make(l.k_norm, d, 1.f);
@@ -66,8 +80,8 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
         }
       }
     } else {
-      make(l.gate_up, 2 * in * h, 0.f);
-      make(l.down, h * in, 0.f);
+      dense(l.gate_up, l.gate_up_q, lp + "mlp.gate_up_proj", 2 * in, h);
+      dense(l.down, l.down_q, lp + "mlp.down_proj", h, in);
     }
   }
   attach_rope(*m);

@@ -2,8 +2,11 @@
 
 #include <string>
 
+#include <ostream>
+
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
+#include "gpu_engine/model_loader.h"
 
 namespace qparity::gpu {
 
@@ -72,6 +75,70 @@ void TpGroup::synchronize() {
     QPARITY_CUDA_CHECK(cudaSetDevice(static_cast<int>(r)));
     QPARITY_CUDA_CHECK(cudaStreamSynchronize(streams_[r]));
   }
+}
+
+NcclComm::~NcclComm() {
+  cudaSetDevice(rank_);
+  ncclCommDestroy(comm_);
+}
+
+void NcclComm::all_gather_bf16(const __nv_bfloat16* send, __nv_bfloat16* recv, size_t count,
+                               cudaStream_t stream) {
+  check_nccl(ncclAllGather(send, recv, count, ncclBfloat16, comm_, stream), "ncclAllGather");
+}
+
+void NcclComm::all_gather_f32(const float* send, float* recv, size_t count, cudaStream_t stream) {
+  check_nccl(ncclAllGather(send, recv, count, ncclFloat32, comm_, stream), "ncclAllGather");
+}
+
+std::unique_ptr<Engine> load_tp_engine(const std::filesystem::path& dir, int tp,
+                                       const GpuLoadOptions& load, const EngineOptions& options,
+                                       std::ostream* progress) {
+  if (tp == 1) return std::make_unique<Engine>(load_gpu_model(dir, progress, load), options);
+  return make_tp_engine(
+      tp,
+      [&](int r) {
+        GpuLoadOptions o = load;
+        o.tp = tp;
+        o.rank = r;
+        if (progress) *progress << "qparity engine: rank " << r << " of tp " << tp << "\n";
+        return load_gpu_model(dir, progress, o);
+      },
+      options);
+}
+
+std::unique_ptr<Engine> make_tp_engine(
+    int tp, const std::function<std::unique_ptr<GpuModel>(int rank)>& model_of,
+    const EngineOptions& options) {
+  int visible = 0;
+  QPARITY_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  if (tp < 1 || tp > visible)
+    throw Error("tensor parallel", "--tp " + std::to_string(tp) + " needs that many GPUs; " +
+                                       std::to_string(visible) + " visible");
+  std::vector<ncclComm_t> raw(static_cast<size_t>(tp));
+  std::vector<int> devs(static_cast<size_t>(tp));
+  for (int r = 0; r < tp; ++r)
+    devs[static_cast<size_t>(r)] = r;
+  check_nccl(ncclCommInitAll(raw.data(), tp, devs.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<TpComm>> comms;
+  for (int r = 0; r < tp; ++r)
+    comms.push_back(std::make_unique<NcclComm>(raw[static_cast<size_t>(r)], r, tp));
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int r = 0; r < tp; ++r) {
+    QPARITY_CUDA_CHECK(cudaSetDevice(r));
+    std::unique_ptr<GpuModel> m = model_of(r);
+    if (m->tp != tp || m->rank != r)
+      throw Error("tensor parallel", "the model built for rank " + std::to_string(r) + " is rank " +
+                                         std::to_string(m->rank) + " of tp " +
+                                         std::to_string(m->tp));
+    engines.push_back(
+        std::make_unique<Engine>(std::move(m), options, comms[static_cast<size_t>(r)].get()));
+  }
+  QPARITY_CUDA_CHECK(cudaSetDevice(0));
+  std::unique_ptr<Engine> leader = std::move(engines[0]);
+  engines.erase(engines.begin());
+  leader->attach_peers(std::move(engines), std::move(comms));
+  return leader;
 }
 
 }  // namespace qparity::gpu

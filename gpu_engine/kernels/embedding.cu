@@ -12,12 +12,13 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   pdl_wait();
   probe_release(p.probe);
   const int64_t t = blockIdx.x;
-  const int32_t id = p.ids[t];
+  const int64_t id = static_cast<int64_t>(p.ids[t]) - p.vocab_begin;
   const bool ok = id >= 0 && id < p.vocab;
-  if (!ok && threadIdx.x == 0 && p.bad_ids) atomicAdd(p.bad_ids, 1);
+  if (!ok && !p.vocab_shard && threadIdx.x == 0 && p.bad_ids) atomicAdd(p.bad_ids, 1);
+  const __nv_bfloat16 other =
+      p.vocab_shard ? __float2bfloat16_rn(0.0f) : __float2bfloat16_rn(__int_as_float(0x7fc00000));
   for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x)
-    p.out[t * p.hidden + j] = ok ? p.table[static_cast<int64_t>(id) * p.hidden + j]
-                                 : __float2bfloat16_rn(__int_as_float(0x7fc00000));
+    p.out[t * p.hidden + j] = ok ? p.table[id * p.hidden + j] : other;
   probe_exit(p.probe);
 }
 

@@ -223,7 +223,7 @@ TEST_F(GpuEngine, DeterministicAndBatchInvariant) {
     }
   const auto release_all = [&] {
     for (int32_t s = 0; s < n; ++s)
-      e->cache().release(s);
+      e->release(s);
   };
   e->forward(all);
   const std::vector<float> a = e->logits_host(all.size());
@@ -242,7 +242,7 @@ TEST_F(GpuEngine, DeterministicAndBatchInvariant) {
     }
     e->forward(one);
     const std::vector<float> c = e->logits_host(one.size());
-    e->cache().release(0);
+    e->release(0);
     std::vector<float> part(a.begin() + s * t * v, a.begin() + (s + 1) * t * v);
     const double err = rel_l2(c, part, 0, c.size());
     EXPECT_LE(err, 0x1p-9) << "sequence " << s;
@@ -269,7 +269,7 @@ TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
     }
     e->forward(full);
     const std::vector<float> want = e->logits_host(t);
-    e->cache().release(0);
+    e->release(0);
     std::vector<std::vector<float>> eager, graph;
     for (const bool use_graph : {false, true}) {
       gpu::Batch pre;
@@ -287,7 +287,7 @@ TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
         use_graph ? e->forward_graph(step) : e->forward(step);
         (use_graph ? graph : eager).push_back(e->logits_host(1));
       }
-      e->cache().release(1);
+      e->release(1);
     }
     for (int64_t j = 0; j < tail; ++j) {
       const std::vector<float>& d = eager[static_cast<size_t>(j)];
@@ -477,7 +477,7 @@ TEST_F(GpuEngine, NanRouterLogitsRefuseTheForwardNamingTheLayer) {
         b.tokens.push_back(i + 1), b.slots.push_back(0), b.positions.push_back(i);
       EXPECT_THAT(test::error_of([&] { graph ? e.forward_graph(b) : e.forward(b); }),
                   ::testing::AllOf(HasSubstr(where), HasSubstr("NaN router logits")));
-      e.cache().release(0);
+      e.release(0);
     }
 }
 

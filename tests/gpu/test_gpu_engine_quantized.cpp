@@ -182,7 +182,7 @@ TEST_F(GpuEngineQuantized, BatchesAreInvariantForQuantizedLinears) {
   e.forward(many);
   const std::vector<float> batched = e.logits_host(4);
   for (int32_t s = 0; s < 4; ++s)
-    e.cache().release(s);
+    e.release(s);
   e.forward(one);
   const std::vector<float> alone = e.logits_host(1);
   EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batched.begin() + 2 * vocab));
@@ -217,7 +217,7 @@ TEST_F(GpuEngineQuantized, GraphDecodeEqualsEagerDecodeForEveryKernelFamily) {
         graph ? e.forward_graph(step) : e.forward(step);
         out[graph].push_back(e.logits_host(1));
       }
-      e.cache().release(0);
+      e.release(0);
     }
     for (size_t j = 0; j < out[0].size(); ++j)
       EXPECT_TRUE(std::equal(out[0][j].begin(), out[0][j].begin() + vocab, out[1][j].begin()))

@@ -9,6 +9,12 @@
 # qsanitize are the quantized linears' bench and sanitizer runs; kv the quantized KV cache's):
 #   tp        the NCCL tensor-parallel tests, three rounds of fresh seeds, then memcheck (memory
 #             errors only: NCCL's own probes return API errors it handles) and racecheck
+#   tpengine  the engine at TP = 2 / 4 against the reference (test_gpu_engine_tp, its TP-numerics
+#             tables), `qparity engine tp-report` on a small fp8-block fixture (needs 2 GPUs;
+#             TP = 4 where 4 are visible)
+#   tpsanitize memcheck + racecheck over the TP graph-decode test (NCCL collectives in graphs)
+#   tpbench   bench_engine_tp: Llama-3-8B shape bf16 / fp8-block at TP = 2 against TP = 1, the
+#             Llama-3-70B shape fp8-block at TP = QP_TP70 (default 2)
 #   tests     every gpu suite (on a one-GPU machine the tp suite skips, saying why)
 #   sanitize  memcheck + racecheck over the skinny GEMM and decode attention tests
 #   ab        batch-1 decode of the 0.6B shape, the single-pass skinny GEMM off / on, three rounds
@@ -24,8 +30,8 @@
 set -uo pipefail
 bins=(tests/gpu/test_gpu_kernels tests/gpu/test_gpu_engine tests/gpu/test_gpu_codecs
       tests/gpu/test_gpu_tensor_parallel tests/gpu/test_gpu_quant_linears
-      tests/gpu/test_gpu_engine_quantized tests/gpu/test_gpu_kv_cache bench/bench_engine
-      bench/bench_quant_linears bench/bench_kv_attention)
+      tests/gpu/test_gpu_engine_quantized tests/gpu/test_gpu_kv_cache tests/gpu/test_gpu_engine_tp
+      bench/bench_engine bench/bench_engine_tp bench/bench_quant_linears bench/bench_kv_attention)
 cmd=${1:-}
 shift || true
 case "$cmd" in
@@ -79,6 +85,26 @@ run)
       NCCL_DEBUG=VERSION timeout 120 "$B/test_gpu_tensor_parallel" --gtest_repeat=3 > "$OUT/tp.log" 2>&1 || rc=1
       grep -E 'NCCL version|OK \]|FAILED|SKIPPED \]|PASSED' "$OUT/tp.log" | sort | uniq -c
       sanitize "$OUT/tp-sanitizer.log" "$B/test_gpu_tensor_parallel"
+      ;;
+    tpengine)
+      timeout 480 "$B/test_gpu_engine_tp" > "$OUT/tpengine.log" 2>&1 || rc=1
+      grep -E 'OK \]|FAILED|SKIPPED \]|PASSED|Failure' "$OUT/tpengine.log" | sort | uniq -c
+      fx=/tmp/qparity-tp-fixture
+      rm -rf "$fx"
+      { "$B/qparity" make-fixture --arch llama --size small --scheme fp8-block --seed 3 --out "$fx" &&
+        timeout 240 "$B/qparity" engine tp-report --model "$fx" --tp 2 --synthetic 2 --seq-len 64 \
+          --reference --json "$OUT/tp-report.json"; } > "$OUT/tp-report.log" 2>&1 || rc=1
+      grep -vE '^qparity (engine|golden)' "$OUT/tp-report.log" | tail -60
+      ;;
+    tpsanitize)
+      sanitize "$OUT/tp-sanitizer.log" "$B/test_gpu_engine_tp" --gtest_filter='*GraphDecode*'
+      ;;
+    tpbench)
+      timeout 540 "$B/bench_engine_tp" --tp 2 --runs llama3-8b/bf16,llama3-8b/fp8-block \
+        --json "$OUT/tpbench.json" > "$OUT/tpbench.log" 2>&1 || rc=1
+      timeout 300 "$B/bench_engine_tp" --tp "${QP_TP70:-2}" --runs llama3-70b/fp8-block --batches 1 \
+        --steps 32 --json "$OUT/tpbench70.json" >> "$OUT/tpbench.log" 2>&1 || rc=1
+      cat "$OUT/tpbench.log"
       ;;
     tests)
       for t in "$B"/test_*; do

@@ -8,6 +8,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # images and re-enables peer access, and handles the API errors it gets back (310 of them on
 # 2 x H200, all inside libnccl): memory errors alone judge the tensor-parallel suite.
 sanitizer_flags() {
-  [ "$(basename "$1")" = test_gpu_tensor_parallel ] && [ "$2" = memcheck ] && echo "--report-api-errors no"
+  case "$(basename "$1")" in
+  test_gpu_tensor_parallel | test_gpu_engine_tp)
+    [ "$2" = memcheck ] && echo "--report-api-errors no" ;;
+  esac
   return 0
 }

@@ -9,6 +9,12 @@
 //   the golden's own inputs (embed or layers.<N-1>.residual) and judges that layer's points:
 //   exit 3 when the layer fails on clean inputs (its own error), 0 when it passes (an error seen
 //   downstream in a full run was inherited).
+// `qparity engine tp-report --model DIR --tp N (--golden FILE | token inputs [--reference])`:
+//   the TP-numerics report (golden/tp_report.h): the engine at TP = N against itself at TP = 1
+//   on the same tokens, point by point and end to end, and both against the reference golden
+//   (--golden, whose tokens are then run; or --reference: the fp64 reference run here, at TP = 1
+//   and, for dense models, with TP = N's arithmetic: golden make --tp N).
+// `run` and `layer` take --tp N too (tensor parallelism over GPUs 0..N-1, dumps gathered whole).
 // `qparity engine generate --model DIR --prompts FILE --max-new N [--temperature --top-p --seed]`:
 //   continuous batching: every prompt (one per line, token ids) prefilled, then all live
 //   sequences decode together, one token each per step, through CUDA graphs (dense models); a
@@ -29,6 +35,11 @@
 #include "gpu_engine/engine_golden.h"
 #include "gpu_engine/model_loader.h"
 #include "gpu_engine/sampler.h"
+#ifdef QPARITY_HAS_TP
+#include "gpu_engine/tensor_parallel.h"
+#endif
+#include "core/safetensors/safetensors_writer.h"
+#include "golden/tp_report.h"
 #include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
@@ -46,14 +57,21 @@ void require_gpu() {
 
 std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_tokens,
                                          int64_t max_seqs, int64_t max_context,
-                                         const std::string& dialect = "vllm") {
+                                         const std::string& dialect = "vllm", int tp = 1) {
   gpu::GpuLoadOptions lo;
   lo.dialect = parse_dialect(dialect);
   gpu::EngineOptions eo;
   eo.max_tokens = max_tokens;
   eo.max_seqs = max_seqs;
   eo.max_context = max_context;
-  return std::make_unique<gpu::Engine>(gpu::load_gpu_model(model, &std::cerr, lo), eo);
+  if (tp == 1) return std::make_unique<gpu::Engine>(gpu::load_gpu_model(model, &std::cerr, lo), eo);
+#ifdef QPARITY_HAS_TP
+  return gpu::load_tp_engine(model, tp, lo, eo, &std::cerr);
+#else
+  throw Error("engine",
+              "--tp " + std::to_string(tp) +
+                  ": this qparity was built without NCCL, which tensor parallelism needs");
+#endif
 }
 
 struct RunOptions {
@@ -61,6 +79,7 @@ struct RunOptions {
   std::string model, tokens, token_ids, dump, capture = "*", local, dialect = "vllm";
   int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
   uint64_t seed = 1;
+  int tp = 1;
   bool force = false, f32 = false;
 };
 
@@ -79,7 +98,7 @@ void run(const RunOptions& o) {
     in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
                       o.seed, {o.text.file, o.model, o.text.stride});
   require_gpu();
-  auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect);
+  auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect, o.tp);
   if (!o.local.empty()) {
     const auto ref = golden::GoldenReader::open(o.local);
     golden::Golden g = gpu::engine_golden_local(*e, ref, o.capture, &std::cerr);
@@ -104,6 +123,7 @@ void run(const RunOptions& o) {
 struct LayerOptions {
   std::string model, golden, policy;
   int64_t layer = 0;
+  int tp = 1;
   bool json = false;
 };
 
@@ -112,7 +132,7 @@ int layer(const LayerOptions& o) {
   require_gpu();
   // The golden's dialect: the codes the engine must reproduce are that dialect's.
   const std::string dialect = gr.meta().dialect == "sglang" ? "sglang" : "vllm";
-  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096, dialect);
+  auto e = make_engine(o.model, std::max<int64_t>(gr.seq_len(), 1) * 4, 8, 4096, dialect, o.tp);
   const std::vector<gpu::LayerPointStats> points = gpu::engine_rerun_layer(*e, gr, o.layer);
   const std::string input = layer_input_point(o.layer);
   // The engine re-runs the golden's own scheme: --policy, else the installed policy of it.
@@ -252,7 +272,7 @@ void generate(const GenerateOptions& o) {
     for (size_t i = 0; i < live.size(); ++i) {
       if (done[i]) {
         results[live[i].prompt] = live[i].out;
-        e->cache().release(live[i].slot);
+        e->release(live[i].slot);
         free_slots.push_back(live[i].slot);
       } else {
         still.push_back(std::move(live[i]));
@@ -271,6 +291,69 @@ void generate(const GenerateOptions& o) {
 }
 
 }  // namespace
+
+struct TpReportOptions {
+  TextInput text;
+  std::string model, tokens, token_ids, golden, json, dialect = "vllm";
+  int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
+  uint64_t seed = 1;
+  int tp = 2;
+  bool reference = false;
+};
+
+int tp_report(const TpReportOptions& o) {
+  if (o.tp < 2) throw UsageError("engine tp-report", "--tp must be at least 2");
+  const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
+  std::optional<golden::Golden> ref, ref_tp;
+  golden::TokenInputs in;
+  if (!o.golden.empty()) {
+    if (!o.tokens.empty() || !o.token_ids.empty() || !o.text.file.empty() || o.synthetic > 0 ||
+        o.reference)
+      throw UsageError("engine tp-report",
+                       "--golden runs that golden's tokens: give no other input");
+    ref = golden::GoldenReader::open(o.golden).read_all();
+    in.sequences = ref->sequences;
+    in.seq_len = ref->seq_len;
+    in.tokens = ref->tokens;
+    in.description = "golden:" + fs::path(o.golden).filename().string();
+  } else {
+    in = token_inputs("engine tp-report", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
+                      o.seed, {o.text.file, o.model, o.text.stride});
+    if (o.reference) {
+      golden::ReferenceRunOptions ro;
+      ro.mode = reference::PrecisionMode::kEmulate;  // the engine's bf16 storage, in fp64
+      ro.dialect = parse_dialect(o.dialect);
+      std::cerr << "qparity engine: the fp64 reference (emulate mode) on the same tokens\n";
+      ref = golden::run_reference(o.model, in, ro, &std::cerr);
+      if (!cfg.is_moe()) {  // the reference emulates TP inside dense layers only
+        std::cerr << "qparity engine: the reference with TP = " << o.tp << "'s arithmetic\n";
+        ro.tp = o.tp;
+        ref_tp = golden::run_reference(o.model, in, ro, &std::cerr);
+      }
+    }
+  }
+  require_gpu();
+  golden::Golden g1, gn;
+  {
+    auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect, 1);
+    g1 = gpu::engine_golden(*e, in, "*", true, &std::cerr);
+  }
+  {
+    auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect, o.tp);
+    gn = gpu::engine_golden(*e, in, "*", true, &std::cerr);
+  }
+  const golden::TpReport r =
+      golden::tp_numerics_report(g1, gn, ref ? &*ref : nullptr, o.tp, ref_tp ? &*ref_tp : nullptr);
+  std::cout << golden::to_text(r);
+  if (!o.json.empty()) {
+    const std::string text = golden::to_json(r).dump(2) + "\n";
+    write_file_atomic(
+        o.json,
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+        OverwritePolicy::kReplace);
+  }
+  return 0;
+}
 
 void add_engine_command(CLI::App& app, int& rc) {
   auto* eng = app.add_subcommand("engine", "The GPU engine: run (dumps), layer (bisect), generate");
@@ -294,6 +377,9 @@ void add_engine_command(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"vllm", "sglang"}))
       ->capture_default_str();
   r->add_option("--max-tokens", ro->max_tokens, "tokens per forward")->capture_default_str();
+  r->add_option("--tp", ro->tp, "tensor parallelism over GPUs 0..N-1 (dumps gathered whole)")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   r->add_flag("--f32", ro->f32, "store points as float32");
   r->add_flag("--force", ro->force, "replace an existing dump");
   r->callback([ro, &rc] {
@@ -306,8 +392,33 @@ void add_engine_command(CLI::App& app, int& rc) {
   l->add_option("--golden", lo->golden, "golden file (reference of the same scheme)")->required();
   l->add_option("--layer", lo->layer, "layer index")->required();
   l->add_option("--policy", lo->policy, "tolerance policy (engine role)");
+  l->add_option("--tp", lo->tp, "tensor parallelism over GPUs 0..N-1")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   l->add_flag("--json", lo->json, "JSON output");
   l->callback([lo, &rc] { rc = layer(*lo); });
+  auto to = std::make_shared<TpReportOptions>();
+  auto* t = eng->add_subcommand(
+      "tp-report", "What tensor parallelism changes: the engine at TP = N against TP = 1");
+  t->add_option("--model", to->model, "checkpoint directory")->required();
+  t->add_option("--tp", to->tp, "tensor parallelism to study (GPUs 0..N-1)")
+      ->check(CLI::Range(2, 8))
+      ->required();
+  t->add_option("--golden", to->golden, "reference golden: its tokens are run, and it judges both");
+  t->add_flag("--reference", to->reference,
+              "run the fp64 reference (emulate mode) on the tokens and judge both against it");
+  add_token_options(t, to->tokens, to->token_ids, to->text);
+  t->add_option("--synthetic", to->synthetic, "N synthetic sequences")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  t->add_option("--seq-len", to->seq_len, "tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  t->add_option("--seed", to->seed, "seed of synthetic tokens")->capture_default_str();
+  t->add_option("--dialect", to->dialect, "vllm | sglang")
+      ->check(CLI::IsMember({"vllm", "sglang"}))
+      ->capture_default_str();
+  t->add_option("--max-tokens", to->max_tokens, "tokens per forward")->capture_default_str();
+  t->add_option("--json", to->json, "also write the report as JSON");
+  t->callback([to, &rc] { rc = tp_report(*to); });
   auto go = std::make_shared<GenerateOptions>();
   auto* g = eng->add_subcommand("generate", "Continuous-batching generation from prompt token ids");
   g->add_option("--model", go->model, "checkpoint directory")->required();

@@ -1,0 +1,24 @@
+#pragma once
+// What the engine benchmarks share: the published shapes they run (random weights made on the
+// device), the device's copy bandwidth (the roofline of memory-bound decode) and a timer.
+#include <chrono>
+
+#include "core/config/model_config.h"
+
+namespace qparity::bench {
+
+ModelConfig qwen3_06b();
+ModelConfig llama3_8b();
+// Llama-3-70B's published config: 80 layers, hidden 8192, 64 q heads, 8 KV heads, 28672.
+ModelConfig llama3_70b();
+// Qwen3-30B-A3B's published config: 48 layers, 128 experts, 8 active, moe_intermediate 768.
+ModelConfig qwen3_30b_a3b();
+
+// Seconds since t0.
+double seconds(std::chrono::steady_clock::time_point t0);
+
+// Device-to-device copy bandwidth of the current device: cudaMemcpyAsync of 1 GiB, counted as
+// bytes read + bytes written (bandwidthTest's convention).
+double copy_bandwidth();
+
+}  // namespace qparity::bench
