@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 
 #include "core/error.h"
@@ -39,7 +40,8 @@ void observe_channels(std::vector<double>& lo, std::vector<double>& hi, const Ma
 
 }  // namespace
 
-CalibrationStats calibrate(CausalLm& model, std::span<const int64_t> tokens, int64_t chunk) {
+CalibrationStats calibrate(CausalLm& model, std::span<const int64_t> tokens, int64_t chunk,
+                           std::ostream* progress) {
   if (tokens.empty()) throw Error("calibration", "no calibration tokens");
   if (chunk <= 0) throw Error("calibration", "chunk must be > 0");
   CalibrationStats out;
@@ -53,10 +55,33 @@ CalibrationStats calibrate(CausalLm& model, std::span<const int64_t> tokens, int
     observe_channels(s.k_min, s.k_max, k);
     observe_channels(s.v_min, s.v_max, v);
   };
+  // Layer-major: every chunk passes layer l (appending to l's KV cache in chunk order) before
+  // layer l + 1 runs, so that a streaming model loads each layer once. Each linear and attention
+  // belongs to one layer and sees the chunks in the same order as chunk by chunk through
+  // forward(), with the same operations, so the statistics are those bits (signed zeros and
+  // first-seen values included). The head (final norm, lm_head) feeds no statistic: not run.
   model.reset_cache();
+  std::vector<Matrix> x;
+  std::vector<std::vector<int64_t>> pos;
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(chunk)) {
     const size_t n = std::min(static_cast<size_t>(chunk), tokens.size() - i);
-    model.forward(tokens.subspan(i, n), hooks);
+    x.push_back(model.embed_tokens(tokens.subspan(i, n)));
+    pos.emplace_back(n);
+    for (size_t j = 0; j < n; ++j)
+      pos.back()[j] = static_cast<int64_t>(i + j);
+  }
+  for (int64_t l = 0; l < model.config().num_layers; ++l) {
+    model.acquire_layer(l);
+    model.reset_layer_cache(l);
+    for (size_t c = 0; c < x.size(); ++c)
+      x[c] = model.forward_layer(l, std::move(x[c]), pos[c], hooks);
+    model.reset_layer_cache(l);
+    model.release_layer(l);
+    if (progress)
+      *progress << "calibration: layer " << (l + 1) << "/" << model.config().num_layers << " ("
+                << tokens.size() << " tokens" << (model.streams_layers() ? ", streamed" : "")
+                << ")\n"
+                << std::flush;
   }
   model.reset_cache();
   out.tokens = static_cast<int64_t>(tokens.size());

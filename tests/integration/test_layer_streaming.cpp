@@ -7,17 +7,22 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <bit>
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
 #include "core/capture/capture_points.h"
 #include "core/memory_budget.h"
+#include "core/quant/module_names.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "golden/reference_run.h"
+#include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
 
 namespace qparity::reference {
@@ -183,6 +188,144 @@ TEST_F(LayerStreaming, CapturedPointsPastTheBudgetFailAfterTheFirstLayerNamingTh
   EXPECT_THAT(e, HasSubstr("--capture"));
   EXPECT_THAT(progress.str(), HasSubstr("streaming the model one decoder layer at a time"));
   EXPECT_THAT(progress.str(), Not(HasSubstr("layer 2/")));  // failed after layer 1 of 2
+}
+
+// Today's calibration written the plain way: the chunks one after the other through forward()
+// over the KV cache, each linear's input min / max (first value seen first) and per-channel
+// max |x|, each attention's per-channel K/V min / max.
+CalibrationStats chunk_by_chunk_calibration(CausalLm& m, std::span<const int64_t> tokens,
+                                            size_t chunk) {
+  CalibrationStats out;
+  ForwardHooks h;
+  h.on_linear_input = [&](const std::string& prefix, const Matrix& x) {
+    auto [it, first] = out.linear_inputs.try_emplace(prefix);
+    ActivationStats& s = it->second;
+    if (first) {
+      s.min = s.max = x.data.empty() ? 0.0 : x.data[0];
+      s.channel_absmax.assign(static_cast<size_t>(x.cols), 0.0);
+    }
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t c = 0; c < x.cols; ++c) {
+        s.min = std::min(s.min, x(r, c));
+        s.max = std::max(s.max, x(r, c));
+        double& a = s.channel_absmax[static_cast<size_t>(c)];
+        a = std::max(a, std::fabs(x(r, c)));
+      }
+  };
+  auto channels = [](std::vector<double>& lo, std::vector<double>& hi, const Matrix& x) {
+    if (lo.empty()) {
+      lo.assign(static_cast<size_t>(x.cols), INFINITY);
+      hi.assign(static_cast<size_t>(x.cols), -INFINITY);
+    }
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t c = 0; c < x.cols; ++c) {
+        lo[static_cast<size_t>(c)] = std::min(lo[static_cast<size_t>(c)], x(r, c));
+        hi[static_cast<size_t>(c)] = std::max(hi[static_cast<size_t>(c)], x(r, c));
+      }
+  };
+  h.on_kv = [&](const std::string& prefix, const Matrix& k, const Matrix& v) {
+    KvChannelStats& s = out.kv[prefix];
+    channels(s.k_min, s.k_max, k);
+    channels(s.v_min, s.v_max, v);
+  };
+  m.reset_cache();
+  for (size_t i = 0; i < tokens.size(); i += chunk)
+    m.forward(tokens.subspan(i, std::min(chunk, tokens.size() - i)), h);
+  m.reset_cache();
+  out.tokens = static_cast<int64_t>(tokens.size());
+  return out;
+}
+
+// The bits of doubles (so that -0.0 and 0.0 differ).
+std::vector<uint64_t> bits_of(const std::vector<double>& v) {
+  std::vector<uint64_t> out;
+  for (double d : v)
+    out.push_back(std::bit_cast<uint64_t>(d));
+  return out;
+}
+uint64_t bits_of(double d) {
+  return std::bit_cast<uint64_t>(d);
+}
+
+void expect_same_stats(const CalibrationStats& want, const CalibrationStats& got,
+                       const std::string& what) {
+  EXPECT_EQ(want.tokens, got.tokens) << what;
+  ASSERT_EQ(want.linear_inputs.size(), got.linear_inputs.size()) << what;
+  for (const auto& [prefix, w] : want.linear_inputs) {
+    ASSERT_TRUE(got.linear_inputs.count(prefix)) << what << " " << prefix;
+    const ActivationStats& g = got.linear_inputs.at(prefix);
+    EXPECT_EQ(bits_of(w.min), bits_of(g.min)) << what << " " << prefix;
+    EXPECT_EQ(bits_of(w.max), bits_of(g.max)) << what << " " << prefix;
+    EXPECT_EQ(bits_of(w.channel_absmax), bits_of(g.channel_absmax)) << what << " " << prefix;
+  }
+  ASSERT_EQ(want.kv.size(), got.kv.size()) << what;
+  for (const auto& [prefix, w] : want.kv) {
+    ASSERT_TRUE(got.kv.count(prefix)) << what << " " << prefix;
+    const KvChannelStats& g = got.kv.at(prefix);
+    EXPECT_EQ(bits_of(w.k_min), bits_of(g.k_min)) << what << " " << prefix;
+    EXPECT_EQ(bits_of(w.k_max), bits_of(g.k_max)) << what << " " << prefix;
+    EXPECT_EQ(bits_of(w.v_min), bits_of(g.v_min)) << what << " " << prefix;
+    EXPECT_EQ(bits_of(w.v_max), bits_of(g.v_max)) << what << " " << prefix;
+  }
+}
+
+// Calibration runs layer-major (every chunk through a layer, then the next), whole or streamed:
+// the statistics are those of the chunks one after the other through forward(), bit for bit,
+// on every architecture (MoE experts see only their routed rows) with 3 chunks over the KV cache
+// (the last one short); a streamed model holds no layer afterwards; and calibrate_checkpoint
+// gives the same statistics streamed (forced, or past a small budget) as whole.
+TEST_F(LayerStreaming, CalibrationStreamedEqualsWholeAndChunkByChunkBitForBit) {
+  for (const char* arch : {"llama", "qwen3", "qwen3-moe"}) {
+    const fs::path dir = dir_of(arch, "bf16");
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    const std::vector<int64_t> tokens = synthetic_tokens(45, cfg.vocab, seed_ + 3);
+    const std::string what = std::string(arch) + " " + test::seed_note(seed_);
+    auto whole = load_model(dir);
+    const CalibrationStats want = chunk_by_chunk_calibration(*whole, tokens, 16);
+    ASSERT_FALSE(want.linear_inputs.empty());
+    ASSERT_FALSE(want.kv.empty());
+    expect_same_stats(want, calibrate(*whole, tokens, 16), what + " whole");
+    LoadOptions lo;
+    lo.streaming = reference::LayerStreaming::kAlways;
+    auto streamed = load_model(dir, lo);
+    std::ostringstream progress;
+    expect_same_stats(want, calibrate(*streamed, tokens, 16, &progress), what + " streamed");
+    EXPECT_THAT(progress.str(), HasSubstr("calibration: layer 2/2 (45 tokens, streamed)"));
+    for (const DecoderLayer& l : streamed->layers())
+      EXPECT_FALSE(l.attn.qkv) << what << " layer " << l.index << " still loaded";
+    // The model is left as it was found: an empty cache, whole forward() still works.
+    EXPECT_EQ(whole->cached_tokens(), 0);
+    EXPECT_EQ(streamed->forward(std::span<const int64_t>(tokens).first(5)).data,
+              whole->forward(std::span<const int64_t>(tokens).first(5)).data)
+        << what;
+
+    // Through the quantizer's entry point (its default chunk, 64: 2 chunks of 100 tokens).
+    const std::vector<int64_t> more = synthetic_tokens(100, cfg.vocab, seed_ + 4);
+    fixtures::CalibrationOptions co;
+    co.streaming = reference::LayerStreaming::kNever;
+    const fixtures::StatsProviders w = fixtures::calibrate_checkpoint(dir, more, co);
+    co.streaming = reference::LayerStreaming::kAuto;
+    co.memory_budget = 64 << 10;  // 64 KiB: streams
+    std::ostringstream said;
+    co.progress = &said;
+    const fixtures::StatsProviders s = fixtures::calibrate_checkpoint(dir, more, co);
+    EXPECT_THAT(said.str(), HasSubstr("calibration: streaming the model"));
+    const ModuleNames mods(cfg);
+    for (const LinearModule& l : mods.linears()) {
+      const auto a = w.linear(l.prefix), b = s.linear(l.prefix);
+      ASSERT_EQ(a.has_value(), b.has_value()) << what << " " << l.prefix;
+      if (!a) continue;
+      EXPECT_EQ(bits_of(a->min), bits_of(b->min)) << what << " " << l.prefix;
+      EXPECT_EQ(bits_of(a->max), bits_of(b->max)) << what << " " << l.prefix;
+      EXPECT_EQ(bits_of(a->channel_absmax), bits_of(b->channel_absmax)) << what << " " << l.prefix;
+    }
+    for (const AttentionModule& at : mods.attentions()) {
+      const auto a = w.kv(at.prefix), b = s.kv(at.prefix);
+      ASSERT_TRUE(a && b) << what << " " << at.prefix;
+      EXPECT_EQ(bits_of(a->k_min), bits_of(b->k_min)) << what << " " << at.prefix;
+      EXPECT_EQ(bits_of(a->v_max), bits_of(b->v_max)) << what << " " << at.prefix;
+    }
+  }
 }
 
 std::vector<TensorToWrite> tensors_of(const SafetensorsFile& f) {

@@ -532,7 +532,14 @@ TEST(QuantizeCheckpointErrors, MissingStatisticsNameTheModule) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn"), std::string::npos);
   }
-  EXPECT_FALSE(fs::exists(out / "config.json"));
+  // The failed runs made the output directory to assemble their files in; they leave neither
+  // it nor a spill file behind.
+  EXPECT_FALSE(fs::exists(out));
+  fs::create_directories(out);
+  EXPECT_THROW(quantize_checkpoint(in, parse_scheme_id("w8a8-static"), Dialect::kCompressedTensors,
+                                   out, {}, OverwritePolicy::kRefuse, nullptr),
+               Error);
+  EXPECT_TRUE(fs::exists(out) && fs::is_empty(out));  // a directory it did not make stays
   // A quantized input is rejected.
   quantize_checkpoint(in, parse_scheme_id("fp8-channel"), Dialect::kCompressedTensors, out, {},
                       OverwritePolicy::kRefuse, nullptr);

@@ -109,6 +109,85 @@ TEST(SafetensorsWriter, RoundTripsEveryDtypeBitIdentically) {
   fs::remove_all(dir);
 }
 
+// The assembler (files larger than memory) writes what write_safetensors writes, bit for bit:
+// tensors of every dtype given in a random order, some spilled, some views, one past the 64 MiB
+// copy piece; the views' after_write runs once each; the spill is gone after write and after an
+// abandoned assembly; duplicates and size mismatches are refused at add time.
+TEST(SafetensorsWriter, AssemblerWritesTheSameBytesAsWriteSafetensors) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE(test::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<TensorToWrite> tensors;
+  for (int rep = 0; rep < 2; ++rep)
+    for (DType t : kAllDTypes) {
+      std::vector<uint64_t> shape = {3, 2 * (2 + rng() % 3)};
+      if (dtype_bits(t) == 6) shape = {2, 4};
+      storage.emplace_back(dtype_bits(t) * shape[0] * shape[1] / 8);
+      for (auto& b : storage.back())
+        b = static_cast<uint8_t>(rng());
+      tensors.push_back(
+          {"t" + std::to_string(rep) + "." + std::string(dtype_name(t)), t, shape, storage.back()});
+    }
+  storage.emplace_back((uint64_t{64} << 20) + 4096 + 2);  // two pieces and a bit, as bf16
+  for (size_t i = 0; i < storage.back().size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(storage.back().data() + i, &r, std::min<size_t>(8, storage.back().size() - i));
+  }
+  tensors.push_back({"big", DType::kBF16, {storage.back().size() / 2}, storage.back()});
+  tensors.push_back({"empty", DType::kBF16, {0, 7}, {}});
+  std::shuffle(tensors.begin(), tensors.end(), rng);
+
+  const fs::path dir = fs::temp_directory_path() / ("qparity_asm_" + std::to_string(seed));
+  fs::create_directories(dir);
+  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  write_safetensors(dir / "want.safetensors", tensors, meta);
+  std::map<std::string, int> written;
+  {
+    SafetensorsAssembler a(dir / ".spill");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorToWrite& t = tensors[i];
+      if (i % 2 == 0) {
+        a.add(t.name, t.dtype, t.shape, t.bytes);
+      } else {
+        a.add_view(t.name, t.dtype, t.shape, t.bytes, [&written, n = t.name] { ++written[n]; });
+      }
+    }
+    EXPECT_EQ(a.size(), tensors.size());
+    EXPECT_TRUE(fs::exists(dir / ".spill"));
+    EXPECT_THROW(a.add(tensors[0].name, tensors[0].dtype, tensors[0].shape, tensors[0].bytes),
+                 Error);
+    EXPECT_THROW(a.add("short", DType::kF32, {2}, std::span<const uint8_t>(storage[0].data(), 4)),
+                 Error);
+    a.write(dir / "got.safetensors", meta, OverwritePolicy::kRefuse);
+    EXPECT_FALSE(fs::exists(dir / ".spill"));
+  }
+  for (size_t i = 1; i < tensors.size(); i += 2)
+    EXPECT_EQ(written[tensors[i].name], 1) << tensors[i].name;
+  EXPECT_EQ(written.size(), tensors.size() / 2);
+  auto read = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::vector<uint8_t> want = read(dir / "want.safetensors");
+  ASSERT_GT(want.size(), uint64_t{64} << 20);
+  EXPECT_TRUE(read(dir / "got.safetensors") == want);
+  {
+    // Refuses to overwrite unless asked, leaving the file as it was.
+    SafetensorsAssembler a(dir / ".spill2");
+    a.add("x", DType::kU8, {1}, std::span<const uint8_t>(storage[0].data(), 1));
+    EXPECT_THROW(a.write(dir / "got.safetensors", meta, OverwritePolicy::kRefuse), Error);
+  }
+  EXPECT_FALSE(fs::exists(dir / ".spill2"));
+  EXPECT_TRUE(read(dir / "got.safetensors") == want);
+  {
+    SafetensorsAssembler a(dir / ".spill3");
+    a.add("x", DType::kU8, {1}, std::span<const uint8_t>(storage[0].data(), 1));
+  }  // abandoned: nothing written, the spill removed
+  EXPECT_FALSE(fs::exists(dir / ".spill3"));
+  fs::remove_all(dir);
+}
+
 TEST(SafetensorsReader, ReadsTheTorchWrittenFixture) {
   // Written on the GPU image by tools/device/make_torch_safetensors_fixture.py with
   // safetensors.torch.save_file; the expected values are the script's own inputs.

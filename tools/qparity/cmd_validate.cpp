@@ -324,17 +324,20 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
   bool calibrate = false;
   for (const auto& [scheme, exclusions] : runnable)
     calibrate = calibrate || kNeedsCalibration.count(scheme) > 0;
+  // Streamed layer by layer past --memory-budget, as the reference runs.
+  fixtures::CalibrationOptions co;
+  co.memory_budget = ro.memory_budget;
   if (calibrate && o_.calib_text.empty()) {
     progress(t.name + ": calibrating on " + std::to_string(o_.calib_tokens) + " synthetic tokens");
     stats = fixtures::calibrate_checkpoint(
-        t.dir, reference::synthetic_tokens(o_.calib_tokens, cfg.vocab, o_.seed + 1));
+        t.dir, reference::synthetic_tokens(o_.calib_tokens, cfg.vocab, o_.seed + 1), co);
   } else if (calibrate) {
     // The first --calib-tokens tokens of the text, as one sequence.
     const golden::TokenInputs calib =
         golden::tokenized_text_inputs(o_.calib_text, t.dir, o_.calib_tokens, 0, 1);
     progress(t.name + ": calibrating on the first " + std::to_string(calib.tokens.size()) +
              " tokens of " + o_.calib_text);
-    stats = fixtures::calibrate_checkpoint(t.dir, calib.tokens);
+    stats = fixtures::calibrate_checkpoint(t.dir, calib.tokens, co);
   }
   for (const auto& [scheme, exclusions] : runnable)
     format_row(t, scheme, exclusions, base_reader, stats, in, work, failed);
