@@ -319,17 +319,7 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
       throw std::runtime_error("--batches: " + std::to_string(batch) + " outside [1, " +
                                std::to_string(eo.max_seqs) + "]");
     // Prefill every sequence (one forward per sequence keeps the token count in bounds).
-    const auto prefill_all = [&] {
-      for (int32_t s = 0; s < batch; ++s) {
-        gpu::Batch b;
-        for (int64_t i = 0; i < o.context; ++i) {
-          b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % cfg.vocab));
-          b.slots.push_back(s);
-          b.positions.push_back(static_cast<int32_t>(i));
-        }
-        e.forward(b);
-      }
-    };
+    const auto prefill_all = [&] { prefill_sequences(e, batch, o.context); };
     prefill_all();
     std::vector<int32_t> next(static_cast<size_t>(batch), 1);
     double sampling_secs = 0;  // the greedy argmax and the ids' trip to the host, within a step

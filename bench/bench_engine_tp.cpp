@@ -68,17 +68,7 @@ Json decode_run(const ModelConfig& cfg, const std::string& scheme, int tp, const
   const double kv_per_token = 2.0 * 2 * static_cast<double>(cfg.num_layers * cfg.kv_size());
   Json rows = Json::array();
   for (const int64_t batch : o.batches) {
-    const auto prefill_all = [&] {
-      for (int32_t s = 0; s < batch; ++s) {
-        gpu::Batch b;
-        for (int64_t i = 0; i < o.context; ++i) {
-          b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % cfg.vocab));
-          b.slots.push_back(s);
-          b.positions.push_back(static_cast<int32_t>(i));
-        }
-        e->forward(b);
-      }
-    };
+    const auto prefill_all = [&] { prefill_sequences(*e, batch, o.context); };
     std::vector<int32_t> next(static_cast<size_t>(batch), 1);
     const auto step = [&](int64_t k) {
       gpu::Batch b;

@@ -7,6 +7,19 @@
 
 namespace qparity::bench {
 
+void prefill_sequences(gpu::Engine& e, int64_t sequences, int64_t context) {
+  const int64_t vocab = e.config().vocab;
+  for (int32_t s = 0; s < sequences; ++s) {
+    gpu::Batch b;
+    for (int64_t i = 0; i < context; ++i) {
+      b.tokens.push_back(static_cast<int32_t>((s * 7919 + i * 104729) % vocab));
+      b.slots.push_back(s);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    e.forward(b);
+  }
+}
+
 ModelConfig qwen3_06b() {
   ModelConfig c;
   c.arch = Arch::kQwen3;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/config/model_config.h"
+#include "gpu_engine/engine.h"
 
 namespace qparity::bench {
 
@@ -13,6 +14,10 @@ ModelConfig llama3_8b();
 ModelConfig llama3_70b();
 // Qwen3-30B-A3B's published config: 48 layers, 128 experts, 8 active, moe_intermediate 768.
 ModelConfig qwen3_30b_a3b();
+
+// Prefills sequence slots 0..sequences-1 with `context` pseudo-random tokens each, one forward
+// per sequence (which keeps the token count within max_tokens).
+void prefill_sequences(gpu::Engine& e, int64_t sequences, int64_t context);
 
 // Seconds since t0.
 double seconds(std::chrono::steady_clock::time_point t0);

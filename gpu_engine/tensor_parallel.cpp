@@ -78,8 +78,12 @@ void TpGroup::synchronize() {
 }
 
 NcclComm::~NcclComm() {
+  // On the rank's device, leaving the caller's current device as it was.
+  int current = 0;
+  const bool known = cudaGetDevice(&current) == cudaSuccess;
   cudaSetDevice(rank_);
   ncclCommDestroy(comm_);
+  if (known) cudaSetDevice(current);
 }
 
 void NcclComm::all_gather_bf16(const __nv_bfloat16* send, __nv_bfloat16* recv, size_t count,

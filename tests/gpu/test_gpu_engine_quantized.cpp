@@ -15,6 +15,7 @@
 #include "../unit/checkpoint_edit.h"
 #include "../unit/error_of.h"
 #include "../unit/test_seed.h"
+#include "code_flips.h"
 #include "core/capture/capture_points.h"
 #include "golden/compare.h"
 #include "gpu_engine/engine.h"
@@ -100,26 +101,14 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
         const golden::CompareReport r =
             golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
         if (scheme == "mxfp4" && r.verdict == golden::Judgement::kFail) {
-          // e2m1 codes are 2^-2..2^-1 apart: one inherited bf16 flip (the layer's own
-          // intermediate, computed by the engine) that moves an activation code across a
-          // boundary moves that token's output channels past the channel gate, which does not
-          // model fp4 steps (tools/policies/make_policies.py). Such a failure must be explained
-          // by counted code mismatches in the failing point's layer, and be rare; a wrong kernel
-          // (a scale, a block) fails without them or everywhere.
+          // e2m1 codes are 2^-2..2^-1 apart: an inherited bf16 flip moves whole fp4 steps
+          // (code_flips.h says what explains such a failure).
           ASSERT_GE(r.first_failing, 0);
-          const int64_t layer =
-              point_layer(r.points[static_cast<size_t>(r.first_failing)].name);
-          int64_t layer_mismatches = 0, codes = 0, mismatches = 0;
-          for (const auto& p : r.points)
-            if (is_activation_code_point(p.name)) {
-              codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
-              mismatches += p.stats.mismatches;
-              if (point_layer(p.name) == layer) layer_mismatches += p.stats.mismatches;
-            }
-          EXPECT_GT(layer_mismatches, 0) << golden::to_text(r);
-          EXPECT_LE(mismatches * 10000, codes) << "more than 1e-4 of the codes moved";
-          std::cout << base << ": layer-local FAIL explained by " << layer_mismatches
-                    << " inherited code flip(s) in layer " << layer << " (first failing point "
+          const test::CodeFlips f = test::code_flips(r);
+          EXPECT_GT(f.layer_mismatches, 0) << golden::to_text(r);
+          EXPECT_LE(f.mismatches * 10000, f.codes) << "more than 1e-4 of the codes moved";
+          std::cout << base << ": layer-local FAIL explained by " << f.layer_mismatches
+                    << " inherited code flip(s) in layer " << f.layer << " (first failing point "
                     << r.points[static_cast<size_t>(r.first_failing)].name << ")\n";
         } else {
           EXPECT_EQ(r.verdict, golden::Judgement::kPass) << golden::to_text(r);

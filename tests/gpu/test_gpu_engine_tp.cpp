@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "../unit/test_seed.h"
+#include "code_flips.h"
 #include "core/capture/capture_points.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
@@ -131,24 +132,15 @@ TEST_F(GpuEngineTp, Tp2MatchesTheReferenceAndReportsWhatTpChanges) {
       const golden::CompareReport r =
           golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
       if (!moe && r.verdict == golden::Judgement::kFail) {
-        // As at TP = 1 (test_gpu_engine_quantized): one inherited bf16 flip that moves an
-        // activation code across a boundary moves that token's channels past the channel gate,
-        // which does not model code steps. Such a failure must be explained by counted code
-        // mismatches in the failing point's layer, and be rare; a wrong reduction or shard
-        // fails without them or everywhere.
+        // As at TP = 1 (test_gpu_engine_quantized): explained by inherited code flips
+        // (code_flips.h), or a real failure.
         ASSERT_GE(r.first_failing, 0);
-        const int64_t layer = point_layer(r.points[static_cast<size_t>(r.first_failing)].name);
-        int64_t layer_mismatches = 0, codes = 0, mismatches = 0;
-        for (const auto& p : r.points)
-          if (is_activation_code_point(p.name)) {
-            codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
-            mismatches += p.stats.mismatches;
-            if (point_layer(p.name) == layer) layer_mismatches += p.stats.mismatches;
-          }
-        EXPECT_GT(layer_mismatches, 0) << golden::to_text(r);
-        EXPECT_LE(mismatches * 1000, codes) << "more than 1e-3 of the codes moved";
-        std::cout << base << ": layer-local FAIL explained by " << layer_mismatches
-                  << " inherited code flip(s) in layer " << layer << " of " << codes << " codes\n";
+        const test::CodeFlips f = test::code_flips(r);
+        EXPECT_GT(f.layer_mismatches, 0) << golden::to_text(r);
+        EXPECT_LE(f.mismatches * 1000, f.codes) << "more than 1e-3 of the codes moved";
+        std::cout << base << ": layer-local FAIL explained by " << f.layer_mismatches
+                  << " inherited code flip(s) in layer " << f.layer << " of " << f.codes
+                  << " codes\n";
       } else if (!moe) {
         EXPECT_EQ(r.verdict, golden::Judgement::kPass) << golden::to_text(r);
       }
