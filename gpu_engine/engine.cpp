@@ -146,6 +146,14 @@ void Engine::prepare(const Batch& b) {
       throw Error("engine batch", "token " + std::to_string(i) + " at position " +
                                       std::to_string(b.positions[u]) + ", outside [0, " +
                                       std::to_string(options_.max_context) + ")");
+    // The attention kernels compute full causal attention, which a sliding window (Mistral)
+    // equals only while every key lies inside it.
+    if (config().sliding_window > 0 && b.positions[u] >= config().sliding_window)
+      throw Error("engine batch",
+                  "token " + std::to_string(i) + " at position " + std::to_string(b.positions[u]) +
+                      ": sliding_window " + std::to_string(config().sliding_window) +
+                      " attention past the window is not in the GPU engine yet (positions below "
+                      "it are exact: the window then holds every key)");
     cache_->reserve(b.slots[u], b.positions[u] + 1);  // checks the slot
   }
   cache_->sync(stream_);

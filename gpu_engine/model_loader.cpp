@@ -7,6 +7,7 @@
 #include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
 #include "core/quant/quant_plan.h"
+#include "core/safetensors/chatglm_names.h"
 #include "gpu_engine/bf16_model_loader.h"
 #include "gpu_engine/planned_model_loader.h"
 
@@ -20,10 +21,15 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   const std::string where = (dir / "config.json").string();
   if (cfg.attention_bias || cfg.mlp_bias)
     throw Error(where, "attention_bias / mlp_bias: the GPU engine has no bias path yet");
+  if (cfg.has_qkv_bias())
+    throw Error(where, "q/k/v biases (" + cfg.arch_name + "): the GPU engine has no bias path yet");
+  if (cfg.rope_interleaved || cfg.rotary_dim != cfg.head_dim)
+    throw Error(where,
+                cfg.arch_name + "'s partial / interleaved RoPE is not in the GPU engine yet");
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
-  auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  auto ck = std::make_shared<const Checkpoint>(open_model_checkpoint(dir, cfg));
   std::optional<ModelConfig> whole;
   if (options.tp > 1) {
     // The rank's shard in memory, then loaded as a checkpoint of the rank's shapes; its plan is

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/config/chatglm_config.h"
 #include "core/error.h"
 
 namespace qparity {
@@ -20,15 +21,25 @@ struct ArchInfo {
   bool is_moe;
   bool head_dim_required;  // Qwen3's HF default (128) is not hidden/heads; insist on the file's
   int64_t default_max_position_embeddings;  // the HF config class default
+  bool own_keys;  // a config of its own vocabulary (ChatGLM2: chatglm_config.h reads it)
 };
 
-constexpr std::array<ArchInfo, 3> kArchs = {{
-    {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048},
-    {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768},
-    {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768},
+// Mistral is Llama's computation with a sliding-window mask (HF MistralForCausalLM; SGLang and
+// Mini-SGLang register it as an alias of their Llama class). ChatGLM2's remote-code configs name
+// ChatGLMModel (as published) or ChatGLMForConditionalGeneration; both are the same model.
+constexpr std::array<ArchInfo, 6> kArchs = {{
+    {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048, false},
+    {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768, false},
+    {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768,
+     false},
+    {Arch::kMistral, "MistralForCausalLM", "mistral", "Mistral", false, false, false, 131072,
+     false},
+    {Arch::kChatGlm2, "ChatGLMModel", "chatglm", "ChatGLM", false, false, false, 2048, true},
+    {Arch::kChatGlm2, "ChatGLMForConditionalGeneration", "chatglm", "ChatGLM", false, false, false,
+     2048, true},
 }};
 
-const ArchInfo& arch_info(Arch a) {
+const ArchInfo& arch_info(Arch a) {  // the first entry of the arch: its canonical HF name
   for (const auto& info : kArchs)
     if (info.arch == a) return info;
   throw Error("ModelConfig", "unknown Arch value");
@@ -115,8 +126,10 @@ std::string implemented_rope_list() {
   return join(names, ", ");
 }
 
+}  // namespace
+
 // `dtype` (transformers 5) wins over the legacy `torch_dtype` when both are written.
-std::string parse_dtype(const Json& j, const std::string& where) {
+std::string parse_config_dtype(const Json& j, const std::string& where) {
   for (std::string_view key : {"dtype", "torch_dtype"}) {
     auto v = opt_string(j, key, where);
     if (!v) continue;
@@ -130,13 +143,15 @@ std::string parse_dtype(const Json& j, const std::string& where) {
   return "";
 }
 
-}  // namespace
-
 std::string_view arch_name(Arch a) {
   return arch_info(a).hf_name;
 }
 std::string_view arch_class_prefix(Arch a) {
   return arch_info(a).class_prefix;
+}
+
+std::string_view arch_model_type(Arch a) {
+  return arch_info(a).model_type;
 }
 
 std::vector<std::string> supported_architectures() {
@@ -267,6 +282,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     throw Error(key_where(where, "architectures"),
                 "unsupported architecture '" + archs[0] +
                     "' (supported: " + join(supported_architectures(), ", ") + ")");
+  if (info->own_keys) return parse_chatglm2_config(j, where, archs[0]);
   c.arch = info->arch;
   c.arch_name = archs[0];
   c.has_qk_norm = info->has_qk_norm;
@@ -305,12 +321,13 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   }
   if (c.head_dim % 2 != 0)
     throw Error(where, "head_dim (" + std::to_string(c.head_dim) + ") must be even for RoPE");
+  c.rotary_dim = c.head_dim;
 
   c.rms_norm_eps = require_positive_number(j, "rms_norm_eps", where);
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", where).value_or(false);
   c.attention_bias = opt_bool(j, "attention_bias", where).value_or(false);
   c.mlp_bias = opt_bool(j, "mlp_bias", where).value_or(false);
-  c.dtype = parse_dtype(j, where);
+  c.dtype = parse_config_dtype(j, where);
 
   // --- what the reference does not implement, rejected by name ---
   c.hidden_act = opt_string(j, "hidden_act", where).value_or("silu");
@@ -318,6 +335,15 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     throw Error(
         key_where(where, "hidden_act"),
         "'" + c.hidden_act + "' is not implemented by the qparity reference (implemented: silu)");
+  if (c.arch == Arch::kMistral) {
+    // HF MistralConfig: sliding_window defaults to 4096 when the key is absent; null means none.
+    auto it = j.find("sliding_window");
+    if (it == j.end())
+      c.sliding_window = 4096;
+    else if (!it->is_null())
+      c.sliding_window = check_size(as_int(*it, key_where(where, "sliding_window")),
+                                    "sliding_window", where, int64_t{1} << 40);
+  }
   if (opt_bool(j, "use_sliding_window", where).value_or(false))
     throw Error(key_where(where, "use_sliding_window"),
                 "sliding-window attention is not implemented by the qparity reference");
@@ -434,6 +460,10 @@ Json to_json(const ModelConfig& c) {
       {"rope_scaling", rope},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"attention_bias", c.attention_bias},
+      {"qkv_bias", c.has_qkv_bias()},
+      {"rotary_dim", c.rotary_dim},
+      {"rope_interleaved", c.rope_interleaved},
+      {"sliding_window", c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr)},
       {"mlp_bias", c.mlp_bias},
       {"has_qk_norm", c.has_qk_norm},
       {"hidden_act", c.hidden_act},

@@ -3,7 +3,9 @@
 // gives): parse once, validate once, and let every model, loader and quantization plan read plain
 // fields instead of probing the JSON. The architecture is chosen by the `architectures` field
 // through a registry whose error lists the supported names; anything the reference does not
-// implement (rope variants, sliding windows, activations) is rejected by name here, not later.
+// implement (rope variants, activations) is rejected by name here, not later. ChatGLM2's own
+// config keys (kv_channels, ffn_hidden_size, multi_query_group_num, ...) are read by
+// chatglm_config.h into the same fields.
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -15,12 +17,14 @@
 
 namespace qparity {
 
-enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe };
+enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2 };
 
 // The HF class name in `architectures` ("LlamaForCausalLM", ...).
 std::string_view arch_name(Arch a);
 // Prefix of the arch's HF module classes ("Llama" -> LlamaAttention, LlamaRMSNorm, ...).
 std::string_view arch_class_prefix(Arch a);
+// Its model_type ("llama", "chatglm", ...).
+std::string_view arch_model_type(Arch a);
 // Every architecture the registry knows, in registry order.
 std::vector<std::string> supported_architectures();
 
@@ -67,8 +71,18 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
 
+  // RoPE rotates the first rotary_dim dims of each head (the rest pass through): head_dim, except
+  // ChatGLM2 (head_dim / 2). Interleaved: pairs (x[2i], x[2i+1]) as ChatGLM2 / GPT-J rotate them;
+  // otherwise Hugging Face's rotate-half pairs (x[i], x[i + rotary_dim / 2]).
+  int64_t rotary_dim = 0;
+  bool rope_interleaved = false;
+  // Sliding-window attention (Mistral): a query at position p sees keys at positions in
+  // (p - sliding_window, p]; 0 for full causal attention.
+  int64_t sliding_window = 0;
+
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // HF Llama: bias on q/k/v and o_proj
+  bool qkv_bias = false;        // bias on q/k/v only (ChatGLM2 add_qkv_bias); implied by the above
   bool mlp_bias = false;
   bool has_qk_norm = false;  // Qwen3 / Qwen3-MoE: RMSNorm on q and k per head before RoPE
   std::string hidden_act = "silu";
@@ -83,6 +97,7 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
 
   bool is_moe() const { return num_experts > 0; }
+  bool has_qkv_bias() const { return attention_bias || qkv_bias; }
   // HF Qwen3-MoE rule: layer i is sparse iff i is not in mlp_only_layers, num_experts > 0 and
   // (i + 1) % decoder_sparse_step == 0.
   bool is_moe_layer(int64_t i) const;
@@ -93,6 +108,10 @@ struct ModelConfig {
 // Parses one `rope_scaling` / `rope_parameters` dict (all known variants, including those the
 // reference rejects, so a tool can still show them); `where` names the dict in errors.
 RopeScaling parse_rope_scaling(const Json& j, const std::string& where);
+
+// The model dtype of a config: `dtype` (transformers 5) or `torch_dtype`, "bfloat16" / "float16" /
+// "float32"; empty when absent; anything else is an Error naming the key.
+std::string parse_config_dtype(const Json& j, const std::string& where);
 
 // Parses and validates an HF config; `where` names the source in errors ("config.json").
 ModelConfig parse_model_config(const Json& j, const std::string& where);

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/safetensors/chatglm_names.h"
 
 namespace qparity {
 
@@ -94,9 +95,12 @@ const std::vector<std::string>& msmodelslim_known_types() {
   return t;
 }
 
-QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& desc,
+QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
                                 const std::string& where) {
-  require_object(desc, where);
+  require_object(raw_desc, where);
+  // ChatGLM2's keys name its fused modules: each key stands for the canonical names it covers.
+  const Json desc =
+      cfg.arch == Arch::kChatGlm2 ? chatglm2_canonical_description(raw_desc, cfg, where) : raw_desc;
   auto key = [&](const std::string& k) { return key_where(where, k); };
 
   // --- global keys ---

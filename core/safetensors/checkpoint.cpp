@@ -127,4 +127,50 @@ Checkpoint Checkpoint::from_files(const fs::path& root, std::vector<SafetensorsF
   return c;
 }
 
+Checkpoint Checkpoint::renamed(Checkpoint raw, const std::vector<ViewTensor>& view) {
+  Checkpoint c;
+  c.root_ = raw.root_;
+  c.index_path_ = raw.index_path_;
+  c.is_dir_ = raw.is_dir_;
+  c.files_ = std::move(raw.files_);  // the vector's buffer moves: raw's refs stay valid
+  const std::string where = c.root_.string();
+  for (const ViewTensor& v : view) {
+    auto src = raw.tensors_.find(v.source);
+    if (src == raw.tensors_.end())
+      throw Error(where, "checkpoint has no tensor '" + v.source + "' (for '" + v.name + "')");
+    const TensorInfo& s = *src->second.info;
+    TensorInfo t = s;
+    t.name = v.name;
+    std::string origin = v.source;
+    if (v.row_begin != 0 || v.row_end != 0) {
+      if (s.shape.empty())
+        throw Error(where + ": tensor '" + v.source + "'", "a scalar has no rows to take");
+      if (!(v.row_begin < v.row_end) || v.row_end > s.shape[0])
+        throw Error(where + ": tensor '" + v.source + "'",
+                    "rows [" + std::to_string(v.row_begin) + ", " + std::to_string(v.row_end) +
+                        ") are outside its " + std::to_string(s.shape[0]) + " rows");
+      const uint64_t row_bytes = s.nbytes() / s.shape[0];
+      if (row_bytes * s.shape[0] != s.nbytes())
+        throw Error(where + ": tensor '" + v.source + "'", "rows are not whole bytes");
+      t.shape[0] = v.row_end - v.row_begin;
+      t.begin = s.begin + v.row_begin * row_bytes;
+      t.end = s.begin + v.row_end * row_bytes;
+      origin += " rows [" + std::to_string(v.row_begin) + ", " + std::to_string(v.row_end) + ")";
+    }
+    c.views_.push_back(std::move(t));
+    auto [it, inserted] = c.tensors_.emplace(v.name, TensorRef{src->second.file, &c.views_.back()});
+    if (!inserted) throw Error(where, "view names tensor '" + v.name + "' twice");
+    c.origins_[v.name] = std::move(origin);
+  }
+  // Views of an earlier view keep pointing into raw's views_: keep them alive.
+  for (TensorInfo& t : raw.views_)
+    c.views_.push_back(std::move(t));
+  return c;
+}
+
+std::string Checkpoint::origin(const std::string& name) const {
+  auto it = origins_.find(name);
+  return it == origins_.end() ? name : it->second;
+}
+
 }  // namespace qparity

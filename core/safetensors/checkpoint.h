@@ -7,6 +7,7 @@
 //     an error; shard names are plain file names inside the directory;
 //   * without one: every `*.safetensors` in the directory is opened, and a name present in two
 //     files is an error naming both.
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -35,7 +36,23 @@ class Checkpoint {
   // rooted at `root` (what errors and loaders name); a name in two files is an Error.
   static Checkpoint from_files(const std::filesystem::path& root,
                                std::vector<SafetensorsFile> files);
-  // TensorRefs point into files_: moving keeps them valid, copying would not.
+  // A tensor of a renamed view: rows [row_begin, row_end) of `source`'s first dimension (both 0:
+  // the whole tensor) under `name`. A row block of a row-major tensor is contiguous, so the view
+  // reads the same mapped bytes (no copy).
+  struct ViewTensor {
+    std::string name;
+    std::string source;
+    uint64_t row_begin = 0, row_end = 0;
+  };
+  // The same files seen as exactly the tensors `view` lists (an architecture whose checkpoints
+  // fuse or name modules differently seen under the canonical names: chatglm_names.h). A source
+  // that is absent, a row range outside it, or a name listed twice is an Error.
+  static Checkpoint renamed(Checkpoint raw, const std::vector<ViewTensor>& view);
+  // Where a tensor's bytes come from, for messages: its own name, or for a view "<source>"
+  // / "<source> rows [b, e)".
+  std::string origin(const std::string& name) const;
+
+  // TensorRefs point into files_ and views_: moving keeps them valid, copying would not.
   Checkpoint(Checkpoint&&) noexcept = default;
   Checkpoint& operator=(Checkpoint&&) noexcept = default;
   Checkpoint(const Checkpoint&) = delete;
@@ -58,6 +75,8 @@ class Checkpoint {
   bool is_dir_ = false;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, TensorRef> tensors_;
+  std::deque<TensorInfo> views_;  // a deque: its elements never move
+  std::map<std::string, std::string> origins_;
 };
 
 }  // namespace qparity

@@ -18,7 +18,8 @@ std::string str(int64_t v) {
 
 Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
                         std::span<const int64_t> q_positions, std::span<const int64_t> kv_positions,
-                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scaling) {
+                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scaling,
+                        int64_t sliding_window) {
   const char* where = "causal_attention";
   if (num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0)
     throw Error(where, "num_heads " + str(num_heads) + ", num_kv_heads " + str(num_kv_heads) +
@@ -42,6 +43,8 @@ Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
   if (static_cast<int64_t>(kv_positions.size()) != k.rows)
     throw Error(where, "kv_positions has " + std::to_string(kv_positions.size()) +
                            " entries, k has " + str(k.rows) + " rows");
+  if (sliding_window < 0)
+    throw Error(where, "sliding window " + str(sliding_window) + " must be >= 0 (0: none)");
   if (!std::isfinite(scaling))
     throw Error(where, "scaling " + std::to_string(scaling) + " is not finite");
 
@@ -55,7 +58,9 @@ Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
     const int64_t qpos = q_positions[static_cast<size_t>(t)];
     visible.clear();
     for (int64_t s = 0; s < s_len; ++s)
-      if (kv_positions[static_cast<size_t>(s)] <= qpos) visible.push_back(s);
+      if (const int64_t kp = kv_positions[static_cast<size_t>(s)];
+          kp <= qpos && (sliding_window == 0 || qpos - kp < sliding_window))
+        visible.push_back(s);
     if (visible.empty())
       throw Error(where, "query row " + str(t) + " at position " + str(qpos) +
                              " sees no key (softmax over an empty set)");

@@ -4,7 +4,9 @@
 // patch that, as it does RMSNorm and RoPE).
 //
 // q [T, H*D] (row t at position q_positions[t]), k and v [S, Hkv*D] (the whole KV cache so far,
-// row s at kv_positions[s]). Query t sees key s iff kv_positions[s] <= q_positions[t]. Head h
+// row s at kv_positions[s]). Query t sees key s iff kv_positions[s] <= q_positions[t], and, with a
+// sliding window W > 0 (Mistral; HF's sliding_window_overlay), q_positions[t] - kv_positions[s] <
+// W: the W most recent positions, its own included. Head h
 // reads KV head h / (H / Hkv) (HF repeat_kv: each KV head repeated H/Hkv times, contiguously).
 // For each (t, h), over the visible s in ascending order:
 //   score_s = (sum_{d ascending} q[t,h,d] * k[s,kvh,d]) * scaling     (HF: matmul, then * scaling)
@@ -28,6 +30,7 @@ namespace qparity::reference {
 // counts, position counts, a non-finite scaling, or a query that sees no key.
 Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
                         std::span<const int64_t> q_positions, std::span<const int64_t> kv_positions,
-                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scaling);
+                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scaling,
+                        int64_t sliding_window = 0);
 
 }  // namespace qparity::reference

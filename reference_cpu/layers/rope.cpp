@@ -48,9 +48,14 @@ double require_llama3(const std::optional<double>& v, const char* name) {
 
 }  // namespace
 
-Rope::Rope(const ModelConfig& config) : dim_(config.head_dim) {
-  if (dim_ <= 0 || dim_ % 2 != 0)
-    throw Error("rope", "head_dim " + std::to_string(dim_) + " must be positive and even");
+Rope::Rope(const ModelConfig& config)
+    : dim_(config.rotary_dim > 0 ? config.rotary_dim : config.head_dim),
+      head_dim_(config.head_dim),
+      interleaved_(config.rope_interleaved) {
+  if (dim_ <= 0 || dim_ % 2 != 0 || dim_ > head_dim_)
+    throw Error("rope", "rotary dim " + std::to_string(dim_) +
+                            " must be positive, even and at most head_dim " +
+                            std::to_string(head_dim_));
   if (!std::isfinite(config.rope_theta) || !(config.rope_theta > 0.0))
     throw Error("rope", "rope_theta " + std::to_string(config.rope_theta) + " must be > 0");
   const RopeScaling& rs = config.rope_scaling;
@@ -106,10 +111,10 @@ void Rope::cos_sin(int64_t pos, std::vector<double>& cos, std::vector<double>& s
 void Rope::apply(Matrix& x, int64_t num_heads, std::span<const int64_t> positions) const {
   if (num_heads <= 0)
     throw Error("rope apply", "num_heads " + std::to_string(num_heads) + " must be > 0");
-  if (x.cols != num_heads * dim_)
+  if (x.cols != num_heads * head_dim_)
     throw Error("rope apply", "input width " + std::to_string(x.cols) + " != num_heads " +
                                   std::to_string(num_heads) + " * head_dim " +
-                                  std::to_string(dim_));
+                                  std::to_string(head_dim_));
   if (static_cast<int64_t>(positions.size()) != x.rows)
     throw Error("rope apply", std::to_string(positions.size()) + " positions for " +
                                   std::to_string(x.rows) + " rows");
@@ -122,7 +127,16 @@ void Rope::apply(Matrix& x, int64_t num_heads, std::span<const int64_t> position
                   "position " + std::to_string(pos) + " of row " + std::to_string(t) + " < 0");
     cos_sin(pos, cos, sin);
     for (int64_t h = 0; h < num_heads; ++h) {
-      double* xh = x.row(t).data() + h * dim_;
+      double* xh = x.row(t).data() + h * head_dim_;
+      if (interleaved_) {
+        for (int64_t i = 0; i < half; ++i) {
+          const auto ui = static_cast<size_t>(i);
+          const double x0 = xh[2 * i], x1 = xh[2 * i + 1];
+          xh[2 * i] = x0 * cos[ui] - x1 * sin[ui];
+          xh[2 * i + 1] = x1 * cos[ui] + x0 * sin[ui];
+        }
+        continue;
+      }
       for (int64_t j = 0; j < dim_; ++j)
         head[static_cast<size_t>(j)] = xh[j];
       for (int64_t j = 0; j < dim_; ++j) {

@@ -1,7 +1,10 @@
 #pragma once
-// Rotary position embedding exactly as HF computes it (rotate-half / NeoX convention), in fp64.
+// Rotary position embedding exactly as HF computes it (rotate-half / NeoX convention), in fp64,
+// and ChatGLM2's variant (interleaved pairs over the first half of each head).
 //
-// inv_freq (transformers src/transformers/modeling_rope_utils.py), dim = head_dim, i = 0..dim/2-1:
+// inv_freq (transformers src/transformers/modeling_rope_utils.py), dim = the rotary dim
+// (cfg.rotary_dim: head_dim, or head_dim / 2 for ChatGLM2, whose RotaryEmbedding(dim) computes
+// 1 / (base ** (arange(0, dim, 2) / dim)) the same way), i = 0..dim/2-1:
 //   default  inv_freq[i] = 1.0 / (base ** ((2i) / dim))        base = rope_theta; the exponent is
 //            the fp64 quotient double(2i) / double(dim), then std::pow, then a divide into 1.0
 //            (HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), same three roundings)
@@ -25,6 +28,11 @@
 //   out[j]      = x[j] * cos[j] + rotate_half(x)[j] * sin[j], rotate_half(x) = cat(-x2, x1)
 //                 i.e. j <  dim/2: x[j] * cos[j] + (-x[j + dim/2]) * sin[j]
 //                      j >= dim/2: x[j] * cos[j] + x[j - dim/2] * sin[j]
+// Interleaved (ChatGLM2 apply_rotary_pos_emb, cfg.rope_interleaved): pair i is (x[2i], x[2i+1]),
+//   out[2i]   = x[2i] * cos_i - x[2i+1] * sin_i
+//   out[2i+1] = x[2i+1] * cos_i + x[2i] * sin_i
+// (the same products and sums as rotate-half with the pair at (i, i + dim/2)). Dims from
+// rotary_dim to head_dim pass through unchanged (ChatGLM2: cat(x_out, x_pass)).
 // Every value is computed independently in the order written, so results do not depend on the
 // thread count.
 #include <cstdint>
@@ -38,17 +46,19 @@ namespace qparity::reference {
 
 class Rope {
  public:
-  // Reads head_dim (the rotary dim: partial rotary is rejected by the config parser), rope_theta
-  // and rope_scaling. Throws qparity::Error ("rope") for an odd or non-positive head_dim, a
+  // Reads head_dim, rotary_dim (0: head_dim), rope_interleaved, rope_theta and rope_scaling.
+  // Throws qparity::Error ("rope") for an odd or non-positive (rotary) dim, a
   // non-positive theta, an unsupported rope type (named), or a missing / invalid llama3 field.
   explicit Rope(const ModelConfig& config);
 
   // dim / 2 inverse frequencies, computed as the header states.
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   double attention_scaling() const { return attention_scaling_; }
-  int64_t dim() const { return dim_; }
+  int64_t dim() const { return dim_; }  // the rotary dim
+  int64_t head_dim() const { return head_dim_; }
+  bool interleaved() const { return interleaved_; }
 
-  // Rotates x [T, num_heads * dim] in place; row t uses positions[t]. Throws qparity::Error
+  // Rotates x [T, num_heads * head_dim] in place; row t uses positions[t]. Throws qparity::Error
   // ("rope apply") when x's shape and num_heads / positions disagree or a position is negative.
   void apply(Matrix& x, int64_t num_heads, std::span<const int64_t> positions) const;
 
@@ -57,6 +67,8 @@ class Rope {
 
  private:
   int64_t dim_ = 0;
+  int64_t head_dim_ = 0;
+  bool interleaved_ = false;
   double attention_scaling_ = 1.0;
   std::vector<double> inv_freq_;
 };

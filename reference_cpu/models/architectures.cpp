@@ -12,6 +12,10 @@ ArchBlocks blocks_of(const ModelConfig& cfg) {
       return qwen3_blocks(cfg);
     case Arch::kQwen3Moe:
       return qwen3_moe_blocks(cfg);
+    case Arch::kMistral:
+      return mistral_blocks(cfg);
+    case Arch::kChatGlm2:
+      return chatglm2_blocks(cfg);
   }
   throw Error("config.json", "unknown architecture");
 }

@@ -184,8 +184,9 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
   std::vector<int64_t> kv_pos(static_cast<size_t>(a.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)
     kv_pos[i] = static_cast<int64_t>(i);
-  Matrix core = causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads,
-                                 cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)));
+  Matrix core =
+      causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads, cfg_.num_kv_heads, d,
+                       1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
   store(point_of(lp, point::kAttnCore), core, hooks);
   if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
   observe_codes(*a.o_proj, point_of(lp, point::kOProj), core, hooks);

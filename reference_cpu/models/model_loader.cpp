@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/memory_budget.h"
+#include "core/safetensors/chatglm_names.h"
 #include "reference_cpu/models/architectures.h"
 #include "reference_cpu/quant/method_factory.h"
 #include "reference_cpu/quant/numeric.h"
@@ -355,7 +356,7 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
     const std::string lp = "model.layers." + std::to_string(i);
     const std::string attn = lp + ".self_attn", mlp = lp + ".mlp";
     add(LinearLayerKind::kQkv, i, attn, {"q_proj", "k_proj", "v_proj"},
-        {cfg.q_size(), cfg.kv_size(), cfg.kv_size()}, cfg.hidden, cfg.attention_bias, "qkv_proj");
+        {cfg.q_size(), cfg.kv_size(), cfg.kv_size()}, cfg.hidden, cfg.has_qkv_bias(), "qkv_proj");
     add(LinearLayerKind::kOProj, i, attn + ".o_proj", {}, {cfg.hidden}, cfg.q_size(),
         cfg.attention_bias, "");
     if (!(blocks.moe && cfg.is_moe_layer(i))) {
@@ -513,7 +514,7 @@ bool streams_under(const LoadOptions& o, uint64_t tensor_bytes) {
 
 std::unique_ptr<CausalLm> load_model(const std::filesystem::path& dir, const LoadOptions& o) {
   ModelConfig cfg = load_model_config(dir / "config.json");
-  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  auto ckpt = std::make_shared<const Checkpoint>(open_model_checkpoint(dir, cfg));
   QuantPlan plan = build_quant_plan(cfg, dir, o.override_scheme);
   const bool stream = streams_under(o, checkpoint_bytes(*ckpt));
   return load_impl(std::move(ckpt), std::move(cfg), std::move(plan), o.dialect, o.mode, o.run_dtype,

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
+#include "core/safetensors/chatglm_names.h"
 #include "reference_cpu/models/model_loader.h"
 
 namespace qparity::reference {
@@ -90,7 +91,7 @@ void emulate_tensor_parallel(CausalLm& model, const std::filesystem::path& dir,
     if (l.moe)
       throw Error(layer_prefix(l.index) + ".moe",
                   "the reference does not emulate tensor parallelism inside MoE experts yet");
-  const auto full = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  const auto full = std::make_shared<const Checkpoint>(open_model_checkpoint(dir, cfg));
   const QuantPlan plan = build_quant_plan(cfg, dir, override_scheme);
   const ModelConfig local = tp_rank_config(cfg, tp);
   auto ranks = std::make_shared<std::vector<std::unique_ptr<CausalLm>>>();

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/quant/module_names.h"
 #include "core/quant/quant_plan.h"
+#include "core/safetensors/chatglm_names.h"
 #include "core/safetensors/checkpoint.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
@@ -348,7 +349,8 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
   const SchemeCase c = GetParam();
   const SchemeId scheme = parse_scheme_id(c.scheme);
   const fs::path in = fp_dir(c.arch);
-  const fs::path out = scratch("q_" + c.scheme + "_" + std::string(qparity::to_string(c.dialect)));
+  const fs::path out = scratch("q_" + c.scheme + "_" + std::string(qparity::to_string(c.dialect)) +
+                               "_" + std::string(arch_name(c.arch)));
   const ModelConfig cfg = load_model_config(in / "config.json");
   std::ostringstream log;
   quantize_checkpoint(in, scheme, c.dialect, out,
@@ -369,7 +371,15 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
     EXPECT_EQ(desc.at("group_size"), scheme.group_size);
     EXPECT_TRUE(desc.at("metadata").is_object());
     EXPECT_TRUE(desc.at("optional").is_object());
-    EXPECT_EQ(desc.at("model.embed_tokens.weight"), "FLOAT");
+    // Under the architecture's own names (ChatGLM2: transformer.*, its q/k/v fused).
+    if (cfg.arch == Arch::kChatGlm2) {
+      EXPECT_EQ(desc.at("transformer.embedding.word_embeddings.weight"), "FLOAT");
+      EXPECT_FALSE(desc.contains("model.layers.0.self_attn.q_proj.weight"));
+      EXPECT_TRUE(
+          desc.contains("transformer.encoder.layers.0.self_attention.query_key_value.weight"));
+    } else {
+      EXPECT_EQ(desc.at("model.embed_tokens.weight"), "FLOAT");
+    }
     EXPECT_EQ(desc.contains("kv_cache_type"), scheme.kind == SchemeKind::kKvInt8);
     if (scheme_family(scheme.kind) == SchemeFamily::kWeight)
       EXPECT_EQ(desc.at("model_quant_type"), msmodelslim_type(scheme));
@@ -401,8 +411,8 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
   const QuantPlan plan = build_quant_plan(cfg, out, std::nullopt);
   EXPECT_TRUE(plan.warnings().empty()) << plan.warnings().front();
   EXPECT_EQ(plan.method_for("lm_head").scheme_string(), "bf16");
-  const Checkpoint q = Checkpoint::open(out);
-  const Checkpoint fp = Checkpoint::open(in);
+  const Checkpoint q = open_model_checkpoint(out, cfg);
+  const Checkpoint fp = open_model_checkpoint(in, cfg);
   check_linears(cfg, plan, q, fp, c, scheme);
 
   const ModuleNames& mods = plan.modules();
@@ -483,26 +493,34 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllSchemes, QuantizeCheckpoint,
-    ::testing::Values(SchemeCase{"bf16", Arch::kLlama, Dialect::kCompressedTensors, 0.0},
-                      SchemeCase{"w8a16-ch", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"w8a16-g128", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"w8a8-static", Arch::kQwen3, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"w8a8s", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"w8a8-int8-dyn", Arch::kQwen3Moe, Dialect::kCompressedTensors,
-                                 0.1},
-                      SchemeCase{"w8a8-int8-dyn", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"w4a16-g32", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
-                      SchemeCase{"fp8-tensor", Arch::kLlama, Dialect::kCompressedTensors, 0.1},
-                      SchemeCase{"fp8-channel", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
-                      SchemeCase{"fp8-channel", Arch::kQwen3, Dialect::kMsModelSlim, 0.1},
-                      SchemeCase{"fp8-block", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
-                      SchemeCase{"nvfp4", Arch::kLlama, Dialect::kCompressedTensors, 0.35},
-                      SchemeCase{"mxint4", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.35},
-                      SchemeCase{"mxfp4", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
-                      SchemeCase{"mxfp8", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
-                      SchemeCase{"kv-int8", Arch::kQwen3, Dialect::kMsModelSlim, 0.0},
-                      SchemeCase{"kv-fp8", Arch::kLlama, Dialect::kCompressedTensors, 0.0},
-                      SchemeCase{"smoothquant", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.0}),
+    ::testing::Values(
+        SchemeCase{"bf16", Arch::kLlama, Dialect::kCompressedTensors, 0.0},
+        SchemeCase{"w8a16-ch", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a16-g128", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a8-static", Arch::kQwen3, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a8s", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a8-int8-dyn", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
+        SchemeCase{"w8a8-int8-dyn", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w4a16-g32", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"fp8-tensor", Arch::kLlama, Dialect::kCompressedTensors, 0.1},
+        SchemeCase{"fp8-channel", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
+        SchemeCase{"fp8-channel", Arch::kQwen3, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"fp8-block", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
+        SchemeCase{"nvfp4", Arch::kLlama, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"mxint4", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"mxfp4", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"mxfp8", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
+        SchemeCase{"kv-int8", Arch::kQwen3, Dialect::kMsModelSlim, 0.0},
+        SchemeCase{"kv-fp8", Arch::kLlama, Dialect::kCompressedTensors, 0.0},
+        SchemeCase{"smoothquant", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.0},
+        // ChatGLM2: msModelSlim's own example model, its fused q/k/v and gate/up.
+        SchemeCase{"w8a16-ch", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a16-g128", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a8-static", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"w8a8s", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"smoothquant", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.0},
+        SchemeCase{"kv-int8", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.0},
+        SchemeCase{"w8a8-int8-dyn", Arch::kMistral, Dialect::kCompressedTensors, 0.1}),
     [](const ::testing::TestParamInfo<SchemeCase>& i) {
       std::string n = i.param.scheme + "_" + std::string(arch_name(i.param.arch)) + "_" +
                       std::string(qparity::to_string(i.param.dialect));

@@ -623,5 +623,102 @@ TEST(MoeRouter, ErrorsNameTheProblem) {
             std::string::npos);
 }
 
+// ---------------------------------------------------------------- ChatGLM2 RoPE, sliding window
+
+TEST(Rope, ChatGlm2InterleavedHalfRotation) {
+  ModelConfig c = rope_config(8, 10000.0);
+  c.rotary_dim = 4;
+  c.rope_interleaved = true;
+  const Rope rope(c);
+  // RotaryEmbedding(4): 1 / 10000^(0/4), 1 / 10000^(2/4) = 1, 0.01.
+  ASSERT_EQ(rope.inv_freq().size(), 2u);
+  EXPECT_EQ(rope.inv_freq()[0], 1.0);
+  EXPECT_EQ(rope.inv_freq()[1], 1.0 / std::pow(10000.0, 0.5));
+  Matrix x(1, 16);
+  for (int64_t j = 0; j < 16; ++j)
+    x.data[static_cast<size_t>(j)] = 0.5 + j;
+  const Matrix in = x;
+  const std::vector<int64_t> pos = {3};
+  rope.apply(x, 2, pos);
+  for (int64_t h = 0; h < 2; ++h) {
+    const double* a = in.data.data() + h * 8;
+    const double* b = x.data.data() + h * 8;
+    for (int64_t i = 0; i < 2; ++i) {  // pairs (0,1) and (2,3)
+      const double ang = 3.0 * rope.inv_freq()[static_cast<size_t>(i)];
+      EXPECT_EQ(b[2 * i], a[2 * i] * std::cos(ang) - a[2 * i + 1] * std::sin(ang));
+      EXPECT_EQ(b[2 * i + 1], a[2 * i + 1] * std::cos(ang) + a[2 * i] * std::sin(ang));
+    }
+    for (int64_t j = 4; j < 8; ++j)
+      EXPECT_EQ(b[j], a[j]) << "dim " << j << " passes through";
+  }
+}
+
+TEST(Rope, InterleavedEqualsRotateHalfOnPermutedDims) {
+  // Pair i of the interleaved layout at (2i, 2i+1) is rotate-half's pair at (i, i + d/2): the
+  // same numbers moved, bit for bit (what lets a rotate-half kernel run ChatGLM2).
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  ModelConfig ci = rope_config(16, 10000.0), ch = rope_config(16, 10000.0);
+  ci.rope_interleaved = true;
+  const Rope inter(ci), half(ch);
+  const Matrix x = gaussian_matrix(rng, 3, 32);
+  Matrix xp(3, 32);
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 8; ++i) {
+        xp(t, h * 16 + i) = x(t, h * 16 + 2 * i);
+        xp(t, h * 16 + 8 + i) = x(t, h * 16 + 2 * i + 1);
+      }
+  Matrix a = x, b = xp;
+  const std::vector<int64_t> pos = {0, 5, 4000};
+  inter.apply(a, 2, pos);
+  half.apply(b, 2, pos);
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 8; ++i) {
+        EXPECT_EQ(a(t, h * 16 + 2 * i), b(t, h * 16 + i));
+        EXPECT_EQ(a(t, h * 16 + 2 * i + 1), b(t, h * 16 + 8 + i));
+      }
+}
+
+TEST(Attention, SlidingWindowSeesTheLastWPositions) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t T = 6, W = 3, d = 4;
+  const Matrix q = gaussian_matrix(rng, T, 2 * d), k = gaussian_matrix(rng, T, d),
+               v = gaussian_matrix(rng, T, d);
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t)
+    pos[static_cast<size_t>(t)] = t;
+  const Matrix win = causal_attention(q, k, v, pos, pos, 2, 1, d, 0.5, W);
+  for (int64_t t = 0; t < T; ++t) {
+    // Query t alone against keys max(0, t - W + 1) .. t: full causal attention over that slice.
+    const int64_t first = std::max<int64_t>(0, t - W + 1);
+    Matrix qt(1, 2 * d), ks(t - first + 1, d), vs(t - first + 1, d);
+    std::copy_n(q.row(t).data(), 2 * d, qt.data.begin());
+    std::vector<int64_t> kp;
+    for (int64_t s = first; s <= t; ++s) {
+      std::copy_n(k.row(s).data(), d, ks.row(s - first).data());
+      std::copy_n(v.row(s).data(), d, vs.row(s - first).data());
+      kp.push_back(s);
+    }
+    const std::vector<int64_t> qp = {t};
+    const Matrix want = causal_attention(qt, ks, vs, qp, kp, 2, 1, d, 0.5);
+    for (int64_t j = 0; j < 2 * d; ++j)
+      EXPECT_EQ(win(t, j), want(0, j)) << "query " << t << " col " << j;
+  }
+  // Inside the window the mask is plain causal.
+  const Matrix full = causal_attention(q, k, v, pos, pos, 2, 1, d, 0.5);
+  const Matrix wide = causal_attention(q, k, v, pos, pos, 2, 1, d, 0.5, T);
+  EXPECT_EQ(full.data, wide.data);
+  EXPECT_NE(full.data, win.data);
+  EXPECT_NE(error_of([&] {
+              causal_attention(q, k, v, pos, pos, 2, 1, d, 0.5, -1);
+            }).find("sliding window -1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace qparity::test

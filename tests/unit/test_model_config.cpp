@@ -315,13 +315,15 @@ TEST(ModelConfig, Qwen3NeedsExplicitHeadDim) {
 
 TEST(ModelConfig, UnknownArchitectureListsSupported) {
   Json j = llama31_8b();
-  j["architectures"] = {"MistralForCausalLM"};
+  j["architectures"] = {"MixtralForCausalLM"};
   EXPECT_EQ(error_of([&] { parse(j); }),
-            "config.json: key 'architectures': unsupported architecture 'MistralForCausalLM' "
-            "(supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
-  EXPECT_EQ(
-      supported_architectures(),
-      (std::vector<std::string>{"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}));
+            "config.json: key 'architectures': unsupported architecture 'MixtralForCausalLM' "
+            "(supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+            "MistralForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration)");
+  EXPECT_EQ(supported_architectures(),
+            (std::vector<std::string>{"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+                                      "MistralForCausalLM", "ChatGLMModel",
+                                      "ChatGLMForConditionalGeneration"}));
   Json e = llama31_8b();
   e["architectures"] = Json::array();
   EXPECT_EQ(error_of([&] { parse(e); }), "config.json: key 'architectures': is empty");
@@ -482,6 +484,121 @@ TEST(ModelConfig, LoadFromFile) {
   EXPECT_THAT(error_of([&] { load_model_config(dir / "missing.json"); }),
               HasSubstr("cannot open file"));
   std::filesystem::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- Mistral, Yi, ChatGLM2
+
+Json mistral_7b_v01() {  // mistralai/Mistral-7B-v0.1 config.json
+  return Json::parse(R"({
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0",
+    "use_cache": true, "vocab_size": 32000})");
+}
+
+TEST(ModelConfig, MistralSlidingWindow) {
+  const ModelConfig c = parse(mistral_7b_v01());
+  EXPECT_EQ(c.arch, Arch::kMistral);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_FALSE(c.rope_interleaved);
+  Json j = mistral_7b_v01();
+  j["sliding_window"] = nullptr;  // v0.2 / v0.3: full attention
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j.erase("sliding_window");  // MistralConfig's default
+  EXPECT_EQ(parse(j).sliding_window, 4096);
+  j["sliding_window"] = 0;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("sliding_window"));
+  j = mistral_7b_v01();
+  j["model_type"] = "llama";
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("expected 'mistral'"));
+}
+
+TEST(ModelConfig, YiIsALlama) {  // 01-ai/Yi-6B config.json (Llama-compatible since its 2023 update)
+  const ModelConfig c = parse(Json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 11008, "max_position_embeddings": 4096, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 4,
+    "pad_token_id": 0, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 5000000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0", "use_cache": true, "vocab_size": 64000})"));
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.rope_theta, 5000000.0);
+  EXPECT_EQ(c.sliding_window, 0);
+}
+
+Json chatglm2_6b() {  // THUDM/chatglm2-6b config.json (auto_map omitted)
+  return Json::parse(R"({
+    "_name_or_path": "THUDM/chatglm2-6b", "model_type": "chatglm",
+    "architectures": ["ChatGLMModel"], "add_bias_linear": false, "add_qkv_bias": true,
+    "apply_query_key_layer_scaling": true, "apply_residual_connection_post_layernorm": false,
+    "attention_dropout": 0.0, "attention_softmax_in_fp32": true, "bias_dropout_fusion": true,
+    "ffn_hidden_size": 13696, "fp32_residual_connection": false, "hidden_dropout": 0.0,
+    "hidden_size": 4096, "kv_channels": 128, "layernorm_epsilon": 1e-05,
+    "multi_query_attention": true, "multi_query_group_num": 2, "num_attention_heads": 32,
+    "num_layers": 28, "original_rope": true, "padded_vocab_size": 65024, "post_layer_norm": true,
+    "rmsnorm": true, "seq_length": 32768, "use_cache": true, "torch_dtype": "float16",
+    "transformers_version": "4.27.1", "tie_word_embeddings": false, "eos_token_id": 2,
+    "pad_token_id": 0})");
+}
+
+TEST(ModelConfig, ChatGlm2PublishedConfig) {
+  const ModelConfig c = parse(chatglm2_6b());
+  EXPECT_EQ(c.arch, Arch::kChatGlm2);
+  EXPECT_EQ(c.num_layers, 28);
+  EXPECT_EQ(c.hidden, 4096);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate, 13696);
+  EXPECT_EQ(c.vocab, 65024);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_TRUE(c.rope_interleaved);
+  EXPECT_TRUE(c.has_qkv_bias());
+  EXPECT_FALSE(c.attention_bias);  // no bias on dense (o_proj)
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.dtype, "float16");
+  Json j = chatglm2_6b();
+  j["rope_ratio"] = 50.0;  // ChatGLM3-6B-32k
+  EXPECT_EQ(parse(j).rope_theta, 500000.0);
+  j = chatglm2_6b();
+  j["multi_query_attention"] = false;
+  EXPECT_EQ(parse(j).num_kv_heads, 32);
+  j = chatglm2_6b();
+  j["architectures"] = {"ChatGLMForConditionalGeneration"};
+  EXPECT_EQ(parse(j).arch, Arch::kChatGlm2);
+}
+
+TEST(ModelConfig, ChatGlm2RefusesWhatTheReferenceDoesNotCompute) {
+  const std::vector<std::pair<std::string, Json>> cases = {
+      {"rmsnorm", false},
+      {"apply_residual_connection_post_layernorm", true},
+      {"post_layer_norm", false},
+      {"add_bias_linear", true},
+      {"fp32_residual_connection", true},
+      {"quantization_bit", 4},
+      {"pre_seq_len", 128},
+  };
+  for (const auto& [key, v] : cases) {
+    Json j = chatglm2_6b();
+    j[key] = v;
+    EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr(key)) << key;
+  }
+  Json j = chatglm2_6b();
+  j["multi_query_group_num"] = 3;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("multi_query_group_num"));
+  j = chatglm2_6b();
+  j["model_type"] = "llama";
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("expected 'chatglm'"));
 }
 
 }  // namespace
