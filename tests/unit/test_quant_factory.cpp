@@ -20,9 +20,10 @@ namespace {
 using test::error_of;
 using ::testing::HasSubstr;
 
-const char* const kWeightSchemes[] = {
-    "bf16",      "w8a16-ch",   "w8a16-g64",   "w8a16-g128", "w8a8-static", "w8a8s", "w8a8-int8-dyn",
-    "w4a16-g32", "fp8-tensor", "fp8-channel", "fp8-block",  "nvfp4",       "mxfp4", "mxfp8"};
+const char* const kWeightSchemes[] = {"bf16",        "w8a16-ch",   "w8a16-g64",     "w8a16-g128",
+                                      "w8a8-static", "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",
+                                      "w4a16-g32",   "fp8-tensor", "fp8-channel",   "fp8-block",
+                                      "nvfp4",       "mxfp4",      "mxfp8"};
 
 ActivationStats stats_of(const Matrix& x) {
   ActivationStats s;
@@ -187,7 +188,8 @@ TEST(MethodFactory, CompressedTensorsAndMsModelSlimPlans) {
       q["config_groups"] = {{preset, {"Linear"}}};
     check(plan_from_quantization_config(cfg, q, "config.json"), preset, Dialect::kVllm);
   }
-  for (const char* type : {"W8A16", "W8A8", "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC"}) {
+  for (const char* type :
+       {"W8A16", "W8A8", "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC", "W4A8_DYNAMIC"}) {
     const Json desc = test::describe_model(
         cfg, [&](const LinearModule& l) { return test::all_but_head(l, type); }, type);
     const QuantPlan plan = plan_from_msmodelslim(cfg, desc, "quant_model_description.json");
