@@ -54,6 +54,14 @@ TensorMap quantize_for(const PlanEntry& e, const Matrix& w, const Matrix& x, Dia
 // Sanity bound for a quantized layer against the fp64 product: every scheme here is better than
 // 50 % relative error; the per-format bounds live in the scheme tests and the CLI test.
 constexpr double kSane = 0.5;
+// Except per-channel int4 (w4a8-dyn) on realistic_matrix: its RMS weight error is
+// amax / (7 sqrt(12)) = 0.0412 amax per row, and the 20x outlier columns with Student-t(3) tails
+// put amax / RMS near 14 (0.58 predicted; 0.59 the largest of 25 seeds measured). Its own bounds
+// are the hand-worked cases of test_quant_w4a8.cpp.
+constexpr double kSaneInt4Channel = 0.8;
+double sane_bound(const std::string& id) {
+  return id == "w4a8-dyn" || id == "W4A8_DYNAMIC" ? kSaneInt4Channel : kSane;
+}
 
 TEST(MethodFactory, OverridePlanEntriesBuildWorkingMethodsInEveryDialect) {
   const uint64_t seed = test::test_seed();
@@ -72,7 +80,7 @@ TEST(MethodFactory, OverridePlanEntriesBuildWorkingMethodsInEveryDialect) {
                                   method_config(e, d));
       m->load_all(t);
       m->process_weights_after_loading();
-      EXPECT_LT(test::relative_l2(m->apply(x), y_ref), kSane)
+      EXPECT_LT(test::relative_l2(m->apply(x), y_ref), sane_bound(id))
           << id << "/" << to_string(d) << " " << test::seed_note(seed);
     }
   }
@@ -168,7 +176,8 @@ TEST(MethodFactory, CompressedTensorsAndMsModelSlimPlans) {
         make_linear_method(LinearShape::dense(prefix, 256, 512, DType::kF16), method_config(e, d));
     m->load_all(quantize_for(e, w, x, d, DType::kF16));
     m->process_weights_after_loading();
-    EXPECT_LT(test::relative_l2(m->apply(x), y_ref), kSane) << what << " " << test::seed_note(seed);
+    EXPECT_LT(test::relative_l2(m->apply(x), y_ref), sane_bound(what))
+        << what << " " << test::seed_note(seed);
   };
   // Presets by name (the library's preset W4A16 is group 128, which w4a16-g32 refuses; the group
   // 32 variant is spelled out as llm-compressor writes it).
