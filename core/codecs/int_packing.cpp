@@ -52,6 +52,43 @@ int uint4b8_to_int4(uint8_t nibble) {
   return int(nibble & 0xF) - 8;
 }
 
+std::vector<int8_t> pack_int4_row_pairs(std::span<const int8_t> q, size_t rows, size_t cols,
+                                        const std::string& where) {
+  if (rows % 2 != 0)
+    throw Error(where,
+                "int4 pairs along the rows need an even row count, got " + std::to_string(rows));
+  if (q.size() != rows * cols)
+    throw Error(where, std::to_string(q.size()) + " codes for a [" + std::to_string(rows) + ", " +
+                           std::to_string(cols) + "] matrix");
+  std::vector<int8_t> out(rows / 2 * cols);
+  for (size_t i = 0; i < q.size(); ++i)
+    if (q[i] < -8 || q[i] > 7)
+      throw Error(where, idx(i) + " = " + std::to_string(q[i]) + " is outside int4 [-8, 7]");
+  for (size_t j = 0; j < rows / 2; ++j)
+    for (size_t c = 0; c < cols; ++c) {
+      const auto lo = static_cast<uint8_t>(q[(2 * j) * cols + c] & 0xF);
+      const auto hi = static_cast<uint8_t>(q[(2 * j + 1) * cols + c] & 0xF);
+      out[j * cols + c] = static_cast<int8_t>(static_cast<uint8_t>(lo | (hi << 4)));
+    }
+  return out;
+}
+
+std::vector<int8_t> unpack_int4_row_pairs(std::span<const int8_t> bytes, size_t rows, size_t cols,
+                                          const std::string& where) {
+  if (rows % 2 != 0 || bytes.size() != rows / 2 * cols)
+    throw Error(where, std::to_string(bytes.size()) + " packed bytes cannot hold a [" +
+                           std::to_string(rows) + ", " + std::to_string(cols) +
+                           "] int4 matrix (need [rows/2, cols], rows even)");
+  std::vector<int8_t> out(rows * cols);
+  for (size_t j = 0; j < rows / 2; ++j)
+    for (size_t c = 0; c < cols; ++c) {
+      const auto b = static_cast<uint8_t>(bytes[j * cols + c]);
+      out[(2 * j) * cols + c] = static_cast<int8_t>(nibble_to_int4(b & 0xF));
+      out[(2 * j + 1) * cols + c] = static_cast<int8_t>(nibble_to_int4(b >> 4));
+    }
+  return out;
+}
+
 size_t ct_packed_len(size_t count, int bits, CtPackLayout layout) {
   check_bits(bits, "");
   const auto b = static_cast<size_t>(bits);

@@ -30,6 +30,16 @@ int nibble_to_int4(uint8_t nibble);   // sign-extends bit 3
 uint8_t int4_to_uint4b8(int q);       // q + 8, q in [-8, 7]
 int uint4b8_to_int4(uint8_t nibble);  // nibble - 8
 
+// msModelSlim W4A8_DYNAMIC (v1 `save/utils/pack.py::w4a8_pack_int4`: transpose, `_pack_int4`
+// over pairs, transpose back): signed int4 codes q [rows, cols] -> int8 bytes [rows/2, cols],
+// pairs along the ROWS (the output dim N): byte[j, c] = (q[2j, c] & 0xF) | (q[2j+1, c] << 4),
+// i.e. row 2j in the low nibble, two's complement. rows must be even; codes outside [-8, 7] and
+// byte/shape mismatches are Errors naming `where`.
+std::vector<int8_t> pack_int4_row_pairs(std::span<const int8_t> q, size_t rows, size_t cols,
+                                        const std::string& where = "");
+std::vector<int8_t> unpack_int4_row_pairs(std::span<const int8_t> bytes, size_t rows, size_t cols,
+                                          const std::string& where = "");
+
 enum class CtPackLayout { kDenseStream, kPerWord };
 
 size_t ct_packed_len(size_t count, int bits, CtPackLayout layout);

@@ -106,6 +106,11 @@ QuantTensorShard quant_tensor_shard(const ModelConfig& cfg, const SchemeId& sche
                                     const std::vector<uint64_t>& shape, int64_t n, int64_t k,
                                     int rank, int tp, bool act_order) {
   const std::string name = linear + "." + tensor;
+  if (scheme.kind == SchemeKind::kW4A8Dyn)
+    throw Error(name,
+                "scheme w4a8-dyn has no tensor-parallel rule yet (int4 pairs packed along N; "
+                "scale_bias's 16 K-chunk columns would split with the ranks, as vllm-ascend's "
+                "16 / tp)");
   uint64_t numel = 1;
   for (const uint64_t d : shape)
     numel *= d;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -36,6 +37,8 @@ const std::vector<LinearType>& linear_types() {
        {"weight_scale", "weight_offset"}},
       {"W8A8_DYNAMIC", {"weight_scale"}, {"weight_offset"}},
       {"WFP8AFP8_DYNAMIC", {"weight_scale"}, {"weight_offset"}},
+      // v1 per channel (group_size 0); the per-group layout's *_second tensors are refused.
+      {"W4A8_DYNAMIC", {"weight_scale", "scale_bias"}, {"weight_offset"}},
   };
   return t;
 }
@@ -76,8 +79,8 @@ struct ModuleEntries {
 }  // namespace
 
 const std::vector<std::string>& msmodelslim_supported_types() {
-  static const std::vector<std::string> t = {"FLOAT", "W8A16",        "W8A8",
-                                             "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC"};
+  static const std::vector<std::string> t = {
+      "FLOAT", "W8A16", "W8A8", "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC", "W4A8_DYNAMIC"};
   return t;
 }
 
@@ -108,7 +111,8 @@ QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
   if (group_size < 0)
     throw Error(key("group_size"), "must be >= 0, got " + std::to_string(group_size));
   opt_string(desc, "model_quant_type", where);  // informative only; type-checked
-  opt_string(desc, "version", where);
+  const std::optional<std::string> version = opt_string(desc, "version", where);
+  bool any_w4a8 = false;
   bool kv_c8 = false;
   for (const char* k : {"kv_cache_type", "kv_quant_type"}) {
     auto v = opt_string(desc, k, where);
@@ -214,6 +218,12 @@ QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
         throw Error(key(m.prefix + "." + suffix),
                     "non-fusable anti-outlier smoothing (div.mul_scale / .linear) is not "
                     "implemented by qparity");
+      if (type == "W4A8_DYNAMIC" &&
+          (suffix == "weight_scale_second" || suffix == "weight_offset_second"))
+        throw Error(key(m.prefix + "." + suffix),
+                    "W4A8_DYNAMIC with per-group two-level scales (weight_scale_second / "
+                    "weight_offset_second: msModelSlim v0 or group_size > 0) is not implemented by "
+                    "the qparity reference; only the v1 per-channel layout (group_size 0) is");
       if (suffix == "bias") {
         if (t != "FLOAT")
           throw Error(key(m.prefix + ".bias"), "expected type FLOAT, got '" + t + "'");
@@ -249,9 +259,27 @@ QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
       scheme = {SchemeKind::kW8A8Int8Dyn, 0};
     else if (type == "WFP8AFP8_DYNAMIC")
       scheme = {SchemeKind::kFp8Channel, 0};
+    else if (type == "W4A8_DYNAMIC")
+      scheme = {SchemeKind::kW4A8Dyn, 0};
+    if (scheme.kind == SchemeKind::kW4A8Dyn && group_size > 0)
+      throw Error(key(wkey), "W4A8_DYNAMIC with group_size " + std::to_string(group_size) +
+                                 " (the per-group two-level layout) is not implemented by the "
+                                 "qparity reference; only per channel (group_size 0) is");
     if (scheme.kind == SchemeKind::kW8A8Int8Dyn && group_size > 0)
       throw Error(key(wkey), "W8A8_DYNAMIC with group_size " + std::to_string(group_size) +
                                  " (per-group weight scales) is not implemented by qparity");
+
+    if (scheme.kind == SchemeKind::kW4A8Dyn) {
+      // vllm-ascend before methods/w4a8 and SGLang read version != "1.0.0" as the older layout
+      // (one unpacked int4 per byte, per-group two-level scales); current vllm-ascend reads only
+      // the packed v1 layout, whatever the version says.
+      if (version && *version != "1.0.0")
+        throw Error(key("version"),
+                    "'" + *version + "' with W4A8_DYNAMIC entries ('" + wkey +
+                        "'): the pre-1.0.0 unpacked W4A8 layout is not "
+                        "implemented by the qparity reference (only version 1.0.0)");
+      any_w4a8 = true;
+    }
 
     PlanEntry& e = plan.mutable_entry(m.prefix);
     e.scheme = scheme;
@@ -345,6 +373,10 @@ QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
     e.why.key = a.prefix + ".k_proj.kv_cache_scale";
     e.why.note = "C8";
   }
+  if (any_w4a8 && !version)
+    plan.add_warning(where +
+                     ": W4A8_DYNAMIC entries without a global version; read as the v1 packed "
+                     "layout (version 1.0.0), as current vllm-ascend does");
   if (any_c8 && !kv_c8)
     plan.add_warning(where + ": C8 KV-cache entries without a global kv_cache_type C8");
 

@@ -110,6 +110,11 @@ ImpliedArgs implied_args(const SchemeId& s) {
       a.input_activations =
           args(R"({"num_bits":8,"type":"int","strategy":"token","symmetric":true,"dynamic":true})");
       break;
+    case SchemeKind::kW4A8Dyn:
+      a.weights = args(R"({"num_bits":4,"type":"int","strategy":"channel","symmetric":true})");
+      a.input_activations =
+          args(R"({"num_bits":8,"type":"int","strategy":"token","symmetric":true,"dynamic":true})");
+      break;
     case SchemeKind::kW4A16G32:
     case SchemeKind::kMxint4:
       a.weights = args(

@@ -125,6 +125,36 @@ SchemeInfo make_info(SchemeKind k) {
                    {"bias", "F32", "[N]", kMsm, kBiasNote}};
       s.spec = "FORMATS.md §2.6(a), §4.5, §5.5; cards C2, C7, C13";
       break;
+    case SchemeKind::kW4A8Dyn:
+      s.producers = {Producer::kMsModelSlim};
+      s.description =
+          "msModelSlim W4A8_DYNAMIC (v1, per channel): symmetric INT4 weights with one fp32 scale "
+          "per output channel, packed two per byte along N; INT8 activations quantized per token "
+          "at run time; integer GEMM. Current vllm-ascend registers W4A8_DYNAMIC for MoE layers "
+          "only (the dense layers of such checkpoints are W8A8_DYNAMIC); the reference also runs "
+          "it on dense linears.";
+      s.parameters = {{"activation scale", "amax_t / 127 per token",
+                       "npu_dynamic_quant: codes RINT(x * (127 / amax)), scale 1 / (127 / amax)"},
+                      {"group_size", "0",
+                       "per channel; the per-group two-level layout is not "
+                       "implemented"}};
+      s.constraints = {
+          "quant_model_description.json type W4A8_DYNAMIC with global group_size 0",
+          "weights int4 in [-8, 7], s = amax / 7 (fp32), symmetric (weight_offset all zeros)",
+          "N % 2 == 0: two int4 per byte along the output dim, element 2j in the low nibble",
+          "scale_bias = 8 * sum_k q[n, k] * s[n] (the NPU kernel's int8 split correction); "
+          "down_proj / o_proj: 16 chunks of K / 16 columns each (K % 16 == 0)",
+          "y = a_s[t] * s[n] * sum_k x_q[t, k] * q[n, k] (+ bias)",
+          "tensor parallelism is not implemented"};
+      s.tensors = {{"weight", "I8", "[N/2, K]", "", "two int4 a byte along N (low nibble: even n)"},
+                   {"weight_scale", "F32", "[N, 1]", "", ""},
+                   {"weight_offset", "F32", "[N, 1]", "", "zeros"},
+                   {"scale_bias", "F32", "[N, 1]", "", "gate/up/q/k/v_proj: 8 * sum_k q * s"},
+                   {"scale_bias", "F32", "[N, 16]", "",
+                    "down_proj / o_proj: column c sums k in [c K/16, (c+1) K/16)"},
+                   {"bias", "F32", "[N]", "", kBiasNote}};
+      s.spec = "FORMATS.md §5.1, §5.10 (msModelSlim ascendv1.py on_w4a8_dynamic; no card yet)";
+      break;
     case SchemeKind::kW4A16G32:
       s.producers = {Producer::kCompressedTensors};
       s.description =
@@ -387,6 +417,8 @@ std::string_view scheme_pattern(SchemeKind k) {
       return "w8a8s";
     case SchemeKind::kW8A8Int8Dyn:
       return "w8a8-int8-dyn";
+    case SchemeKind::kW4A8Dyn:
+      return "w4a8-dyn";
     case SchemeKind::kW4A16G32:
       return "w4a16-g32";
     case SchemeKind::kFp8Tensor:
@@ -423,6 +455,7 @@ SchemeFamily scheme_family(SchemeKind k) {
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:
     case SchemeKind::kW4A16G32:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
@@ -460,6 +493,7 @@ int64_t effective_group_size(const SchemeId& s) {
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kKvBf16:

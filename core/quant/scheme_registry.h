@@ -21,6 +21,7 @@ enum class SchemeKind : uint8_t {
   kW8A8Static,
   kW8A8S,
   kW8A8Int8Dyn,
+  kW4A8Dyn,
   kW4A16G32,
   kFp8Tensor,
   kFp8Channel,
@@ -38,10 +39,11 @@ enum class SchemeKind : uint8_t {
 inline constexpr SchemeKind kAllSchemeKinds[] = {
     SchemeKind::kBf16,       SchemeKind::kW8A16Channel, SchemeKind::kW8A16Group,
     SchemeKind::kW8A8Static, SchemeKind::kW8A8S,        SchemeKind::kW8A8Int8Dyn,
-    SchemeKind::kW4A16G32,   SchemeKind::kFp8Tensor,    SchemeKind::kFp8Channel,
-    SchemeKind::kFp8Block,   SchemeKind::kNvfp4,        SchemeKind::kMxint4,
-    SchemeKind::kMxfp4,      SchemeKind::kMxfp8,        SchemeKind::kKvBf16,
-    SchemeKind::kKvInt8,     SchemeKind::kKvFp8,        SchemeKind::kSmoothQuant};
+    SchemeKind::kW4A8Dyn,    SchemeKind::kW4A16G32,     SchemeKind::kFp8Tensor,
+    SchemeKind::kFp8Channel, SchemeKind::kFp8Block,     SchemeKind::kNvfp4,
+    SchemeKind::kMxint4,     SchemeKind::kMxfp4,        SchemeKind::kMxfp8,
+    SchemeKind::kKvBf16,     SchemeKind::kKvInt8,       SchemeKind::kKvFp8,
+    SchemeKind::kSmoothQuant};
 
 // What a scheme applies to: a linear's weights (and its activations), the KV cache of an
 // attention layer, or a transform folded into a norm.

@@ -33,6 +33,10 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
       return true;
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
+    case SchemeKind::kW4A8Dyn:
+      return no(
+          "msModelSlim W4A8_DYNAMIC (int4 weights, int8 per-token activations) has no GPU "
+          "method yet; the fp64 reference runs it");
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:
@@ -103,6 +107,7 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       return std::make_unique<Nvfp4LinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
+    case SchemeKind::kW4A8Dyn:  // refused by gpu_supports_linear_scheme above
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:

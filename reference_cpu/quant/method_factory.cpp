@@ -13,6 +13,7 @@
 #include "reference_cpu/quant/nvfp4.h"
 #include "reference_cpu/quant/pack_quantized_int.h"
 #include "reference_cpu/quant/unquantized.h"
+#include "reference_cpu/quant/w4a8_dynamic.h"
 #include "reference_cpu/quant/w8a16.h"
 #include "reference_cpu/quant/w8a8_int8_dynamic.h"
 #include "reference_cpu/quant/w8a8_static.h"
@@ -31,6 +32,7 @@ std::string default_format(SchemeKind k) {
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
+    case SchemeKind::kW4A8Dyn:
     case SchemeKind::kKvInt8:
       return "msmodelslim";
     case SchemeKind::kW8A8Int8Dyn:
@@ -99,6 +101,8 @@ std::unique_ptr<LinearMethod> make_linear_method(LinearShape shape, MethodConfig
       return make_w8a8_static_method(std::move(shape), std::move(config));
     case SchemeKind::kW8A8Int8Dyn:
       return make_w8a8_int8_dynamic_method(std::move(shape), std::move(config));
+    case SchemeKind::kW4A8Dyn:
+      return make_w4a8_dynamic_method(std::move(shape), std::move(config));
     case SchemeKind::kW4A16G32:
       return make_pack_quantized_method(std::move(shape), std::move(config));
     case SchemeKind::kMxint4:
@@ -140,6 +144,7 @@ std::unique_ptr<KvCacheMethod> make_kv_cache_method(KvShape shape, MethodConfig 
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:
     case SchemeKind::kW4A16G32:
     case SchemeKind::kMxint4:
     case SchemeKind::kFp8Tensor:
@@ -172,6 +177,8 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
       return quantize_w8a8_static(request);
     case SchemeKind::kW8A8Int8Dyn:
       return quantize_w8a8_int8_dynamic(request);
+    case SchemeKind::kW4A8Dyn:
+      return quantize_w4a8_dynamic(request);
     case SchemeKind::kW4A16G32:
       return quantize_pack_quantized(request);
     case SchemeKind::kMxint4:

@@ -39,6 +39,7 @@ inline std::vector<std::string> suffixes_of(const std::string& t) {
     return {"weight", "quant_bias", "input_scale", "input_offset", "deq_scale"};
   if (t == "W8A8_DYNAMIC" || t == "WFP8AFP8_DYNAMIC")
     return {"weight", "weight_scale", "weight_offset"};
+  if (t == "W4A8_DYNAMIC") return {"weight", "weight_scale", "weight_offset", "scale_bias"};
   if (t == "W8A8SC") return {"weight", "index", "info", "input_scale", "deq_scale"};
   return {"weight"};
 }

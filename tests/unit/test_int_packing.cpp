@@ -35,6 +35,49 @@ TEST(Nibbles, RejectsOddCountsAndWideValues) {
   EXPECT_THROW(codec::unpack_nibbles(bytes, 3, "w"), Error);
 }
 
+// msModelSlim W4A8_DYNAMIC (save/utils/pack.py w4a8_pack_int4): pairs along the rows (N).
+TEST(Int4RowPairs, HandWrittenMatrixPacksToTheseBytes) {
+  // q [4, 3]; rows 0/1 share byte row 0, rows 2/3 byte row 1; row 2j in the low nibble.
+  const std::vector<int8_t> q = {1,  -1, 7,   //
+                                 2,  -8, 0,   //
+                                 -3, 5,  -8,  //
+                                 4,  0,  -1};
+  const std::vector<int8_t> bytes = codec::pack_int4_row_pairs(q, 4, 3);
+  // (1 & 0xF) | 2 << 4 = 0x21; 0xF | 0x8 << 4 = 0x8F; 7 | 0 = 0x07;
+  // 0xD | 4 << 4 = 0x4D; 5 | 0 = 0x05; 0x8 | 0xF << 4 = 0xF8.
+  const std::vector<uint8_t> want = {0x21, 0x8F, 0x07, 0x4D, 0x05, 0xF8};
+  ASSERT_EQ(bytes.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(static_cast<uint8_t>(bytes[i]), want[i]) << "byte " << i;
+  EXPECT_EQ(codec::unpack_int4_row_pairs(bytes, 4, 3), q);
+}
+
+TEST(Int4RowPairs, EveryByteValueUnpacksAndRepacksBitExactly) {
+  // All 256 bytes as one [2, 256] matrix (one byte row): low nibble -> row 0, high -> row 1.
+  std::vector<int8_t> bytes(256);
+  for (int b = 0; b < 256; ++b)
+    bytes[static_cast<size_t>(b)] = static_cast<int8_t>(static_cast<uint8_t>(b));
+  const std::vector<int8_t> q = codec::unpack_int4_row_pairs(bytes, 2, 256);
+  for (int b = 0; b < 256; ++b) {
+    const int lo = b & 0xF, hi = b >> 4;
+    ASSERT_EQ(q[static_cast<size_t>(b)], lo >= 8 ? lo - 16 : lo) << b;
+    ASSERT_EQ(q[static_cast<size_t>(256 + b)], hi >= 8 ? hi - 16 : hi) << b;
+  }
+  EXPECT_EQ(codec::pack_int4_row_pairs(q, 2, 256), bytes);
+}
+
+TEST(Int4RowPairs, RejectsOddRowsWideCodesAndWrongSizes) {
+  const std::vector<int8_t> three(3 * 2, 0);
+  EXPECT_THROW(codec::pack_int4_row_pairs(three, 3, 2, "w"), Error);
+  const std::vector<int8_t> wide = {8, 0};
+  EXPECT_THROW(codec::pack_int4_row_pairs(wide, 2, 1, "w"), Error);
+  const std::vector<int8_t> low = {-9, 0};
+  EXPECT_THROW(codec::pack_int4_row_pairs(low, 2, 1, "w"), Error);
+  const std::vector<int8_t> bytes = {0x21, 0x21};
+  EXPECT_THROW(codec::unpack_int4_row_pairs(bytes, 2, 3, "w"), Error);
+  EXPECT_THROW(codec::unpack_int4_row_pairs(bytes, 3, 2, "w"), Error);
+}
+
 TEST(Int4, EveryValueBothConventions) {
   for (int q = -8; q <= 7; ++q) {
     EXPECT_EQ(codec::nibble_to_int4(codec::int4_to_nibble(q)), q);

@@ -20,9 +20,10 @@ namespace {
 using test::error_of;
 using ::testing::HasSubstr;
 
-const char* const kWeightSchemes[] = {
-    "bf16",      "w8a16-ch",   "w8a16-g64",   "w8a16-g128", "w8a8-static", "w8a8s", "w8a8-int8-dyn",
-    "w4a16-g32", "fp8-tensor", "fp8-channel", "fp8-block",  "nvfp4",       "mxfp4", "mxfp8"};
+const char* const kWeightSchemes[] = {"bf16",        "w8a16-ch",   "w8a16-g64",     "w8a16-g128",
+                                      "w8a8-static", "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",
+                                      "w4a16-g32",   "fp8-tensor", "fp8-channel",   "fp8-block",
+                                      "nvfp4",       "mxfp4",      "mxfp8"};
 
 ActivationStats stats_of(const Matrix& x) {
   ActivationStats s;
@@ -53,6 +54,14 @@ TensorMap quantize_for(const PlanEntry& e, const Matrix& w, const Matrix& x, Dia
 // Sanity bound for a quantized layer against the fp64 product: every scheme here is better than
 // 50 % relative error; the per-format bounds live in the scheme tests and the CLI test.
 constexpr double kSane = 0.5;
+// Except per-channel int4 (w4a8-dyn) on realistic_matrix: its RMS weight error is
+// amax / (7 sqrt(12)) = 0.0412 amax per row, and the 20x outlier columns with Student-t(3) tails
+// put amax / RMS near 14 (0.58 predicted; 0.59 the largest of 25 seeds measured). Its own bounds
+// are the hand-worked cases of test_quant_w4a8.cpp.
+constexpr double kSaneInt4Channel = 0.8;
+double sane_bound(const std::string& id) {
+  return id == "w4a8-dyn" || id == "W4A8_DYNAMIC" ? kSaneInt4Channel : kSane;
+}
 
 TEST(MethodFactory, OverridePlanEntriesBuildWorkingMethodsInEveryDialect) {
   const uint64_t seed = test::test_seed();
@@ -71,7 +80,7 @@ TEST(MethodFactory, OverridePlanEntriesBuildWorkingMethodsInEveryDialect) {
                                   method_config(e, d));
       m->load_all(t);
       m->process_weights_after_loading();
-      EXPECT_LT(test::relative_l2(m->apply(x), y_ref), kSane)
+      EXPECT_LT(test::relative_l2(m->apply(x), y_ref), sane_bound(id))
           << id << "/" << to_string(d) << " " << test::seed_note(seed);
     }
   }
@@ -167,7 +176,8 @@ TEST(MethodFactory, CompressedTensorsAndMsModelSlimPlans) {
         make_linear_method(LinearShape::dense(prefix, 256, 512, DType::kF16), method_config(e, d));
     m->load_all(quantize_for(e, w, x, d, DType::kF16));
     m->process_weights_after_loading();
-    EXPECT_LT(test::relative_l2(m->apply(x), y_ref), kSane) << what << " " << test::seed_note(seed);
+    EXPECT_LT(test::relative_l2(m->apply(x), y_ref), sane_bound(what))
+        << what << " " << test::seed_note(seed);
   };
   // Presets by name (the library's preset W4A16 is group 128, which w4a16-g32 refuses; the group
   // 32 variant is spelled out as llm-compressor writes it).
@@ -187,7 +197,8 @@ TEST(MethodFactory, CompressedTensorsAndMsModelSlimPlans) {
       q["config_groups"] = {{preset, {"Linear"}}};
     check(plan_from_quantization_config(cfg, q, "config.json"), preset, Dialect::kVllm);
   }
-  for (const char* type : {"W8A16", "W8A8", "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC"}) {
+  for (const char* type :
+       {"W8A16", "W8A8", "W8A8S", "W8A8_DYNAMIC", "WFP8AFP8_DYNAMIC", "W4A8_DYNAMIC"}) {
     const Json desc = test::describe_model(
         cfg, [&](const LinearModule& l) { return test::all_but_head(l, type); }, type);
     const QuantPlan plan = plan_from_msmodelslim(cfg, desc, "quant_model_description.json");

@@ -124,6 +124,58 @@ TEST(MsModelSlimPlan, W8A8SAndDynamicTypes) {
                         "implemented"));
 }
 
+// msModelSlim v1 W4A8_DYNAMIC (per channel, version 1.0.0): MoE experts as vllm-ascend runs them
+// (dense layers W8A8_DYNAMIC), and dense linears too; the per-group and pre-1.0.0 layouts are
+// refused by name.
+TEST(MsModelSlimPlan, W4A8DynamicPerChannel) {
+  const ModelConfig moe = tiny_qwen3_moe();
+  auto mixed = [](const LinearModule& l) -> std::string {
+    if (l.kind == LinearKind::kLmHead || l.kind == LinearKind::kRouter) return "FLOAT";
+    return l.in_expert_stack() ? "W4A8_DYNAMIC" : "W8A8_DYNAMIC";
+  };
+  const QuantPlan p = msm(moe, describe_model(moe, mixed, "W8A8_DYNAMIC"));
+  EXPECT_TRUE(p.warnings().empty());
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.experts"), "w4a8-dyn");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.mlp.experts.2.down_proj"), "w4a8-dyn");
+  EXPECT_EQ(scheme_of(p, "model.layers.0.self_attn.o_proj"), "w8a8-int8-dyn");
+  const PlanEntry& e = p.method_for("model.layers.0.mlp.experts.1.up_proj");
+  EXPECT_EQ(e.format, "msmodelslim");
+  EXPECT_EQ(e.source_type, "W4A8_DYNAMIC");
+  ASSERT_TRUE(e.weights && e.input_activations);
+  EXPECT_EQ(e.weights->num_bits, 4);
+  EXPECT_EQ(e.weights->strategy, QuantStrategy::kChannel);
+  EXPECT_EQ(e.input_activations->strategy, QuantStrategy::kToken);
+
+  const ModelConfig cfg = tiny_llama();
+  auto all = [](const LinearModule& l) { return all_but_head(l, "W4A8_DYNAMIC"); };
+  EXPECT_EQ(
+      scheme_of(msm(cfg, describe_model(cfg, all, "W8A8_DYNAMIC")), "model.layers.1.mlp.down_proj"),
+      "w4a8-dyn");
+  EXPECT_THAT(error_of([&] { msm(cfg, describe_model(cfg, all, "W8A8_DYNAMIC", 64)); }),
+              HasSubstr("key 'model.layers.0.self_attn.q_proj.weight': W4A8_DYNAMIC with "
+                        "group_size 64 (the per-group two-level layout) is not implemented by "
+                        "the qparity reference"));
+  Json second = describe_model(cfg, all, "W8A8_DYNAMIC");
+  second["model.layers.0.mlp.up_proj.weight_scale_second"] = "W4A8_DYNAMIC";
+  EXPECT_THAT(error_of([&] { msm(cfg, second); }),
+              HasSubstr("key 'model.layers.0.mlp.up_proj.weight_scale_second': W4A8_DYNAMIC "
+                        "with per-group two-level scales"));
+  Json old = describe_model(cfg, all, "W8A8_DYNAMIC");
+  old["version"] = "0.0.1";
+  EXPECT_THAT(error_of([&] { msm(cfg, old); }),
+              HasSubstr("key 'version': '0.0.1' with W4A8_DYNAMIC entries"));
+  Json unversioned = describe_model(cfg, all, "W8A8_DYNAMIC");
+  unversioned.erase("version");
+  const QuantPlan u = msm(cfg, unversioned);
+  ASSERT_EQ(u.warnings().size(), 1u);
+  EXPECT_THAT(u.warnings()[0], HasSubstr("read as the v1 packed layout"));
+  Json no_bias = describe_model(cfg, all, "W8A8_DYNAMIC");
+  no_bias.erase("model.layers.1.mlp.gate_proj.scale_bias");
+  EXPECT_THAT(error_of([&] { msm(cfg, no_bias); }),
+              HasSubstr("missing entry 'model.layers.1.mlp.gate_proj.scale_bias' of a "
+                        "W4A8_DYNAMIC linear"));
+}
+
 TEST(MsModelSlimPlan, W8A8SCIsRejectedWithItsReason) {
   const ModelConfig cfg = tiny_llama();
   EXPECT_EQ(error_of([&] {
@@ -141,12 +193,12 @@ TEST(MsModelSlimPlan, OtherTypesAreRejectedByName) {
   EXPECT_EQ(error_of([&] {
               msm(cfg,
                   describe_model(
-                      cfg, [](const LinearModule& l) { return all_but_head(l, "W4A8_DYNAMIC"); },
-                      "W4A8_DYNAMIC"));
+                      cfg, [](const LinearModule& l) { return all_but_head(l, "W4A4_DYNAMIC"); },
+                      "W4A4_DYNAMIC"));
             }),
             "quant_model_description.json: key 'model.layers.0.self_attn.q_proj.weight': quant "
-            "type 'W4A8_DYNAMIC' is not supported by qparity (supported: FLOAT, W8A16, W8A8, "
-            "W8A8S, W8A8_DYNAMIC, WFP8AFP8_DYNAMIC and C8 KV caches)");
+            "type 'W4A4_DYNAMIC' is not supported by qparity (supported: FLOAT, W8A16, W8A8, "
+            "W8A8S, W8A8_DYNAMIC, WFP8AFP8_DYNAMIC, W4A8_DYNAMIC and C8 KV caches)");
   EXPECT_THAT(error_of([&] {
                 msm(cfg, describe_model(
                              cfg,

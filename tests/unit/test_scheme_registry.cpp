@@ -29,16 +29,17 @@ const TensorSpec* find_tensor(const SchemeInfo& s, const std::string& name,
 
 TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
   const std::vector<std::string> expected = {
-      "bf16",      "w8a16-ch",   "w8a16-g<N>",  "w8a8-static", "w8a8s",  "w8a8-int8-dyn",
-      "w4a16-g32", "fp8-tensor", "fp8-channel", "fp8-block",   "nvfp4",  "mxint4",
-      "mxfp4",     "mxfp8",      "kv-bf16",     "kv-int8",     "kv-fp8", "smoothquant"};
+      "bf16",          "w8a16-ch", "w8a16-g<N>", "w8a8-static", "w8a8s",
+      "w8a8-int8-dyn", "w4a8-dyn", "w4a16-g32",  "fp8-tensor",  "fp8-channel",
+      "fp8-block",     "nvfp4",    "mxint4",     "mxfp4",       "mxfp8",
+      "kv-bf16",       "kv-int8",  "kv-fp8",     "smoothquant"};
   std::vector<std::string> ids;
   for (const SchemeInfo& s : all_schemes())
     ids.push_back(s.id);
   EXPECT_EQ(ids, expected);
   EXPECT_EQ(all_schemes().size(), std::size(kAllSchemeKinds));
   EXPECT_EQ(valid_scheme_ids(),
-            "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a16-g32, "
+            "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a8-dyn, w4a16-g32, "
             "fp8-tensor, fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, "
             "kv-fp8, smoothquant");
 }
@@ -162,6 +163,20 @@ TEST(SchemeRegistry, TensorTablesFollowTheFormatCards) {
   EXPECT_EQ(find_tensor(w8a8, "deq_scale")->dtype, "I64 or F32");
   EXPECT_EQ(find_tensor(w8a8, "quant_bias")->dtype, "I32");
   EXPECT_EQ(find_tensor(w8a8, "input_offset")->shape, "[1]");
+
+  // msModelSlim W4A8_DYNAMIC v1 (ascendv1.py on_w4a8_dynamic, pack.py): packed along N, and a
+  // scale_bias of [N, 1] or [N, 16] by the linear's name.
+  const SchemeInfo& w4a8 = scheme_info(SchemeKind::kW4A8Dyn);
+  EXPECT_EQ(w4a8.id, "w4a8-dyn");
+  EXPECT_EQ(find_tensor(w4a8, "weight")->shape, "[N/2, K]");
+  EXPECT_EQ(find_tensor(w4a8, "weight")->dtype, "I8");
+  EXPECT_EQ(find_tensor(w4a8, "weight_scale")->dtype, "F32");
+  std::set<std::string> bias_shapes;
+  for (const TensorSpec& t : w4a8.tensors)
+    if (t.name == "scale_bias") bias_shapes.insert(t.shape);
+  EXPECT_EQ(bias_shapes, (std::set<std::string>{"[N, 1]", "[N, 16]"}));
+  EXPECT_EQ(effective_group_size({SchemeKind::kW4A8Dyn, 0}), 0);
+  EXPECT_EQ(parse_scheme_id("W4A8-DYN").kind, SchemeKind::kW4A8Dyn);
 
   const SchemeInfo& g = scheme_info(SchemeKind::kW8A16Group);  // C11
   EXPECT_EQ(find_tensor(g, "weight_scale")->shape, "[N, K/G]");

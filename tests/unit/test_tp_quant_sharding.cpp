@@ -88,6 +88,7 @@ TEST(QuantSharding, EveryRegistryTensorTravelsWithItsWeightShard) {
   int checked = 0;
   for (const SchemeInfo& info : all_schemes()) {
     if (info.family != SchemeFamily::kWeight || info.kind == SchemeKind::kBf16) continue;
+    if (info.kind == SchemeKind::kW4A8Dyn) continue;  // no TP rule: refused (test below)
     const SchemeId scheme =
         info.kind == SchemeKind::kW8A16Group ? parse_scheme_id("w8a16-g128") : SchemeId{info.kind};
     const int64_t g = effective_group_size(scheme);
@@ -143,6 +144,17 @@ TEST(QuantSharding, EveryRegistryTensorTravelsWithItsWeightShard) {
         }
   }
   EXPECT_GT(checked, 1500);
+}
+
+TEST(QuantSharding, W4A8IsRefusedByName) {
+  const ModelConfig c = model(8);
+  const std::string down = "model.layers.0.mlp.down_proj";
+  for (const char* t : {"weight", "scale_bias"})
+    EXPECT_THAT(
+        test::error_of([&] {
+          quant_tensor_shard(c, parse_scheme_id("w4a8-dyn"), down, t, {1024, 16}, 1024, 2048, 1, 2);
+        }),
+        AllOf(HasSubstr(down + "." + t), HasSubstr("w4a8-dyn has no tensor-parallel")));
 }
 
 TEST(QuantSharding, ReplicatedKvHeadsKeepTheirCacheScales) {
