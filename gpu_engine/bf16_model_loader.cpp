@@ -102,6 +102,10 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::pa
   for (const Pending& pb : plan)
     for (const Part& part : pb.parts)
       consumed.insert(part.name);
+  if (c.has_qkv_bias())  // read by attach_qkv_bias (gpu_model.h)
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      for (const char* proj : {"q_proj", "k_proj", "v_proj"})
+        consumed.insert("model.layers." + std::to_string(i) + ".self_attn." + proj + ".bias");
   for (const auto& [name, ref] : ck.tensors())
     if (!consumed.count(name))
       throw Error(ck.root().string() + ": tensor '" + name + "'",

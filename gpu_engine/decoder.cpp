@@ -7,10 +7,12 @@
 #include "core/error.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
+#include "gpu_engine/kernels/bias_add.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/rank_sum.h"
 #include "gpu_engine/kernels/rms_norm.h"
+#include "gpu_engine/rope_layout.h"
 #include "gpu_engine/shape_padding.h"
 
 namespace qparity::gpu {
@@ -27,7 +29,12 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   const ModelConfig& c = model_.kcfg();
   gemm_ = std::make_unique<BlasLtGemm>();
   const PaddedColumns cols = padded_columns(model_.cfg, c);
-  qkv_cols_ = cols.qkv, q_cols_ = cols.q, k_cols_ = cols.k;
+  // q and k as the kernels hold them (padded, and re-laid out for RoPE: rope_layout.h); v and the
+  // attention output only padded.
+  core_cols_ = cols.q, v_cols_ = cols.k;
+  q_cols_ = rope_columns(cols.q, model_.cfg.num_heads, model_.cfg);
+  k_cols_ = rope_columns(cols.k, model_.cfg.num_kv_heads, model_.cfg);
+  qkv_cols_ = rope_qkv_columns(cols.qkv, model_.cfg);
   gate_up_cols_ = cols.gate_up, act_cols_ = cols.act;
   const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
   const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
@@ -403,6 +410,8 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
       project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
               point_of(p, point::kQkvProj));
   }
+  if (w.qkv_bias.size() > 0 && !options_.ablate_linears)
+    launch_add_bias(qkv_.get(), t, qkv_w, qkv_w, w.qkv_bias.get(), s);
   capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
   attention(l, tr);
   if (!options_.ablate_linears)

@@ -141,7 +141,7 @@ class Decoder {
   StepInputs in_;
   // Logical columns of padded kernel layouts (empty where nothing is padded): the qkv row, the
   // q heads (q_norm, rope_q, core), the k heads (k_norm, rope_k), gate_up, act.
-  ColumnMap qkv_cols_, q_cols_, k_cols_, gate_up_cols_, act_cols_;
+  ColumnMap qkv_cols_, q_cols_, k_cols_, core_cols_, v_cols_, gate_up_cols_, act_cols_;
   // The residual stream lives in two buffers: a fused norm+GEMM reads one and writes the updated
   // stream to the other (its other blocks still read the first). begin() resets to buffer 0.
   Bf16Buffer residual_[2];

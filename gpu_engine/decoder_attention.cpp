@@ -70,7 +70,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
     capture(tr, point_of(p, point::kAttnRopeK), qk_roped_.get() + q, Elem::kBf16, t, kv, q + kv, s,
             k_cols_);
     capture_kv_cache(l, tr);
-    capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
+    capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, core_cols_);
     return;
   }
   // Larger batches: q/k norm, RoPE and the cache write in one launch, then attention.
@@ -142,7 +142,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
                            s);
   }
   capture_kv_cache(l, tr);
-  capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, q_cols_);
+  capture(tr, point_of(p, point::kAttnCore), core_.get(), Elem::kBf16, t, q, q, s, core_cols_);
 }
 
 void Decoder::capture_kv_cache(int64_t l, Trace* tr) {
@@ -172,7 +172,7 @@ void Decoder::capture_kv_cache(int64_t l, Trace* tr) {
   capture(tr, point_of(p, point::kAttnKCache), kv_read_.get(), Elem::kBf16, t, kv, kv, stream_,
           k_cols_);
   capture(tr, point_of(p, point::kAttnVCache), kv_read_.get() + t * kv, Elem::kBf16, t, kv, kv,
-          stream_, k_cols_);
+          stream_, v_cols_);
 }
 
 }  // namespace qparity::gpu

@@ -16,6 +16,7 @@
 
 #include "core/config/model_config.h"
 #include "core/quant/dialect.h"
+#include "core/safetensors/checkpoint.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_engine/quant/kv_cache_upload.h"
@@ -29,6 +30,7 @@ struct GpuLayerWeights {
   Bf16Buffer input_norm, post_norm;  // [H]
   Bf16Buffer q_norm, k_norm;         // [head_dim] (Qwen3), else empty
   Bf16Buffer qkv;                    // [q + 2 kv, H]
+  Bf16Buffer qkv_bias;               // [q + 2 kv] (ChatGLM2's add_qkv_bias), else empty
   Bf16Buffer o_proj;                 // [H, q]
   Bf16Buffer gate_up, down;          // dense: [2I, H], [H, I]
   Bf16Buffer router;                 // MoE: [E, H]
@@ -86,7 +88,12 @@ struct GpuModel {
   }
 };
 
-// The RoPE tables of the model's config (fp64 inverse frequencies, the attention scaling).
+// The RoPE tables of the model's config (fp64 inverse frequencies, the attention scaling); for a
+// RoPE the kernels run re-laid out (rope_layout.h), its rotate-half frequencies.
 void attach_rope(GpuModel& m);
+// Each layer's q/k/v biases from the checkpoint (q_proj / k_proj / v_proj .bias, as the engine
+// holds q / k: re-laid out for RoPE when rope_layout.h applies), as bf16, when the config has
+// them. The decoder adds them to the qkv projection's bf16 output (kernels/bias_add.h).
+void attach_qkv_bias(GpuModel& m, const Checkpoint& ck);
 
 }  // namespace qparity::gpu

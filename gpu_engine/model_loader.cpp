@@ -10,6 +10,7 @@
 #include "core/safetensors/chatglm_names.h"
 #include "gpu_engine/bf16_model_loader.h"
 #include "gpu_engine/planned_model_loader.h"
+#include "gpu_engine/rope_layout.h"
 
 namespace qparity::gpu {
 
@@ -21,15 +22,15 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   const std::string where = (dir / "config.json").string();
   if (cfg.attention_bias || cfg.mlp_bias)
     throw Error(where, "attention_bias / mlp_bias: the GPU engine has no bias path yet");
-  if (cfg.has_qkv_bias())
-    throw Error(where, "q/k/v biases (" + cfg.arch_name + "): the GPU engine has no bias path yet");
-  if (cfg.rope_interleaved || cfg.rotary_dim != cfg.head_dim)
-    throw Error(where,
-                cfg.arch_name + "'s partial / interleaved RoPE is not in the GPU engine yet");
+  if (cfg.has_qkv_bias() && options.tp > 1)
+    throw Error(where, "q/k/v biases (" + cfg.arch_name +
+                           ") under tensor parallelism are not in the GPU engine yet");
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
-  auto ck = std::make_shared<const Checkpoint>(open_model_checkpoint(dir, cfg));
+  // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h).
+  auto ck =
+      std::make_shared<const Checkpoint>(relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg));
   std::optional<ModelConfig> whole;
   if (options.tp > 1) {
     // The rank's shard in memory, then loaded as a checkpoint of the rank's shapes; its plan is
@@ -62,10 +63,13 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
       std::cerr << "qparity engine: WARNING: QPARITY_TEST_FAULT=" << f
                 << ": a deliberate fault is planted in the weight-only GEMM (tests only)\n";
     }
-    return as_rank(load_planned_gpu_model(ck, dir, std::move(cfg), std::move(plan), o, progress));
+    auto m = load_planned_gpu_model(ck, dir, std::move(cfg), std::move(plan), o, progress);
+    attach_qkv_bias(*m, *ck);
+    return as_rank(std::move(m));
   }
   auto m = load_bf16_gpu_model(*ck, dir, std::move(cfg), progress);
   m->dialect = options.dialect;
+  attach_qkv_bias(*m, *ck);
   return as_rank(std::move(m));
 }
 

@@ -168,6 +168,25 @@ Checkpoint Checkpoint::renamed(Checkpoint raw, const std::vector<ViewTensor>& vi
   return c;
 }
 
+Checkpoint Checkpoint::overlaid(Checkpoint base, SafetensorsFile over) {
+  // push_back may move the files: every ref is re-pointed by index afterwards.
+  std::map<const SafetensorsFile*, size_t> index;
+  for (size_t i = 0; i < base.files_.size(); ++i)
+    index[&base.files_[i]] = i;
+  base.files_.push_back(std::move(over));
+  for (auto& [name, ref] : base.tensors_)
+    ref.file = &base.files_[index.at(ref.file)];
+  const SafetensorsFile& o = base.files_.back();
+  for (const TensorInfo& t : o.tensors()) {
+    auto it = base.tensors_.find(t.name);
+    if (it == base.tensors_.end())
+      throw Error(base.root_.string(), "overlay tensor '" + t.name + "' replaces no tensor");
+    it->second = TensorRef{&o, &t};
+    base.origins_[t.name] = base.origin(t.name) + ", re-laid out in " + o.path().string();
+  }
+  return base;
+}
+
 std::string Checkpoint::origin(const std::string& name) const {
   auto it = origins_.find(name);
   return it == origins_.end() ? name : it->second;

@@ -48,6 +48,10 @@ class Checkpoint {
   // fuse or name modules differently seen under the canonical names: chatglm_names.h). A source
   // that is absent, a row range outside it, or a name listed twice is an Error.
   static Checkpoint renamed(Checkpoint raw, const std::vector<ViewTensor>& view);
+  // `base` with the tensors of `over` (an in-memory image) in place of the same-named ones: what
+  // an engine that re-lays some tensors out holds (gpu_engine/rope_layout.h). A tensor of `over`
+  // that replaces nothing is an Error.
+  static Checkpoint overlaid(Checkpoint base, SafetensorsFile over);
   // Where a tensor's bytes come from, for messages: its own name, or for a view "<source>"
   // / "<source> rows [b, e)".
   std::string origin(const std::string& name) const;

@@ -152,6 +152,29 @@ TEST_F(GpuEngine, MatchesTheReferenceAtEveryCapturePointOnAllArchitectures) {
       expect_matches_reference(fixture(arch, size));
 }
 
+// ChatGLM2 (q/k/v biases, RoPE on half of each head in interleaved pairs, run on the
+// rotate-half kernels with q / k rows re-laid out: rope_layout.h) and Mistral (a sliding window
+// the 32-token sequences stay inside: the small fixture's 64) against the reference, as above.
+// Past the window the engine refuses by name (the tiny Mistral's window is 8).
+TEST_F(GpuEngine, ChatGlm2AndMistralMatchTheReference) {
+  for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
+    expect_matches_reference(fixture("chatglm2", size));
+  expect_matches_reference(fixture("mistral", fixtures::FixtureSize::kSmall));
+  auto e = engine(fixture("mistral", fixtures::FixtureSize::kTiny));
+  gpu::Batch b;
+  for (int32_t i = 0; i < 9; ++i) {
+    b.tokens.push_back(i + 1);
+    b.slots.push_back(0);
+    b.positions.push_back(i);
+  }
+  try {
+    e->forward(b);
+    ADD_FAILURE() << "a position past the sliding window ran";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("sliding_window 8"), std::string::npos) << err.what();
+  }
+}
+
 // Shapes the kernels take only zero-padded (shape_padding.h): head_dim 8 (a real small trained
 // checkpoint's, hidden 32 over 4 heads) and 16 with Qwen3's q/k norm, intermediate 172 and
 // moe_intermediate 172 (K = 172 is no multiple of 8). The same judgement as the fixtures': the
@@ -255,7 +278,7 @@ TEST_F(GpuEngine, DeterministicAndBatchInvariant) {
 // (eager, then through CUDA graphs): the decode logits match the prefill's rows within the
 // policy's logits bound, and graph decode equals eager decode bit for bit.
 TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
-  for (const std::string arch : {"llama", "qwen3", "qwen3-moe"}) {
+  for (const std::string arch : {"llama", "qwen3", "qwen3-moe", "chatglm2"}) {
     SCOPED_TRACE(arch);
     const fs::path dir = fixture(arch, fixtures::FixtureSize::kTiny);
     auto e = engine(dir);

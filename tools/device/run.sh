@@ -103,7 +103,7 @@ if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
 QP=build-device/tools/qparity/qparity
 POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.moe.out,layers.*.residual,final_norm,logits'
-for arch in llama qwen3 qwen3-moe; do
+for arch in llama qwen3 qwen3-moe mistral; do
   for size in tiny small; do
     d=/tmp/peer-$arch-$size; t=/tmp/peer-$arch-$size-traces; mkdir -p $t
     $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }

@@ -1,0 +1,115 @@
+#include "gpu_engine/rope_layout.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/safetensors/safetensors_writer.h"
+#include "reference_cpu/layers/rope.h"
+
+namespace qparity::gpu {
+
+bool needs_rope_relayout(const ModelConfig& cfg) {
+  return cfg.rope_interleaved || (cfg.rotary_dim > 0 && cfg.rotary_dim != cfg.head_dim);
+}
+
+std::vector<int64_t> rope_positions(const ModelConfig& cfg) {
+  const int64_t d = cfg.head_dim, r = cfg.rotary_dim > 0 ? cfg.rotary_dim : d;
+  std::vector<int64_t> pos(static_cast<size_t>(d));
+  if (!needs_rope_relayout(cfg)) {
+    for (int64_t j = 0; j < d; ++j)
+      pos[static_cast<size_t>(j)] = j;
+    return pos;
+  }
+  for (int64_t i = 0; i < r / 2; ++i) {
+    const int64_t lo = cfg.rope_interleaved ? 2 * i : i;
+    const int64_t hi = cfg.rope_interleaved ? 2 * i + 1 : i + r / 2;
+    pos[static_cast<size_t>(lo)] = i;
+    pos[static_cast<size_t>(hi)] = i + d / 2;
+  }
+  const int64_t pass = d - r;  // pass-through dims fill the free positions in order
+  for (int64_t m = 0; m < pass; ++m)
+    pos[static_cast<size_t>(r + m)] = m < pass / 2 ? r / 2 + m : d / 2 + r / 2 + (m - pass / 2);
+  return pos;
+}
+
+std::vector<double> rotate_half_inv_freq(const ModelConfig& cfg) {
+  const reference::Rope rope(cfg);
+  std::vector<double> f(static_cast<size_t>(cfg.head_dim / 2), 0.0);
+  for (size_t i = 0; i < rope.inv_freq().size(); ++i)
+    f[i] = rope.inv_freq()[i];
+  return f;
+}
+
+namespace {
+
+int64_t physical(const ColumnMap& padded, int64_t logical) {
+  return padded.empty() ? logical : padded[static_cast<size_t>(logical)];
+}
+
+}  // namespace
+
+ColumnMap rope_columns(const ColumnMap& padded, int64_t heads, const ModelConfig& cfg) {
+  if (!needs_rope_relayout(cfg)) return padded;
+  const std::vector<int64_t> pos = rope_positions(cfg);
+  const int64_t d = cfg.head_dim;
+  ColumnMap out;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < d; ++j)
+      out.push_back(physical(padded, h * d + pos[static_cast<size_t>(j)]));
+  return out;
+}
+
+ColumnMap rope_qkv_columns(const ColumnMap& padded_qkv, const ModelConfig& cfg) {
+  if (!needs_rope_relayout(cfg)) return padded_qkv;
+  const std::vector<int64_t> pos = rope_positions(cfg);
+  const int64_t d = cfg.head_dim, qk = cfg.q_size() + cfg.kv_size();
+  ColumnMap out;
+  for (int64_t c = 0; c < qk + cfg.kv_size(); ++c) {
+    const int64_t logical = c < qk ? (c / d) * d + pos[static_cast<size_t>(c % d)] : c;
+    out.push_back(physical(padded_qkv, logical));
+  }
+  return out;
+}
+
+Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
+  if (!needs_rope_relayout(cfg)) return ck;
+  if (cfg.head_dim % 2 != 0 || (cfg.rotary_dim % 2 != 0) || (cfg.head_dim - cfg.rotary_dim) % 2)
+    throw Error("config.json", "RoPE re-layout needs even head_dim and rotary_dim");
+  const std::vector<int64_t> pos = rope_positions(cfg);
+  const int64_t d = cfg.head_dim;
+  std::vector<std::vector<uint8_t>> images;
+  std::vector<TensorToWrite> out;
+  std::vector<std::string> names;
+  for (const auto& [name, ref] : ck.tensors()) {
+    const bool q = name.find(".self_attn.q_proj.") != std::string::npos;
+    const bool k = name.find(".self_attn.k_proj.") != std::string::npos;
+    if (!q && !k) continue;
+    const TensorInfo& t = *ref.info;
+    if (t.numel() == 1) continue;
+    const int64_t rows = q ? cfg.q_size() : cfg.kv_size();
+    if (t.shape.empty() || static_cast<int64_t>(t.shape[0]) != rows)
+      throw Error(ck.origin(name),
+                  "the engine re-lays out " + cfg.arch_name +
+                      "'s q / k rows for its rotate-half RoPE kernels; this tensor's first "
+                      "dimension is not the " +
+                      std::to_string(rows) + " output rows");
+    const auto src = ref.bytes();
+    const uint64_t row_bytes = t.nbytes() / t.shape[0];
+    std::vector<uint8_t> dst(src.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = r / d, j = r % d;
+      const int64_t to = head * d + pos[static_cast<size_t>(j)];
+      std::memcpy(dst.data() + to * row_bytes, src.data() + r * row_bytes, row_bytes);
+    }
+    images.push_back(std::move(dst));
+    names.push_back(name);
+    out.push_back({name, t.dtype, t.shape, std::span<const uint8_t>(images.back())});
+  }
+  if (out.empty()) return ck;
+  // (Spans stay valid as `images` grows: moving a vector keeps its buffer.)
+  std::vector<uint8_t> image = serialize_safetensors(std::move(out), std::nullopt);
+  const std::filesystem::path name = ck.root() / "rope-relayout";
+  return Checkpoint::overlaid(std::move(ck), SafetensorsFile::from_image(std::move(image), name));
+}
+
+}  // namespace qparity::gpu

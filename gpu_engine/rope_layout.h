@@ -1,0 +1,44 @@
+#pragma once
+// ChatGLM2's RoPE (pairs (x[2i], x[2i+1]) over the first rotary_dim dims of a head, the rest
+// passed through: reference_cpu/layers/rope.h) on the engine's rotate-half kernels, exactly.
+// Rotate-half rotates the pair (i, i + d/2) by inv_freq[i]; interleaved pair i is the same
+// arithmetic on (2i, 2i+1). So q and k are computed with each head's dims re-laid out:
+//   logical 2i     -> physical i            (i < rotary_dim / 2; frequency inv_freq[i])
+//   logical 2i + 1 -> physical i + d/2
+//   logical rotary_dim + m -> the remaining positions in order (first [rotary_dim/2, d/2),
+//                             then [d/2 + rotary_dim/2, d)), rotated by a zero frequency:
+//                             cos 0 = 1, sin 0 = 0, so x * 1 + y * 0 = x, exact
+// by permuting the q_proj / k_proj output rows (weights, biases, per-channel scales, the C8
+// key scales and offsets, packed codes: every tensor whose first dimension is the output rows)
+// when the checkpoint is loaded. q.k is a sum over a head's dims, the same products in another
+// order: attention reads the same scores. V and the attention output are untouched. Captures
+// of q / k points read the logical columns back (the positions below), so dumps never see the
+// re-layout.
+#include <cstdint>
+#include <vector>
+
+#include "core/config/model_config.h"
+#include "core/safetensors/checkpoint.h"
+#include "gpu_engine/capture.h"
+
+namespace qparity::gpu {
+
+// Whether cfg's RoPE needs the re-layout (interleaved or partial rotation).
+bool needs_rope_relayout(const ModelConfig& cfg);
+// [head_dim]: where logical dim j of a head sits physically (identity when not needed).
+std::vector<int64_t> rope_positions(const ModelConfig& cfg);
+// [head_dim / 2]: the model's frequencies, then zeros for the passed-through pairs.
+std::vector<double> rotate_half_inv_freq(const ModelConfig& cfg);
+// `ck` with every q_proj.* / k_proj.* tensor whose first dimension is the projection's output
+// rows re-laid out (per head, rope_positions); one-value tensors unchanged; anything else of q
+// or k (block scales, whose blocks would mix heads) an Error naming the tensor.
+Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg);
+
+// Capture column maps for q (or k) heads as the kernels hold them: logical column h * d + j at
+// padded[h * d + rope_positions[j]] (padded: shape_padding.h's map, empty when unpadded); empty
+// when neither a re-layout nor padding applies. The qkv variant covers [q | k | v] (v only
+// padded).
+ColumnMap rope_columns(const ColumnMap& padded, int64_t heads, const ModelConfig& cfg);
+ColumnMap rope_qkv_columns(const ColumnMap& padded_qkv, const ModelConfig& cfg);
+
+}  // namespace qparity::gpu
