@@ -42,6 +42,8 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   residual_[1] = Bf16Buffer(t * h);
   h_ = Bf16Buffer(t * h);
   qkv_ = Bf16Buffer(t * qkv);
+  for (const GpuLayerWeights& l : model_.layers)
+    if (l.qkv_bias.size() > 0) qkv_f32_ = DeviceBuffer<float>(t * qkv);
   qk_normed_ = Bf16Buffer(t * static_cast<size_t>(c.q_size() + c.kv_size()));
   core_ = Bf16Buffer(t * static_cast<size_t>(c.q_size()));
   attn_out_ = Bf16Buffer(t * h);
@@ -375,10 +377,13 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   // Decode-sized batches: each norm runs inside the GEMM that consumes it.
   // A quantized qkv or gate_up runs its own kernel after a separate norm.
   const bool fused = skinny_gemm_fits(t, hd);
+  // An unquantized qkv with a bias keeps its fp32 sums for the bias (kernels/bias_add.h).
+  const bool biased = w.qkv_bias.size() > 0 && !options_.ablate_linears;
   if (fused && !w.quantized_qkv()) {
     // The previous layer's MLP output (pending_residual) joins the residual stream here.
     SkinnyGemmParams g = normed_linear(pending_residual ? mlp_out_.get() : nullptr,
                                        w.input_norm.get(), w.qkv.get(), qkv_.get(), qkv_w);
+    if (biased) g.y = qkv_f32_.get(), g.y_f32 = true;
     if (!options_.ablate_linears) {
       g.probe = probe("qkv");
       launch_skinny_gemm(g, s);
@@ -406,12 +411,13 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
     }
     last_layer_ = l;
     capture(tr, point_of(p, point::kInputNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
-    if (!options_.ablate_linears)
+    if (biased)
+      linear(h_.get(), w.qkv.get(), qkv_f32_.get(), true, t, qkv_w, hd, nullptr, probe("qkv"));
+    else if (!options_.ablate_linears)
       project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
               point_of(p, point::kQkvProj));
   }
-  if (w.qkv_bias.size() > 0 && !options_.ablate_linears)
-    launch_add_bias(qkv_.get(), t, qkv_w, qkv_w, w.qkv_bias.get(), s);
+  if (biased) launch_bias_to_bf16(qkv_f32_.get(), w.qkv_bias.get(), qkv_.get(), t, qkv_w, s);
   capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
   attention(l, tr);
   if (!options_.ablate_linears)

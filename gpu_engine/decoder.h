@@ -149,6 +149,7 @@ class Decoder {
   __nv_bfloat16* resid() const { return residual_[cur_].get(); }
   __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
   Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
+  DeviceBuffer<float> qkv_f32_;  // an unquantized biased qkv's fp32 sums [max_tokens, qkv]
   DeviceBuffer<float> logits_;
   // Tensor parallelism: the rank's logits [t, vocab shard] and the gathered [tp, t, shard].
   DeviceBuffer<float> logits_shard_, logits_gathered_;

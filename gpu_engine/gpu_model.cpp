@@ -1,8 +1,8 @@
 #include "gpu_engine/gpu_model.h"
 
-#include "core/codecs/float_format.h"
+#include <cmath>
+
 #include "core/error.h"
-#include "gpu_engine/cuda_check.h"
 #include "gpu_engine/rope_layout.h"
 #include "reference_cpu/layers/rope.h"
 #include "reference_cpu/tensor_decode.h"
@@ -23,20 +23,25 @@ void attach_qkv_bias(GpuModel& m, const Checkpoint& ck) {
     throw Error("config.json", "q/k/v biases with a head_dim the kernels pad (" +
                                    std::to_string(c.head_dim) + ") are not in the GPU engine yet");
   for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (m.layers[i].qkv_q) continue;  // the method holds (and adds) its bias
     const std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
-    std::vector<uint16_t> codes;
+    std::vector<float> values;
     for (const auto& [proj, n] : {std::pair{"q_proj", c.q_size()}, std::pair{"k_proj", c.kv_size()},
                                   std::pair{"v_proj", c.kv_size()}}) {
       const std::string name = p + proj + ".bias";
       const TensorRef& t = ck.at(name);
       if (t.info->shape.size() != 1 || static_cast<int64_t>(t.info->shape[0]) != n)
         throw Error(ck.origin(name), "expected shape [" + std::to_string(n) + "]");
-      for (double v : reference::decode_all(t.info->dtype, t.bytes(), t.info->numel(), name))
-        codes.push_back(codec::double_to_bf16(v));  // the run dtype, rounded once
+      for (double v : reference::decode_all(t.info->dtype, t.bytes(), t.info->numel(), name)) {
+        // fp32 holds a bf16, fp16 or fp32 bias exactly; a wider one would round.
+        if (static_cast<double>(static_cast<float>(v)) != v || !std::isfinite(v))
+          throw Error(ck.origin(name),
+                      "a bias value the engine's fp32 epilogue cannot hold "
+                      "exactly (non-finite, or not an fp32 value)");
+        values.push_back(static_cast<float>(v));
+      }
     }
-    m.layers[i].qkv_bias = Bf16Buffer(codes.size());
-    QPARITY_CUDA_CHECK(cudaMemcpy(m.layers[i].qkv_bias.get(), codes.data(), codes.size() * 2,
-                                  cudaMemcpyHostToDevice));
+    m.layers[i].qkv_bias = DeviceBuffer<float>(values);
   }
 }
 

@@ -30,7 +30,9 @@ struct GpuLayerWeights {
   Bf16Buffer input_norm, post_norm;  // [H]
   Bf16Buffer q_norm, k_norm;         // [head_dim] (Qwen3), else empty
   Bf16Buffer qkv;                    // [q + 2 kv, H]
-  Bf16Buffer qkv_bias;               // [q + 2 kv] (ChatGLM2's add_qkv_bias), else empty
+  // [q + 2 kv] fp32 (ChatGLM2's add_qkv_bias) for an unquantized qkv, else empty: a quantized
+  // method adds its bias in its own epilogue.
+  DeviceBuffer<float> qkv_bias;
   Bf16Buffer o_proj;                 // [H, q]
   Bf16Buffer gate_up, down;          // dense: [2I, H], [H, I]
   Bf16Buffer router;                 // MoE: [E, H]
@@ -92,8 +94,9 @@ struct GpuModel {
 // RoPE the kernels run re-laid out (rope_layout.h), its rotate-half frequencies.
 void attach_rope(GpuModel& m);
 // Each layer's q/k/v biases from the checkpoint (q_proj / k_proj / v_proj .bias, as the engine
-// holds q / k: re-laid out for RoPE when rope_layout.h applies), as bf16, when the config has
-// them. The decoder adds them to the qkv projection's bf16 output (kernels/bias_add.h).
+// holds q / k: re-laid out for RoPE when rope_layout.h applies), as fp32, when the config has
+// them and the layer's qkv is unquantized. The decoder adds them to the projection's fp32 sums
+// before its one rounding to bf16 (kernels/bias_add.h).
 void attach_qkv_bias(GpuModel& m, const Checkpoint& ck);
 
 }  // namespace qparity::gpu
