@@ -31,11 +31,13 @@ __global__ void quantize_int8_kernel(QuantizeInt8Params p) {
       q[i] = 0;
     return;
   }
-  if (threadIdx.x == 0) p.scales[row] = __fdiv_rn(amax, 127.f);
   const float mul = __fdiv_rn(127.f, amax);
+  if (threadIdx.x == 0)
+    p.scales[row] =
+        p.dialect == Int8ActDialect::kNpu ? __fdiv_rn(1.f, mul) : __fdiv_rn(amax, 127.f);
   for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads) {
     const float v = __fmul_rn(__bfloat162float(x[i]), mul);
-    float r = p.dialect == Int8ActDialect::kVllm ? rintf(v) : roundf(v);
+    float r = p.dialect == Int8ActDialect::kSglang ? roundf(v) : rintf(v);
     r = fminf(fmaxf(r, -128.f), 127.f);
     q[i] = static_cast<int8_t>(r);
   }

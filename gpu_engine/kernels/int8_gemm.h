@@ -1,6 +1,7 @@
 #pragma once
 // INT8 activation quantization and the INT8 x INT8 scaled GEMM of `w8a8-int8-dyn`
-// (reference_cpu/quant/w8a8_int8_dynamic.h, FORMATS.md §3.3, §4.5).
+// (reference_cpu/quant/w8a8_int8_dynamic.h, FORMATS.md §3.3, §4.5) and of `w4a8-dyn`, whose int4
+// weight codes are held widened to int8 (the same integers: the accumulation is identical).
 //
 // Per-token quantization, one dialect's arithmetic bit for bit (the reference's Int8ActRules):
 //   vllm    amax = max|x| (exact, fp32 of bf16); s = amax / 127 (fp32, RN); q = cvt.rni.sat(x *
@@ -8,6 +9,10 @@
 //           saturating to [-128, 127]; an all-zero token gets s = 0, q = 0.
 //   sglang  amax = max(max|x|, fp32(1e-10)); s, 127 / amax and x * (127 / amax) in fp32; round
 //           half away from zero (Triton's round), clamped to [-128, 127].
+//   npu     torch_npu's npu_dynamic_quant, which every runtime of msModelSlim W4A8_DYNAMIC calls
+//           (reference_cpu/quant/w4a8_dynamic.h): m = 127 / amax (fp32, RN), s = 1 / m (fp32,
+//           RN: not amax / 127), q = rint(x * m) in fp32, half to even, within [-127, 127]; an
+//           all-zero token gets s = 0, q = 0.
 // GEMM: acc[m, n] = sum_k a[m, k] * b[n, k] as an exact int32 (dp4a; no order dependence), then
 // y = bf16( s_a[m] * (s_b[n] * float(acc + acc_bias[n])) + bias[n] ) in fp32, CUTLASS's
 // ScaledEpilogue order
@@ -22,7 +27,7 @@
 
 namespace qparity::gpu {
 
-enum class Int8ActDialect : uint8_t { kVllm, kSglang };
+enum class Int8ActDialect : uint8_t { kVllm, kSglang, kNpu };
 
 struct QuantizeInt8Params {
   const __nv_bfloat16* x = nullptr;  // [m, k]

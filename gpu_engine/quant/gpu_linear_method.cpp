@@ -24,6 +24,7 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:  // int4 codes widened to int8 (quant/w8a8_int8.h)
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
@@ -33,10 +34,6 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
       return true;
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
-    case SchemeKind::kW4A8Dyn:
-      return no(
-          "msModelSlim W4A8_DYNAMIC (int4 weights, int8 per-token activations) has no GPU "
-          "method yet; the fp64 reference runs it");
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:
@@ -53,6 +50,7 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW4A16G32:
     case SchemeKind::kMxint4:  // compressed-tensors int4 group-32 experts, bf16 scales
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:  // on the host path, one int8 GEMM per expert
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
@@ -95,6 +93,7 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kW8A8S:
       return std::make_unique<W8A8StaticMethod>(host);
     case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW4A8Dyn:
       return std::make_unique<W8A8Int8Method>(host, expert);
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
@@ -107,7 +106,6 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       return std::make_unique<Nvfp4LinearMethod>(host, expert);
     case SchemeKind::kBf16:
       throw Error(host.shape().prefix, "bf16 layers run on the engine's own bf16 weights");
-    case SchemeKind::kW4A8Dyn:  // refused by gpu_supports_linear_scheme above
     case SchemeKind::kKvBf16:
     case SchemeKind::kKvInt8:
     case SchemeKind::kKvFp8:

@@ -2,16 +2,29 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
+#include "reference_cpu/quant/w4a8_dynamic.h"
 #include "reference_cpu/quant/w8a8_int8_dynamic.h"
 
 namespace qparity::gpu {
 
 namespace {
 
-const reference::W8A8Int8DynamicLinearMethod& as_int8_dynamic(const reference::LinearMethod& h) {
-  const auto* m = dynamic_cast<const reference::W8A8Int8DynamicLinearMethod*>(&h);
-  if (!m) throw Error(h.shape().prefix, "not a w8a8-int8-dyn layer");
-  return *m;
+// The activation rule of a w8a8-int8-dyn layer, from its dialect.
+Int8ActDialect int8_dynamic_rule(const reference::W8A8Int8DynamicLinearMethod& m,
+                                 const std::string& where) {
+  switch (m.dialect()) {
+    case Dialect::kVllm:
+      return Int8ActDialect::kVllm;
+    case Dialect::kSglang:
+      return Int8ActDialect::kSglang;
+    case Dialect::kIdeal:
+    case Dialect::kCompressedTensors:
+    case Dialect::kMsModelSlim:
+      break;
+  }
+  throw Error(where, "w8a8-int8-dyn in dialect " + std::string(to_string(m.dialect())) +
+                         ": the GPU's activation quantization follows vllm or sglang bit for "
+                         "bit; run with --dialect vllm or --dialect sglang");
 }
 
 }  // namespace
@@ -22,32 +35,31 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host, int64_t expe
   ws_.k = in_features();
   ws_.n = out_features();
   ws_.int8_product = true;
-  const auto& m = as_int8_dynamic(host);
   const std::string& where = prefix();
-  switch (m.dialect()) {
-    case Dialect::kVllm:
-      dialect_ = Int8ActDialect::kVllm;
-      break;
-    case Dialect::kSglang:
-      dialect_ = Int8ActDialect::kSglang;
-      break;
-    case Dialect::kIdeal:
-    case Dialect::kCompressedTensors:
-    case Dialect::kMsModelSlim:
-      throw Error(where, "w8a8-int8-dyn in dialect " + std::string(to_string(m.dialect())) +
-                             ": the GPU's activation quantization follows vllm or sglang bit for "
-                             "bit; run with --dialect vllm or --dialect sglang");
+  if (const auto* m = dynamic_cast<const reference::W8A8Int8DynamicLinearMethod*>(&host)) {
+    dialect_ = int8_dynamic_rule(*m, where);
+    if (m->static_input())
+      throw Error(where,
+                  "static per-tensor input scales (input_scale): not on the GPU yet; the "
+                  "sglang dialect ignores them and quantizes per token");
+  } else if (dynamic_cast<const reference::W4A8DynamicLinearMethod*>(&host)) {
+    // Every runtime of the format quantizes with npu_dynamic_quant; only the ideal dialect
+    // (fp64 amax / 127) differs, and the GPU does not run fp64 activation scales.
+    if (host.dialect() == Dialect::kIdeal)
+      throw Error(where,
+                  "w4a8-dyn in dialect ideal: the GPU's activation quantization is the NPU's "
+                  "npu_dynamic_quant rule (every other dialect); run with --dialect vllm");
+    dialect_ = Int8ActDialect::kNpu;
+  } else {
+    throw Error(where, "not a w8a8-int8-dyn or w4a8-dyn layer");
   }
-  if (m.static_input())
-    throw Error(where,
-                "static per-tensor input scales (input_scale): not on the GPU yet; the "
-                "sglang dialect ignores them and quantizes per token");
   if (in_features() % 16 != 0)
     throw Error(where, "in_features " + std::to_string(in_features()) +
                            " must be a multiple of 16 for the GPU's int8 GEMM");
   const reference::ProcessedIntWeight w = processed_int_weight_of(host, expert);
   for (double z : w.zero)
-    if (z != 0) throw Error(where, "w8a8-int8-dyn weights are symmetric; a zero point is not");
+    if (z != 0)
+      throw Error(where, "int8 / int4 dynamic weights are symmetric; a zero point is not");
   codes_ = DeviceBuffer<int8_t>(w.stored);
   scales_ = DeviceBuffer<float>(exact_f32(w.scale, where + ".weight_scale"));
   if (!w.bias.empty()) bias_ = DeviceBuffer<float>(exact_f32(w.bias, where + ".bias"));

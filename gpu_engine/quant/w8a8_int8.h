@@ -5,6 +5,13 @@
 // quantized per token on the fly in the run's dialect, an exact int8 GEMM and an fp32 epilogue
 // (kernels/int8_gemm.h).
 //
+// `w4a8-dyn` (msModelSlim W4A8_DYNAMIC, reference_cpu/quant/w4a8_dynamic.h) runs here too: its
+// int4 codes are held one a byte (the same integers, so the exact int32 accumulation is the
+// same; twice the packed format's weight bytes, a correctness path, not a bandwidth one), its
+// activations quantized by torch_npu's npu_dynamic_quant rule (kernels/int8_gemm.h `npu`) in
+// every dialect but ideal. scale_bias is checked by the reference at load and not used: it only
+// cancels the NPU kernel's split of the int8 codes.
+//
 // Dialects: the activation codes follow vllm or sglang bit for bit (the reference's
 // Int8ActRules); a run in any other dialect is refused by name, as are static input scales
 // (compressed-tensors' static per-tensor inputs; SGLang ignores them and the sglang dialect

@@ -312,6 +312,17 @@ Matrix W4A8DynamicLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
   return y;
 }
 
+std::optional<ProcessedIntWeight> W4A8DynamicLinearMethod::processed_int_weight(
+    int64_t expert) const {
+  const QuantizedMatrix& m = weights_.at(sz(expert));
+  ProcessedIntWeight w = int_weight_of(m, m.cols, 4, IntCodes::kStored);
+  w.scale = m.scales.data;
+  w.zero.assign(w.scale.size(), 0.0);
+  const auto& b = biases_.at(sz(expert));
+  if (std::any_of(b.begin(), b.end(), [](double v) { return v != 0.0; })) w.bias = b;
+  return w;
+}
+
 Matrix W4A8DynamicLinearMethod::do_dequantized_weight(int64_t expert) const {
   return dequantize(weights_[sz(expert)]);
 }

@@ -107,6 +107,10 @@ class W4A8DynamicLinearMethod final : public LinearMethod {
  public:
   W4A8DynamicLinearMethod(LinearShape shape, MethodConfig config);
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
+  // The int4 codes (one a byte, sign-extended: the same integers an int8 GEMM multiplies), the
+  // per-row scales, zero offsets and the bias: what the GPU's int8 GEMM runs (gpu_engine/quant/
+  // w8a8_int8.h). scale_bias is not part of it: it only cancels the NPU's split of the codes.
+  std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert) const override;
 
  protected:
   void process() override;

@@ -61,9 +61,9 @@ class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
-  for (const std::string scheme :
-       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-static", "w8a8s", "smoothquant",
-        "w8a8-int8-dyn", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
+  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-static", "w8a8s",
+                                   "smoothquant", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
+                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
     golden::CompareOptions co;
@@ -126,7 +126,7 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
             codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
             mismatches += p.stats.mismatches;
           }
-        if (scheme.rfind("w8a8", 0) == 0 || scheme.rfind("fp8", 0) == 0 ||
+        if (scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn" || scheme.rfind("fp8", 0) == 0 ||
             scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
           EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
           std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
@@ -398,8 +398,8 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
 TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
   const fs::path root = test_root("experts");
   for (const std::string scheme :
-       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn", "fp8-tensor", "fp8-channel",
-        "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
+       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
+        "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
     SCOPED_TRACE(scheme);
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
@@ -421,9 +421,11 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
     eo.max_context = 64;
     gpu::Engine e(std::move(model), eo);
     // Decode-sized batches run the stacks as grouped launches on the device (the 3 x 4 tokens
-    // below, and the free run's decode steps); nvfp4 / mxfp4 (packed) and w8a8-int8-dyn stay on
-    // the per-expert host path. The 3 x 32 tokens take the host path in every scheme.
-    const bool grouped = scheme != "nvfp4" && scheme != "mxfp4" && scheme != "w8a8-int8-dyn";
+    // below, and the free run's decode steps); nvfp4 / mxfp4 (packed), w8a8-int8-dyn and
+    // w4a8-dyn stay on the per-expert host path. The 3 x 32 tokens take the host path in every
+    // scheme.
+    const bool grouped =
+        scheme != "nvfp4" && scheme != "mxfp4" && scheme != "w8a8-int8-dyn" && scheme != "w4a8-dyn";
     EXPECT_EQ(e.moe_on_device(3 * gpu::kSkinnyMaxM), grouped);
     EXPECT_FALSE(e.moe_on_device(3 * 32));
     golden::ReferenceRunOptions ro;

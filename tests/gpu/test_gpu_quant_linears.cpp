@@ -61,6 +61,13 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
   shape.partition_names.clear();
   for (size_t p = 0; p < c.partitions.size(); ++p)
     shape.partition_names.push_back(c.partitions.size() == 1 ? "" : "p" + std::to_string(p));
+  // w4a8-dyn's scale_bias shape follows the linear's name (q/k/v: [N, 1]; o_proj: [N, 16]).
+  if (c.scheme == "w4a8-dyn") {
+    if (c.partitions.size() == 3)
+      shape.partition_names = {"q_proj", "k_proj", "v_proj"};
+    else
+      shape.prefix += ".o_proj";
+  }
   shape.in_features = c.k;
   auto m = reference::make_linear_method(shape, mc);
   std::normal_distribution<double> d(0.0, 0.05);
@@ -70,6 +77,7 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
     for (double& w : r.weight.data)
       w = d(rng) + (c.symmetric ? 0.0 : 0.03);  // an offset range for the asymmetric cases
     r.weights = mc.weights;
+    r.where = shape.shard_prefix(0, static_cast<int64_t>(p));
     r.input_activations = mc.input_activations;
     r.activations = reference::ActivationStats{-4.0, 4.0, {}};  // static input scales
     r.group_size = effective_group_size(id);
@@ -127,6 +135,8 @@ std::vector<Case> cases() {
       {"w4a16-g32", true, {64, 32, 32}, 2048},
       {"w8a8-int8-dyn", true, {192}, 512, Dialect::kVllm},
       {"w8a8-int8-dyn", true, {96, 32, 32}, 256, Dialect::kSglang},
+      {"w4a8-dyn", true, {192}, 512, Dialect::kVllm},
+      {"w4a8-dyn", true, {96, 32, 32}, 256, Dialect::kMsModelSlim},
       {"w8a8-static", true, {192}, 512, Dialect::kVllm},
       {"w8a8s", true, {96, 32, 32}, 256, Dialect::kSglang},
       {"fp8-tensor", true, {192}, 512, Dialect::kVllm},
@@ -204,8 +214,8 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
-  for (const std::string scheme : {"w8a8-int8-dyn", "w8a8-static", "fp8-tensor", "fp8-channel",
-                                   "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+  for (const std::string scheme : {"w8a8-int8-dyn", "w4a8-dyn", "w8a8-static", "fp8-tensor",
+                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang, Dialect::kCompressedTensors}) {
       // compressed-tensors' own activation rule: nvfp4's (its divisions, zero blocks 0.125).
       if (dialect == Dialect::kCompressedTensors && scheme != "nvfp4") continue;
@@ -276,7 +286,7 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
       }
       EXPECT_EQ(code_mismatches, 0);
       EXPECT_EQ(scale_mismatches, 0);
-      if (scheme == "w8a8-int8-dyn") {
+      if (scheme == "w8a8-int8-dyn" || scheme == "w4a8-dyn") {
         EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
       }
       // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
@@ -303,6 +313,10 @@ TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),
               HasSubstr("run with --dialect vllm or --dialect sglang"));
+  const Case w4{"w4a8-dyn", true, {64}, 128, Dialect::kIdeal};
+  const auto host4 = reference_method(w4, rng);
+  EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host4); }),
+              HasSubstr("npu_dynamic_quant rule"));
 }
 
 // The packed fp4 GEMM's nibble decoding, exhaustively, and its scale indexing: weight row r holds

@@ -22,6 +22,8 @@ SCHEMES = {
     "w8a8-static": ("int8act", 0.5 / 127, "int8 weights, static int8 activations"),
     "w8a8s": ("int8act", 0.5 / 127, "int8 weights (sparse layout), static int8 activations"),
     "w8a8-int8-dyn": ("int8act", 0.5 / 127, "int8 weights, dynamic per-token int8 activations"),
+    "w4a8-dyn": ("int8act", 0.5 / 127, "int4 per-channel weights, dynamic per-token int8 "
+                 "activations (msModelSlim W4A8_DYNAMIC)"),
     "smoothquant": ("transform", 0.0, "smooth-quant factors folded into norms and linears, bf16"),
     "w4a16-g32": ("weight", 0.5 / 7, "int4 group-32 weights"),
     "mxint4": ("weight", 0.5 / 7 * 2, "int4 group-32 weights, power-of-two scales"),
@@ -153,6 +155,26 @@ def section_engine_default(scheme, family, half_step, desc):
              "max_median_row_rel_l2": round(t, 6),
              "why": scale_why},
         ]
+    # SiLU-and-mul columns: act = silu(g) * u amplifies a relative error of g by the condition
+    # number c(g) = 1 + g (1 - sigmoid(g)), |c| <= 1.28 for g >= 0 but 2.93 at g = -4 (c(-4) =
+    # -2.928). A column of few tokens can be dominated by an element with a negative g (its act is
+    # small, but so are the others'): measured on an H200, the qwen3-moe tiny fixture in
+    # w4a8-dyn, 4 tokens, layers.1.mlp.act channel 249 at 0.034 with gate_up passing (12 inherited
+    # code moves of 10824 downstream). Bound: the dominant g's flip amplified up to g = -4 plus the
+    # act's own rounding, f (|c(-4)| + 1), then 2t and the code step as for every column. A wrong
+    # channel of gate_up is caught at gate_up, whose column gate is not widened.
+    c_silu = abs(1 - 4 * (1 - 1 / (1 + math.exp(4))))
+    col_act = max(col, f * (c_silu + 1) + 2 * t + code_step)
+    act_point = {
+        "match": "*.mlp.act", "max_rel_l2": round(t + f, 6), "max_median_row_rel_l2": round(t, 6),
+        "min_cosine": round(1 - (t + f) ** 2 / 2 - 1e-6, 9),
+        "max_col_rel_l2": round(col_act, 6),
+        "why": f"as '*', with the column gate widened for SiLU's condition number: a flip of the "
+               f"column's dominant gate value g moves silu(g) by |1 + g (1 - sigmoid(g))| times "
+               f"its relative size, {c_silu:.3g} at g = -4; bound f ({c_silu:.3g} + 1) + 2t"
+               f"{' + one code step' if code_step else ''} = {col_act:.3g} (measured 0.034 on "
+               f"a 4-token w4a8-dyn qwen3-moe column, H200). gate_up keeps the plain column gate, "
+               f"so a wrong channel scale is still caught there"}
     return {
         "derivation": deriv,
         "provenance": "derived (tools/policies/make_policies.py); measurements folded in where "
@@ -160,7 +182,7 @@ def section_engine_default(scheme, family, half_step, desc):
                       "fixtures, 2-3 sequences of 16-32 tokens; not yet a spread over seeds",
         "point_gates_apply_to": ["layer-local"],
         "optional_points": OPTIONAL_POINTS,
-        "points": code_points + [
+        "points": code_points + [act_point,
             {"match": "*.moe.topk_ids", "max_mismatches": 0,
              "why": "router ids are integers: a flip changes which experts run; it is reported "
                     "per layer and not tolerated silently"},
@@ -217,6 +239,10 @@ STATIC_INT8 = {"w8a8-static", "w8a8s"}
 # an engine whose grouped GEMM never materializes them cannot dump. Any other missing point fails.
 OPTIONAL_POINTS = ["*.moe.expert_out"]
 
+# Schemes whose weights have another step than their activations (the tuple's half step is the
+# activations', which the engine section's code flips use): the weights' half step.
+WEIGHT_HALF_STEP = {"w4a8-dyn": 0.5 / 7}
+
 # Default acceptance budgets of the format role, per family: what a user may lose to the format,
 # end to end. A budget is a judgement, not a prediction: `--budget` states the user's own. Each
 # entry: (max Δ ln PPL = max mean KLD, min top-1 agreement, description).
@@ -235,7 +261,7 @@ BUDGETS = {
 
 
 def budget_family(scheme, family):
-    if family == "weight" and scheme in ("w4a16-g32", "mxint4"):
+    if scheme in ("w4a16-g32", "mxint4", "w4a8-dyn"):
         return "weight4"
     return family
 
@@ -331,7 +357,15 @@ def section_format(scheme, family, half_step, desc):
                f" of amax; {kwhy}: RMS <= {elem:.3g} of the block's RMS")
     parts = 1
     where = "layers.0.attn.qkv"
-    if family.endswith("act"):
+    if scheme in WEIGHT_HALF_STEP:  # int4 weights, int8 activations: the two in quadrature
+        act = elem
+        elem = 2 * WEIGHT_HALF_STEP[scheme] / math.sqrt(12) * kappa
+        how = (f"an absmax format: the weights' error is uniform within "
+               f"+-{WEIGHT_HALF_STEP[scheme]:.4g} of the row's amax, RMS <= {elem:.3g} of the row's "
+               f"RMS ({kwhy}); the activations' (per token) within +-{half_step:.4g}, RMS <= "
+               f"{act:.3g}; in quadrature")
+        elem = math.hypot(elem, act)
+    elif family.endswith("act"):
         parts = 2
         how += "; activations are quantized as well: the same again, in quadrature"
     if family == "kv":

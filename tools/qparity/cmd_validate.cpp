@@ -50,9 +50,9 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kAllSchemes = {
-    "w8a16-ch",  "w8a16-g64", "w8a8-static", "w8a8s",       "w8a8-int8-dyn", "smoothquant",
-    "w4a16-g32", "mxint4",    "fp8-tensor",  "fp8-channel", "fp8-block",     "mxfp8",
-    "nvfp4",     "mxfp4",     "kv-int8",     "kv-fp8"};
+    "w8a16-ch",    "w8a16-g64", "w8a8-static", "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",
+    "smoothquant", "w4a16-g32", "mxint4",      "fp8-tensor", "fp8-channel",   "fp8-block",
+    "mxfp8",       "nvfp4",     "mxfp4",       "kv-int8",    "kv-fp8"};
 
 // Pairs whose rows can be identical by construction, and why (the report says so).
 const std::map<std::pair<std::string, std::string>, std::string> kIdenticalBecause = {
