@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -267,6 +268,17 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   }
 }
 
+// Why no producer writes `scheme` for this model in `dialect` (ChatGLM2: msModelSlim's layouts
+// only), or nullopt.
+std::optional<std::string> no_producer(const ModelConfig& cfg, const std::string& scheme,
+                                       Dialect dialect) {
+  if (cfg.arch == Arch::kChatGlm2 &&
+      !fixtures::writes_msmodelslim_layout(parse_scheme_id(scheme), dialect))
+    return "ChatGLM2 (remote-code modelling) has no compressed-tensors producer; its quantized "
+           "checkpoints are msModelSlim's";
+  return std::nullopt;
+}
+
 std::vector<std::string> Validation::run_target(const Target& t, const fs::path& work) {
   std::vector<std::string> failed;
   const auto t0 = std::chrono::steady_clock::now();
@@ -274,14 +286,10 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
   // Constraints first: nothing expensive runs for a scheme the model's shapes exclude entirely.
   std::vector<std::pair<std::string, fixtures::SchemeExclusions>> runnable;
   for (const auto& scheme : t.schemes) {
-    if (cfg.arch == Arch::kChatGlm2 &&
-        !fixtures::writes_msmodelslim_layout(parse_scheme_id(scheme), Dialect::kIdeal)) {
-      const std::string why =
-          "ChatGLM2 (remote-code modelling) has no compressed-tensors producer; its quantized "
-          "checkpoints are msModelSlim's";
-      golden::record_skipped(o_.out, {t.name, scheme, why});
+    if (const auto why = no_producer(cfg, scheme, Dialect::kIdeal)) {
+      golden::record_skipped(o_.out, {t.name, scheme, *why});
       ++done_;
-      progress(t.name + " " + scheme + ": skipped, " + why);
+      progress(t.name + " " + scheme + ": skipped, " + *why);
       continue;
     }
     const fixtures::SchemeExclusions excluded =
@@ -374,6 +382,11 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
   std::vector<std::string> schemes = {"bf16"};
   for (const auto& scheme : t.schemes) {
     const SchemeId id = parse_scheme_id(scheme);
+    if (const auto no = no_producer(cfg, scheme, Dialect::kVllm)) {
+      std::cerr << "qparity validate: " << t.name << " " << scheme << ": no engine row (" << *no
+                << ")\n";
+      continue;
+    }
     // KV caches (bf16 linears, the cache quantized on write) and transforms (bf16 linears,
     // folded norms) need no linear method.
     if (scheme_family(id.kind) == SchemeFamily::kKvCache ||
