@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/codecs/int_packing.h"
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "reference_cpu/layers/rope.h"
@@ -87,6 +88,28 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
     const TensorInfo& t = *ref.info;
     if (t.numel() == 1) continue;
     const int64_t rows = q ? cfg.q_size() : cfg.kv_size();
+    if (t.dtype == DType::kI8 && t.shape.size() == 2 && static_cast<int64_t>(t.shape[0]) * 2 == rows &&
+        name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+      // msModelSlim W4A8_DYNAMIC: two int4 rows a byte along N. Unpacked, re-laid out, packed
+      // again: the pairs the engine's loader unpacks are then physical rows (2j, 2j + 1).
+      const auto cols = static_cast<size_t>(t.shape[1]);
+      const auto src = ref.bytes();
+      const std::vector<int8_t> codes = codec::unpack_int4_row_pairs(
+          std::span<const int8_t>(reinterpret_cast<const int8_t*>(src.data()), src.size()),
+          static_cast<size_t>(rows), cols, ck.origin(name));
+      std::vector<int8_t> moved(codes.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t to = (r / d) * d + pos[static_cast<size_t>(r % d)];
+        std::memcpy(moved.data() + to * static_cast<int64_t>(cols),
+                    codes.data() + r * static_cast<int64_t>(cols), cols);
+      }
+      const std::vector<int8_t> packed =
+          codec::pack_int4_row_pairs(moved, static_cast<size_t>(rows), cols, ck.origin(name));
+      images.emplace_back(packed.begin(), packed.end());
+      names.push_back(name);
+      out.push_back({name, t.dtype, t.shape, std::span<const uint8_t>(images.back())});
+      continue;
+    }
     if (t.shape.empty() || static_cast<int64_t>(t.shape[0]) != rows)
       throw Error(ck.origin(name),
                   "the engine re-lays out " + cfg.arch_name +

@@ -30,8 +30,10 @@ std::vector<int64_t> rope_positions(const ModelConfig& cfg);
 // [head_dim / 2]: the model's frequencies, then zeros for the passed-through pairs.
 std::vector<double> rotate_half_inv_freq(const ModelConfig& cfg);
 // `ck` with every q_proj.* / k_proj.* tensor whose first dimension is the projection's output
-// rows re-laid out (per head, rope_positions); one-value tensors unchanged; anything else of q
-// or k (block scales, whose blocks would mix heads) an Error naming the tensor.
+// rows re-laid out (per head, rope_positions), and msModelSlim W4A8_DYNAMIC's weight (I8
+// [rows/2, K], int4 row pairs) unpacked, re-laid out and packed again; one-value tensors
+// unchanged; anything else of q or k (block scales, whose blocks would mix heads) an Error
+// naming the tensor.
 Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg);
 
 // Capture column maps for q (or k) heads as the kernels hold them: logical column h * d + j at

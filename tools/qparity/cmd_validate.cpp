@@ -404,111 +404,121 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
     schemes.push_back(scheme);
   }
   for (const std::string& scheme : schemes) {
-    const auto te = std::chrono::steady_clock::now();
-    fs::path dir = t.dir;
-    std::vector<std::string> notes;
-    if (scheme != "bf16") {
-      fixtures::QuantizeCheckpointOptions qo;
-      qo.ignore_unsupported = true;
-      std::string expert_why;
-      if (cfg.num_experts > 0 &&
-          scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight &&
-          !gpu::gpu_supports_expert_scheme(parse_scheme_id(scheme), &expert_why)) {
-        qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
-        notes.push_back("the MoE experts stay bf16 in this engine row (" + expert_why +
-                        "); the format row quantizes them");
+    // A row that cannot be made (a checkpoint the engine refuses, a loader error) is a failed
+    // row, said with its reason; the other rows still run.
+    try {
+      const auto te = std::chrono::steady_clock::now();
+      fs::path dir = t.dir;
+      std::vector<std::string> notes;
+      if (scheme != "bf16") {
+        fixtures::QuantizeCheckpointOptions qo;
+        qo.ignore_unsupported = true;
+        std::string expert_why;
+        if (cfg.num_experts > 0 &&
+            scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight &&
+            !gpu::gpu_supports_expert_scheme(parse_scheme_id(scheme), &expert_why)) {
+          qo.ignore.push_back("re:.*\\.mlp\\.experts\\..*");
+          notes.push_back("the MoE experts stay bf16 in this engine row (" + expert_why +
+                          "); the format row quantizes them");
+        }
+        if (parse_scheme_id(scheme).kind == SchemeKind::kMxfp8 ||
+            parse_scheme_id(scheme).kind == SchemeKind::kMxfp4)
+          notes.push_back(
+              "Hopper emulation of a Blackwell (MX) format: sm_90 has no block-scaled tensor-core "
+              "MMA, so element products are summed exactly on CUDA cores, 16 at a time (mxfp8: "
+              "fp32; mxfp4: int32 dp4a on doubled e2m1 codes, the weights packed two a byte), and "
+              "each 32-block's E8M0 scales multiply its sum; a native kernel applies the scales "
+              "inside the MMA, accumulating in its own order and width. The activation codes and "
+              "scales are the dialect's bit for bit either way");
+        if (parse_scheme_id(scheme).kind == SchemeKind::kNvfp4)
+          notes.push_back(
+              "Hopper emulation of a Blackwell (NVFP4) format: sm_90 has no FP4 tensor-core MMA, "
+              "so e2m1 products (the weights packed two a byte) are summed exactly by int32 dp4a "
+              "on "
+              "doubled codes, 16 at a time, each 16-group's sum times its two e4m3 block scales "
+              "(exact), fp32 accumulation, then alpha = fl32(1/gs_in) * fl32(1/gs_w) as vLLM's "
+              "layer.alpha; a native kernel applies the block scales inside the MMA and "
+              "accumulates in its own order. The activation codes and block scales are the "
+              "dialect's bit for bit either way");
+        if (scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kKvCache)
+          notes.push_back(
+              "the engine reads its quantized cache as bf16(fp32 dequantized value) for its bf16 "
+              "attention operands: one rounding beyond the reference's read, shown at the "
+              "attn.k_cache / attn.v_cache points; the codes it writes are the reference's");
+        dir = work / (t.name + "." + scheme + ".engine-ckpt");
+        // Produced under the engine's dialect, whose loader rules (fp8-block's partition
+        // alignment, ...) the engine then meets; the linears it cannot take stay bf16 and the row
+        // says which.
+        const fixtures::SchemeExclusions ex =
+            fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), Dialect::kVllm);
+        if (!ex.modules.empty())
+          notes.push_back(
+              std::to_string(ex.modules.size()) +
+              " module(s) left bf16 in this engine row (dialect vllm cannot take them), "
+              "first " +
+              ex.modules.front().module + ": " + ex.modules.front().rule);
+        fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), Dialect::kVllm, dir, stats,
+                                      OverwritePolicy::kReplace, nullptr, qo);
       }
-      if (parse_scheme_id(scheme).kind == SchemeKind::kMxfp8 ||
-          parse_scheme_id(scheme).kind == SchemeKind::kMxfp4)
-        notes.push_back(
-            "Hopper emulation of a Blackwell (MX) format: sm_90 has no block-scaled tensor-core "
-            "MMA, so element products are summed exactly on CUDA cores, 16 at a time (mxfp8: "
-            "fp32; mxfp4: int32 dp4a on doubled e2m1 codes, the weights packed two a byte), and "
-            "each 32-block's E8M0 scales multiply its sum; a native kernel applies the scales "
-            "inside the MMA, accumulating in its own order and width. The activation codes and "
-            "scales are the dialect's bit for bit either way");
-      if (parse_scheme_id(scheme).kind == SchemeKind::kNvfp4)
-        notes.push_back(
-            "Hopper emulation of a Blackwell (NVFP4) format: sm_90 has no FP4 tensor-core MMA, "
-            "so e2m1 products (the weights packed two a byte) are summed exactly by int32 dp4a on "
-            "doubled codes, 16 at a time, each 16-group's sum times its two e4m3 block scales "
-            "(exact), fp32 accumulation, then alpha = fl32(1/gs_in) * fl32(1/gs_w) as vLLM's "
-            "layer.alpha; a native kernel applies the block scales inside the MMA and "
-            "accumulates in its own order. The activation codes and block scales are the "
-            "dialect's bit for bit either way");
-      if (scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kKvCache)
-        notes.push_back(
-            "the engine reads its quantized cache as bf16(fp32 dequantized value) for its bf16 "
-            "attention operands: one rounding beyond the reference's read, shown at the "
-            "attn.k_cache / attn.v_cache points; the codes it writes are the reference's");
-      dir = work / (t.name + "." + scheme + ".engine-ckpt");
-      // Produced under the engine's dialect, whose loader rules (fp8-block's partition
-      // alignment, ...) the engine then meets; the linears it cannot take stay bf16 and the row
-      // says which.
-      const fixtures::SchemeExclusions ex =
-          fixtures::scheme_exclusions(t.dir, parse_scheme_id(scheme), Dialect::kVllm);
-      if (!ex.modules.empty())
-        notes.push_back(std::to_string(ex.modules.size()) +
-                        " module(s) left bf16 in this engine row (dialect vllm cannot take them), "
-                        "first " +
-                        ex.modules.front().module + ": " + ex.modules.front().rule);
-      fixtures::quantize_checkpoint(t.dir, parse_scheme_id(scheme), Dialect::kVllm, dir, stats,
-                                    OverwritePolicy::kReplace, nullptr, qo);
+      // The engine imitates vLLM; where the scheme quantizes activations the reference golden
+      // takes the same dialect, so that the codes can match bit for bit.
+      golden::ReferenceRunOptions er;
+      er.point_precision = golden::PointPrecision::kF32;
+      er.mode = reference::PrecisionMode::kEmulate;
+      er.dialect = Dialect::kVllm;
+      // The engine runs every weight and activation in bf16, whatever the checkpoint stores: the
+      // golden does the same (a no-op for a bf16 checkpoint).
+      er.run_dtype = DType::kBF16;
+      golden::Golden ref = golden::run_reference(dir, in, er, nullptr);
+      ref.meta.model = t.name;
+      ref.meta.scheme = scheme;
+      const fs::path rfile = work / (t.name + "." + scheme + ".emulate.h5");
+      write_golden(rfile, ref, OverwritePolicy::kReplace);
+      gpu::EngineOptions eo;
+      eo.max_tokens = std::max<int64_t>(o_.seq_len * o_.sequences, o_.seq_len);
+      eo.max_seqs = std::max<int64_t>(o_.sequences, 1);
+      eo.max_context = o_.seq_len + 1;
+      gpu::Engine e(gpu::load_gpu_model(dir, nullptr), eo);
+      const fs::path policy_file = policies_ / (scheme + ".json");
+      const golden::Policy policy = golden::load_policy(policy_file);
+      const auto ref_reader = golden::GoldenReader::open(rfile);
+      golden::CompareOptions co;
+      co.policy = &policy;
+      const auto row = [&](golden::Golden cand, const std::string& file, const std::string& name) {
+        cand.meta.model = t.name;
+        cand.meta.scheme = name;
+        cand.meta.point_precision = golden::PointPrecision::kF32;
+        write_golden(work / file, cand, OverwritePolicy::kReplace);
+        golden::CompareReport r =
+            golden::compare_goldens(ref_reader, golden::GoldenReader::open(work / file), co);
+        r.policy_source = "validate: " + policy_file.string();
+        Json rep = golden::report_json(r, "engine");
+        for (const auto& n : notes)
+          rep["summary"]["notes"].push_back(n);
+        golden::write_report(rep, o_.out);
+        if (r.verdict == golden::Judgement::kFail)
+          failed.push_back(t.name + "/" + name + " engine (" + to_string(cand.meta.run_mode) +
+                           ") on " + cand.meta.device + ": " + r.failures.front());
+        return r;
+      };
+      // Layer-local: each layer on the reference's own inputs, judged point by point. Free run: the
+      // engine on its own from the tokens, judged end to end (the policy says which gates judge
+      // which run).
+      const auto local = row(gpu::engine_golden_local(e, ref_reader, "*", nullptr),
+                             t.name + "." + scheme + ".engine-local.h5", scheme);
+      const auto free = row(gpu::engine_golden(e, in, "*", true, nullptr),
+                            t.name + "." + scheme + ".engine.h5", scheme + "-free-run");
+      std::cerr << "qparity validate: " << t.name << " " << scheme << " on " << gpu::device_name()
+                << ": engine vs reference, layer-local " << golden::to_string(local.verdict)
+                << "; free run " << golden::to_string(free.verdict) << ", mean KLD "
+                << free.e2e.kld_mean.value << ", top-1 " << free.e2e.top1.value << " ("
+                << seconds_since(te) << " s)\n";
+      if (!o_.keep_work && scheme != "bf16") fs::remove_all(dir);
+    } catch (const std::exception& e) {
+      std::cerr << "qparity validate: " << t.name << " " << scheme
+                << ": engine row ERROR: " << e.what() << "\n";
+      failed.push_back(t.name + "/" + scheme + " engine: error: " + e.what());
     }
-    // The engine imitates vLLM; where the scheme quantizes activations the reference golden
-    // takes the same dialect, so that the codes can match bit for bit.
-    golden::ReferenceRunOptions er;
-    er.point_precision = golden::PointPrecision::kF32;
-    er.mode = reference::PrecisionMode::kEmulate;
-    er.dialect = Dialect::kVllm;
-    // The engine runs every weight and activation in bf16, whatever the checkpoint stores: the
-    // golden does the same (a no-op for a bf16 checkpoint).
-    er.run_dtype = DType::kBF16;
-    golden::Golden ref = golden::run_reference(dir, in, er, nullptr);
-    ref.meta.model = t.name;
-    ref.meta.scheme = scheme;
-    const fs::path rfile = work / (t.name + "." + scheme + ".emulate.h5");
-    write_golden(rfile, ref, OverwritePolicy::kReplace);
-    gpu::EngineOptions eo;
-    eo.max_tokens = std::max<int64_t>(o_.seq_len * o_.sequences, o_.seq_len);
-    eo.max_seqs = std::max<int64_t>(o_.sequences, 1);
-    eo.max_context = o_.seq_len + 1;
-    gpu::Engine e(gpu::load_gpu_model(dir, nullptr), eo);
-    const fs::path policy_file = policies_ / (scheme + ".json");
-    const golden::Policy policy = golden::load_policy(policy_file);
-    const auto ref_reader = golden::GoldenReader::open(rfile);
-    golden::CompareOptions co;
-    co.policy = &policy;
-    const auto row = [&](golden::Golden cand, const std::string& file, const std::string& name) {
-      cand.meta.model = t.name;
-      cand.meta.scheme = name;
-      cand.meta.point_precision = golden::PointPrecision::kF32;
-      write_golden(work / file, cand, OverwritePolicy::kReplace);
-      golden::CompareReport r =
-          golden::compare_goldens(ref_reader, golden::GoldenReader::open(work / file), co);
-      r.policy_source = "validate: " + policy_file.string();
-      Json rep = golden::report_json(r, "engine");
-      for (const auto& n : notes)
-        rep["summary"]["notes"].push_back(n);
-      golden::write_report(rep, o_.out);
-      if (r.verdict == golden::Judgement::kFail)
-        failed.push_back(t.name + "/" + name + " engine (" + to_string(cand.meta.run_mode) +
-                         ") on " + cand.meta.device + ": " + r.failures.front());
-      return r;
-    };
-    // Layer-local: each layer on the reference's own inputs, judged point by point. Free run: the
-    // engine on its own from the tokens, judged end to end (the policy says which gates judge
-    // which run).
-    const auto local = row(gpu::engine_golden_local(e, ref_reader, "*", nullptr),
-                           t.name + "." + scheme + ".engine-local.h5", scheme);
-    const auto free = row(gpu::engine_golden(e, in, "*", true, nullptr),
-                          t.name + "." + scheme + ".engine.h5", scheme + "-free-run");
-    std::cerr << "qparity validate: " << t.name << " " << scheme << " on " << gpu::device_name()
-              << ": engine vs reference, layer-local " << golden::to_string(local.verdict)
-              << "; free run " << golden::to_string(free.verdict) << ", mean KLD "
-              << free.e2e.kld_mean.value << ", top-1 " << free.e2e.top1.value << " ("
-              << seconds_since(te) << " s)\n";
-    if (!o_.keep_work && scheme != "bf16") fs::remove_all(dir);
   }
 #else
   (void)t, (void)in, (void)work, (void)stats, (void)failed;
