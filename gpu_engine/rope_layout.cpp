@@ -78,9 +78,18 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
     throw Error("config.json", "RoPE re-layout needs even head_dim and rotary_dim");
   const std::vector<int64_t> pos = rope_positions(cfg);
   const int64_t d = cfg.head_dim;
+  // `rows` rows of `row_bytes` each, row r moved to its head's re-laid-out position.
+  const auto moved_rows = [&](std::span<const uint8_t> src, int64_t rows, size_t row_bytes) {
+    std::vector<uint8_t> dst(src.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t to = (r / d) * d + pos[static_cast<size_t>(r % d)];
+      std::memcpy(dst.data() + static_cast<size_t>(to) * row_bytes,
+                  src.data() + static_cast<size_t>(r) * row_bytes, row_bytes);
+    }
+    return dst;
+  };
   std::vector<std::vector<uint8_t>> images;
   std::vector<TensorToWrite> out;
-  std::vector<std::string> names;
   for (const auto& [name, ref] : ck.tensors()) {
     const bool q = name.find(".self_attn.q_proj.") != std::string::npos;
     const bool k = name.find(".self_attn.k_proj.") != std::string::npos;
@@ -88,44 +97,31 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
     const TensorInfo& t = *ref.info;
     if (t.numel() == 1) continue;
     const int64_t rows = q ? cfg.q_size() : cfg.kv_size();
-    if (t.dtype == DType::kI8 && t.shape.size() == 2 && static_cast<int64_t>(t.shape[0]) * 2 == rows &&
-        name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+    const auto src = ref.bytes();
+    if (t.dtype == DType::kI8 && t.shape.size() == 2 &&
+        static_cast<int64_t>(t.shape[0]) * 2 == rows && name.ends_with(".weight")) {
       // msModelSlim W4A8_DYNAMIC: two int4 rows a byte along N. Unpacked, re-laid out, packed
       // again: the pairs the engine's loader unpacks are then physical rows (2j, 2j + 1).
       const auto cols = static_cast<size_t>(t.shape[1]);
-      const auto src = ref.bytes();
       const std::vector<int8_t> codes = codec::unpack_int4_row_pairs(
           std::span<const int8_t>(reinterpret_cast<const int8_t*>(src.data()), src.size()),
           static_cast<size_t>(rows), cols, ck.origin(name));
-      std::vector<int8_t> moved(codes.size());
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t to = (r / d) * d + pos[static_cast<size_t>(r % d)];
-        std::memcpy(moved.data() + to * static_cast<int64_t>(cols),
-                    codes.data() + r * static_cast<int64_t>(cols), cols);
-      }
-      const std::vector<int8_t> packed =
-          codec::pack_int4_row_pairs(moved, static_cast<size_t>(rows), cols, ck.origin(name));
+      const std::vector<uint8_t> moved = moved_rows(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(codes.data()), codes.size()),
+          rows, cols);
+      const std::vector<int8_t> packed = codec::pack_int4_row_pairs(
+          std::span<const int8_t>(reinterpret_cast<const int8_t*>(moved.data()), moved.size()),
+          static_cast<size_t>(rows), cols, ck.origin(name));
       images.emplace_back(packed.begin(), packed.end());
-      names.push_back(name);
-      out.push_back({name, t.dtype, t.shape, std::span<const uint8_t>(images.back())});
-      continue;
-    }
-    if (t.shape.empty() || static_cast<int64_t>(t.shape[0]) != rows)
+    } else if (t.shape.empty() || static_cast<int64_t>(t.shape[0]) != rows) {
       throw Error(ck.origin(name),
                   "the engine re-lays out " + cfg.arch_name +
                       "'s q / k rows for its rotate-half RoPE kernels; this tensor's first "
                       "dimension is not the " +
                       std::to_string(rows) + " output rows");
-    const auto src = ref.bytes();
-    const uint64_t row_bytes = t.nbytes() / t.shape[0];
-    std::vector<uint8_t> dst(src.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t head = r / d, j = r % d;
-      const int64_t to = head * d + pos[static_cast<size_t>(j)];
-      std::memcpy(dst.data() + to * row_bytes, src.data() + r * row_bytes, row_bytes);
+    } else {
+      images.push_back(moved_rows(src, rows, t.nbytes() / t.shape[0]));
     }
-    images.push_back(std::move(dst));
-    names.push_back(name);
     out.push_back({name, t.dtype, t.shape, std::span<const uint8_t>(images.back())});
   }
   if (out.empty()) return ck;

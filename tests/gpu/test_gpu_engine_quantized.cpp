@@ -57,6 +57,32 @@ fs::path quantized_fixture(const fs::path& root, const std::string& arch, const 
   return out;
 }
 
+// A layer-local comparison passes, or, where `flips_explain` (activation-quantized schemes),
+// fails only through inherited activation-code flips (code_flips.h); says what explained it.
+void expect_pass_or_code_flips(const golden::CompareReport& r, bool flips_explain,
+                               const std::string& label) {
+  EXPECT_TRUE(r.missing_in_candidate.empty());
+  if (!flips_explain || r.verdict != golden::Judgement::kFail) {
+    EXPECT_EQ(r.verdict, golden::Judgement::kPass) << golden::to_text(r);
+    return;
+  }
+  ASSERT_GE(r.first_failing, 0);
+  const test::CodeFlips f = test::code_flips(r);
+  EXPECT_GT(f.layer_mismatches, 0) << golden::to_text(r);
+  EXPECT_LE(f.mismatches * 10000, f.codes) << "more than 1e-4 of the codes moved";
+  std::cout << label << ": layer-local FAIL explained by " << f.layer_mismatches
+            << " inherited code flip(s) in layer " << f.layer << " (first failing point "
+            << r.points[static_cast<size_t>(r.first_failing)].name << ")\n";
+}
+
+// The point with the largest rel_l2, and that value.
+std::pair<double, std::string> worst_point(const golden::CompareReport& r) {
+  std::pair<double, std::string> w{0.0, ""};
+  for (const auto& p : r.points)
+    if (p.stats.rel_l2 > w.first) w = {p.stats.rel_l2, p.name};
+  return w;
+}
+
 class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
@@ -100,24 +126,9 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
         golden::write_golden(lfile, local, OverwritePolicy::kReplace);
         const golden::CompareReport r =
             golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-        if (scheme == "mxfp4" && r.verdict == golden::Judgement::kFail) {
-          // e2m1 codes are 2^-2..2^-1 apart: an inherited bf16 flip moves whole fp4 steps
-          // (code_flips.h says what explains such a failure).
-          ASSERT_GE(r.first_failing, 0);
-          const test::CodeFlips f = test::code_flips(r);
-          EXPECT_GT(f.layer_mismatches, 0) << golden::to_text(r);
-          EXPECT_LE(f.mismatches * 10000, f.codes) << "more than 1e-4 of the codes moved";
-          std::cout << base << ": layer-local FAIL explained by " << f.layer_mismatches
-                    << " inherited code flip(s) in layer " << f.layer << " (first failing point "
-                    << r.points[static_cast<size_t>(r.first_failing)].name << ")\n";
-        } else {
-          EXPECT_EQ(r.verdict, golden::Judgement::kPass) << golden::to_text(r);
-        }
-        EXPECT_TRUE(r.missing_in_candidate.empty());
-        double worst = 0;
-        std::string where;
-        for (const auto& p : r.points)
-          if (p.stats.rel_l2 > worst) worst = p.stats.rel_l2, where = p.name;
+        // e2m1 codes are 2^-2..2^-1 apart: an inherited bf16 flip moves whole fp4 steps.
+        expect_pass_or_code_flips(r, scheme == "mxfp4", base);
+        const auto [worst, where] = worst_point(r);
         std::cout << base << ": layer-local worst rel_l2 " << worst << " at " << where;
         int64_t codes = 0, mismatches = 0, code_points = 0;
         for (const auto& p : r.points)
@@ -255,22 +266,9 @@ TEST_F(GpuEngineQuantized, ChatGlm2MsModelSlimSchemesMatchTheReference) {
                          OverwritePolicy::kReplace);
     const golden::CompareReport r =
         golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-    if (r.verdict == golden::Judgement::kFail &&
-        (scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn")) {
-      ASSERT_GE(r.first_failing, 0);
-      const test::CodeFlips f = test::code_flips(r);
-      EXPECT_GT(f.layer_mismatches, 0) << golden::to_text(r);
-      EXPECT_LE(f.mismatches * 10000, f.codes) << "more than 1e-4 of the codes moved";
-      std::cout << "chatglm2 " << scheme << ": layer-local FAIL explained by " << f.layer_mismatches
-                << " inherited code flip(s) in layer " << f.layer << "\n";
-    } else {
-      EXPECT_EQ(r.verdict, golden::Judgement::kPass) << golden::to_text(r);
-    }
-    EXPECT_TRUE(r.missing_in_candidate.empty());
-    double worst = 0;
-    std::string where;
-    for (const auto& p : r.points)
-      if (p.stats.rel_l2 > worst) worst = p.stats.rel_l2, where = p.name;
+    expect_pass_or_code_flips(r, scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn",
+                              "chatglm2 " + scheme);
+    const auto [worst, where] = worst_point(r);
     std::cout << "chatglm2 " << scheme << ": layer-local " << golden::to_string(r.verdict)
               << ", worst rel_l2 " << worst << " at " << where << "\n";
   }
