@@ -1,10 +1,10 @@
 #include "gpu_engine/gpu_model.h"
 
-#include <cmath>
-
 #include "core/error.h"
+#include "gpu_engine/quant/upload_util.h"
 #include "gpu_engine/rope_layout.h"
 #include "reference_cpu/layers/rope.h"
+#include "reference_cpu/quant/numeric.h"
 #include "reference_cpu/tensor_decode.h"
 
 namespace qparity::gpu {
@@ -32,14 +32,12 @@ void attach_qkv_bias(GpuModel& m, const Checkpoint& ck) {
       const TensorRef& t = ck.at(name);
       if (t.info->shape.size() != 1 || static_cast<int64_t>(t.info->shape[0]) != n)
         throw Error(ck.origin(name), "expected shape [" + std::to_string(n) + "]");
-      for (double v : reference::decode_all(t.info->dtype, t.bytes(), t.info->numel(), name)) {
-        // fp32 holds a bf16, fp16 or fp32 bias exactly; a wider one would round.
-        if (static_cast<double>(static_cast<float>(v)) != v || !std::isfinite(v))
-          throw Error(ck.origin(name),
-                      "a bias value the engine's fp32 epilogue cannot hold "
-                      "exactly (non-finite, or not an fp32 value)");
-        values.push_back(static_cast<float>(v));
-      }
+      // fp32 holds a bf16, fp16 or fp32 bias exactly; NaN / Inf and wider values are refused.
+      const std::vector<double> v =
+          reference::decode_all(t.info->dtype, t.bytes(), t.info->numel(), name);
+      reference::require_finite(v, ck.origin(name));
+      const std::vector<float> f = exact_f32(v, ck.origin(name));
+      values.insert(values.end(), f.begin(), f.end());
     }
     m.layers[i].qkv_bias = DeviceBuffer<float>(values);
   }
