@@ -27,6 +27,11 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
                            ") under tensor parallelism are not in the GPU engine yet");
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
+  if (cfg.arch == Arch::kQwen3_5)
+    throw Error(where,
+                cfg.arch_name +
+                    ": Gated DeltaNet layers, gated attention, partial RoPE and zero-centred "
+                    "norms are not in the GPU engine yet (the fp64 reference runs it)");
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
   // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h).
   auto ck =

@@ -18,11 +18,20 @@ constexpr int64_t kMaxLayers = 1024;
 
 std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& shape) {
   using namespace point;
-  std::vector<std::string_view> suffixes = {kInputNorm, kAttnQkv};
-  if (shape.qk_norm) suffixes.insert(suffixes.end(), {kAttnQNorm, kAttnKNorm});
-  suffixes.insert(suffixes.end(), {kAttnRopeQ, kAttnRopeK});
-  if (shape.quantized_kv_cache) suffixes.insert(suffixes.end(), {kAttnKCache, kAttnVCache});
-  suffixes.insert(suffixes.end(), {kAttnCore, kAttnOut, kPostAttnNorm});
+  std::vector<std::string_view> suffixes = {kInputNorm};
+  if (shape.linear_attention) {
+    suffixes.insert(suffixes.end(),
+                    {kLinearAttnQkvz, kLinearAttnBa, kLinearAttnConv, kLinearAttnBeta,
+                     kLinearAttnDecay, kLinearAttnCore, kLinearAttnState, kLinearAttnNorm});
+  } else {
+    suffixes.push_back(kAttnQkv);
+    if (shape.qk_norm) suffixes.insert(suffixes.end(), {kAttnQNorm, kAttnKNorm});
+    suffixes.insert(suffixes.end(), {kAttnRopeQ, kAttnRopeK});
+    if (shape.quantized_kv_cache) suffixes.insert(suffixes.end(), {kAttnKCache, kAttnVCache});
+    suffixes.push_back(kAttnCore);
+    if (shape.attn_gate) suffixes.push_back(kAttnGated);
+  }
+  suffixes.insert(suffixes.end(), {kAttnOut, kPostAttnNorm});
   if (shape.moe)
     suffixes.insert(suffixes.end(),
                     {kMoeRouterLogits, kMoeTopkIds, kMoeTopkWeights, kMoeExpertOut, kMoeOut});
@@ -47,11 +56,20 @@ std::string point_of(const std::string& prefix, std::string_view suffix) {
   return out;
 }
 
+LayerShape layer_shape(const ModelConfig& cfg, int64_t layer, bool quantized_kv_cache) {
+  LayerShape s;
+  s.linear_attention = cfg.is_linear_attention_layer(layer);
+  s.qk_norm = cfg.has_qk_norm && !s.linear_attention;
+  s.moe = cfg.is_moe_layer(layer);
+  s.quantized_kv_cache = quantized_kv_cache && !s.linear_attention;
+  s.attn_gate = cfg.attn_output_gate && !s.linear_attention;
+  return s;
+}
+
 std::vector<std::string> model_capture_points(const ModelConfig& cfg, bool quantized_kv_cache) {
   std::vector<std::string> out = points_before_layers();
   for (int64_t l = 0; l < cfg.num_layers; ++l)
-    for (auto& p :
-         layer_capture_points(l, {cfg.has_qk_norm, cfg.is_moe_layer(l), quantized_kv_cache}))
+    for (auto& p : layer_capture_points(l, layer_shape(cfg, l, quantized_kv_cache)))
       out.push_back(std::move(p));
   for (const auto& p : points_after_layers())
     out.push_back(p);
@@ -87,15 +105,18 @@ const std::vector<std::string>& all_layer_point_suffixes() {
     return point_of(std::string(linear), leaf);
   };
   static const std::vector<std::string> all = {
-      std::string(kInputNorm),      codes(kQkvProj, kXValues),     codes(kQkvProj, kXScales),
-      std::string(kAttnQkv),        std::string(kAttnQNorm),       std::string(kAttnKNorm),
-      std::string(kAttnRopeQ),      std::string(kAttnRopeK),       std::string(kAttnKCache),
-      std::string(kAttnVCache),     std::string(kAttnCore),        codes(kOProj, kXValues),
-      codes(kOProj, kXScales),      std::string(kAttnOut),         std::string(kPostAttnNorm),
-      codes(kGateUpProj, kXValues), codes(kGateUpProj, kXScales),  std::string(kMlpGateUp),
-      std::string(kMlpAct),         codes(kDownProj, kXValues),    codes(kDownProj, kXScales),
-      std::string(kMlpOut),         std::string(kMoeRouterLogits), std::string(kMoeTopkIds),
-      std::string(kMoeTopkWeights), std::string(kMoeExpertOut),    std::string(kMoeOut),
+      std::string(kInputNorm),       codes(kQkvProj, kXValues),     codes(kQkvProj, kXScales),
+      std::string(kAttnQkv),         std::string(kAttnQNorm),       std::string(kAttnKNorm),
+      std::string(kAttnRopeQ),       std::string(kAttnRopeK),       std::string(kAttnKCache),
+      std::string(kAttnVCache),      std::string(kAttnCore),        std::string(kAttnGated),
+      std::string(kLinearAttnQkvz),  std::string(kLinearAttnBa),    std::string(kLinearAttnConv),
+      std::string(kLinearAttnBeta),  std::string(kLinearAttnDecay), std::string(kLinearAttnCore),
+      std::string(kLinearAttnState), std::string(kLinearAttnNorm),  codes(kOProj, kXValues),
+      codes(kOProj, kXScales),       std::string(kAttnOut),         std::string(kPostAttnNorm),
+      codes(kGateUpProj, kXValues),  codes(kGateUpProj, kXScales),  std::string(kMlpGateUp),
+      std::string(kMlpAct),          codes(kDownProj, kXValues),    codes(kDownProj, kXScales),
+      std::string(kMlpOut),          std::string(kMoeRouterLogits), std::string(kMoeTopkIds),
+      std::string(kMoeTopkWeights),  std::string(kMoeExpertOut),    std::string(kMoeOut),
       std::string(kResidual)};
   return all;
 }
@@ -112,8 +133,15 @@ int64_t capture_point_width(const ModelConfig& cfg, const std::string& point) {
   if (s == kInputNorm || s == kAttnOut || s == kPostAttnNorm || s == kMlpOut || s == kMoeOut ||
       s == kResidual)
     return h;
-  if (s == kAttnQkv) return q + 2 * kv;
-  if (s == kAttnQNorm || s == kAttnRopeQ || s == kAttnCore) return q;
+  const LinearAttentionDims& la = cfg.linear;
+  if (s == kAttnQkv) return cfg.q_proj_size() + 2 * kv;
+  if (s == kAttnQNorm || s == kAttnRopeQ || s == kAttnCore || s == kAttnGated) return q;
+  if (s == kLinearAttnQkvz) return la.conv_dim() + la.value_dim();
+  if (s == kLinearAttnBa) return 2 * la.num_value_heads;
+  if (s == kLinearAttnConv) return la.conv_dim();
+  if (s == kLinearAttnBeta || s == kLinearAttnDecay) return la.num_value_heads;
+  if (s == kLinearAttnCore || s == kLinearAttnNorm) return la.value_dim();
+  if (s == kLinearAttnState) return la.state_size();
   if (s == kAttnKNorm || s == kAttnRopeK || s == kAttnKCache || s == kAttnVCache) return kv;
   if (s == kMlpGateUp) return 2 * i;
   if (s == kMlpAct) return i;

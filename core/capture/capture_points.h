@@ -28,7 +28,24 @@ inline constexpr std::string_view kAttnRopeK = "attn.rope_k";
 inline constexpr std::string_view kAttnKCache = "attn.k_cache";
 inline constexpr std::string_view kAttnVCache = "attn.v_cache";
 inline constexpr std::string_view kAttnCore = "attn.core";
+// Qwen3.5's gated attention: attn.core * sigmoid(gate), what o_proj reads.
+inline constexpr std::string_view kAttnGated = "attn.gated";
+// The token mixer's output, whichever mixer the layer has (softmax or linear attention).
+
 inline constexpr std::string_view kAttnOut = "attn.out";
+// Qwen3.5's Gated DeltaNet layers (gated_delta_net.h), in execution order: the fused input
+// projections [q | k | v | z] and [b | a], the causal conv + SiLU output [q | k | v], the gates
+// beta = sigmoid(b) and the log-space decay g, the delta rule's output per value head, the
+// recurrent state after each token ([value heads, key dim, value dim] flattened), and the gated
+// norm's output (out_proj's input). The mixer's output is attn.out.
+inline constexpr std::string_view kLinearAttnQkvz = "linear_attn.qkvz";
+inline constexpr std::string_view kLinearAttnBa = "linear_attn.ba";
+inline constexpr std::string_view kLinearAttnConv = "linear_attn.conv";
+inline constexpr std::string_view kLinearAttnBeta = "linear_attn.beta";
+inline constexpr std::string_view kLinearAttnDecay = "linear_attn.decay";
+inline constexpr std::string_view kLinearAttnCore = "linear_attn.core";
+inline constexpr std::string_view kLinearAttnState = "linear_attn.state";
+inline constexpr std::string_view kLinearAttnNorm = "linear_attn.norm";
 inline constexpr std::string_view kPostAttnNorm = "post_attn_norm";
 inline constexpr std::string_view kMlpGateUp = "mlp.gate_up";
 inline constexpr std::string_view kMlpAct = "mlp.act";
@@ -62,7 +79,11 @@ struct LayerShape {
   bool qk_norm = false;
   bool moe = false;
   bool quantized_kv_cache = false;  // attn.k_cache / attn.v_cache: what the cache holds
+  bool linear_attention = false;    // a Gated DeltaNet layer (Qwen3.5): linear_attn.* points
+  bool attn_gate = false;           // gated attention (Qwen3.5): attn.gated
 };
+// The shape of decoder layer `layer` of `cfg`.
+LayerShape layer_shape(const ModelConfig& cfg, int64_t layer, bool quantized_kv_cache = false);
 
 // The points of one decoder layer, "layers.<i>.<suffix>", in execution order.
 std::vector<std::string> layer_capture_points(int64_t layer, const LayerShape& shape);

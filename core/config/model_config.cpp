@@ -27,7 +27,9 @@ struct ArchInfo {
 // Mistral is Llama's computation with a sliding-window mask (HF MistralForCausalLM; SGLang and
 // Mini-SGLang register it as an alias of their Llama class). ChatGLM2's remote-code configs name
 // ChatGLMModel (as published) or ChatGLMForConditionalGeneration; both are the same model.
-constexpr std::array<ArchInfo, 6> kArchs = {{
+// Qwen3.5's text model (Qwen3_5ForCausalLM, model_type qwen3_5_text): hybrid Gated DeltaNet /
+// gated full attention layers (qwen3_5_config in parse_model_config).
+constexpr std::array<ArchInfo, 7> kArchs = {{
     {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048, false},
     {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768, false},
     {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768,
@@ -37,6 +39,8 @@ constexpr std::array<ArchInfo, 6> kArchs = {{
     {Arch::kChatGlm2, "ChatGLMModel", "chatglm", "ChatGLM", false, false, false, 2048, true},
     {Arch::kChatGlm2, "ChatGLMForConditionalGeneration", "chatglm", "ChatGLM", false, false, false,
      2048, true},
+    {Arch::kQwen3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3_5", true, false, true, 32768,
+     false},
 }};
 
 const ArchInfo& arch_info(Arch a) {  // the first entry of the arch: its canonical HF name
@@ -126,7 +130,69 @@ std::string implemented_rope_list() {
   return join(names, ", ");
 }
 
+// Qwen3_5TextConfig: `layer_types` verbatim, else every full_attention_interval-th layer (default
+// 4) is full attention; the Gated DeltaNet sizes; the gated attention and zero-centred norms
+// every Qwen3.5 layer has.
+void parse_qwen3_5_mixers(const Json& j, const std::string& where, ModelConfig& c) {
+  auto lt = j.find("layer_types");
+  if (lt != j.end() && !lt->is_null()) {
+    const std::string kw = key_where(where, "layer_types");
+    const auto types = as_string_list(*lt, kw);
+    if (static_cast<int64_t>(types.size()) != c.num_layers)
+      throw Error(kw, "lists " + std::to_string(types.size()) + " layers, num_hidden_layers is " +
+                          std::to_string(c.num_layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] == "full_attention")
+        c.layer_types.push_back(LayerType::kFullAttention);
+      else if (types[i] == "linear_attention")
+        c.layer_types.push_back(LayerType::kLinearAttention);
+      else
+        throw Error(key_where(where, "layer_types[" + std::to_string(i) + "]"),
+                    "'" + types[i] +
+                        "' is not a Qwen3.5 token mixer (full_attention, "
+                        "linear_attention)");
+    }
+  } else {
+    const int64_t interval =
+        opt_positive(j, "full_attention_interval", where, kMaxLayers).value_or(4);
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval != 0 ? LayerType::kLinearAttention
+                                                      : LayerType::kFullAttention);
+  }
+  LinearAttentionDims& d = c.linear;
+  d.conv_kernel = opt_positive(j, "linear_conv_kernel_dim", where, 64).value_or(4);
+  d.key_head_dim = opt_positive(j, "linear_key_head_dim", where).value_or(128);
+  d.value_head_dim = opt_positive(j, "linear_value_head_dim", where).value_or(128);
+  d.num_key_heads = opt_positive(j, "linear_num_key_heads", where).value_or(16);
+  d.num_value_heads = opt_positive(j, "linear_num_value_heads", where).value_or(32);
+  if (d.num_value_heads % d.num_key_heads != 0)
+    throw Error(where, "linear_num_value_heads (" + std::to_string(d.num_value_heads) +
+                           ") is not a multiple of linear_num_key_heads (" +
+                           std::to_string(d.num_key_heads) + ")");
+  if (d.state_size() > kMaxSize)
+    throw Error(where, "a Gated DeltaNet state of " + std::to_string(d.state_size()) +
+                           " values exceeds the supported maximum " + std::to_string(kMaxSize));
+  // Keys vLLM reads (Qwen3NextAttention / QwenGatedDeltaNetAttention) that change the math; the
+  // reference implements their defaults only.
+  if (!opt_bool(j, "attn_output_gate", where).value_or(true))
+    throw Error(key_where(where, "attn_output_gate"),
+                "false is not implemented by the qparity reference (Qwen3.5 gates attention)");
+  if (const auto g = opt_string(j, "output_gate_type", where); g && *g != "silu" && *g != "swish")
+    throw Error(key_where(where, "output_gate_type"),
+                "'" + *g + "' is not implemented by the qparity reference (silu)");
+  if (opt_bool(j, "layer_scale", where).value_or(false))
+    throw Error(key_where(where, "layer_scale"),
+                "true is not implemented by the qparity reference");
+  c.attn_output_gate = true;
+  c.zero_centred_norms = true;
+}
+
 }  // namespace
+
+bool ModelConfig::has_linear_attention() const {
+  return std::find(layer_types.begin(), layer_types.end(), LayerType::kLinearAttention) !=
+         layer_types.end();
+}
 
 // `dtype` (transformers 5) wins over the legacy `torch_dtype` when both are written.
 std::string parse_config_dtype(const Json& j, const std::string& where) {
@@ -347,14 +413,16 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (opt_bool(j, "use_sliding_window", where).value_or(false))
     throw Error(key_where(where, "use_sliding_window"),
                 "sliding-window attention is not implemented by the qparity reference");
-  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+  if (c.arch == Arch::kQwen3_5) {
+    parse_qwen3_5_mixers(j, where, c);
+  } else if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
     const auto types = as_string_list(*lt, key_where(where, "layer_types"));
     for (size_t i = 0; i < types.size(); ++i)
       if (types[i] != "full_attention")
         throw Error(key_where(where, "layer_types[" + std::to_string(i) + "]"),
-                    "'" + types[i] +
-                        "' is not implemented by the qparity reference (implemented: "
-                        "full_attention)");
+                    "'" + types[i] + "' is not implemented by the qparity reference for " +
+                        c.arch_name +
+                        " (implemented: full_attention; linear_attention in Qwen3_5ForCausalLM)");
   }
 
   // --- RoPE: legacy rope_scaling + rope_theta, or transformers-5 rope_parameters ---
@@ -371,7 +439,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     }
   }
   c.rope_theta = opt_positive_number(j, "rope_theta", where).value_or(10000.0);
-  double partial_rotary = opt_number(j, "partial_rotary_factor", where).value_or(1.0);
+  // Qwen3_5TextConfig fills in 0.25 when the key is absent.
+  double partial_rotary =
+      opt_number(j, "partial_rotary_factor", where).value_or(c.arch == Arch::kQwen3_5 ? 0.25 : 1.0);
   if (rope_dict) {
     const std::string rw = key_where(where, rope_key);
     require_object(*rope_dict, rw);
@@ -386,9 +456,25 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
                              "' is not implemented by the qparity reference (implemented: " +
                              implemented_rope_list() + ")");
   }
-  if (partial_rotary != 1.0)
+  if (c.arch == Arch::kQwen3_5) {
+    // HF compute_default_rope_parameters: dim = int(head_dim * partial_rotary_factor); the first
+    // dim channels of each head rotate (rotate-half pairs within them), the rest pass through.
+    // Text-only input: Qwen3.5's interleaved M-RoPE (mrope_section) gives its three position rows
+    // the same values, so the frequencies it picks per channel are the 1-D ones.
+    if (!(partial_rotary > 0.0 && partial_rotary <= 1.0))
+      throw Error(key_where(where, "partial_rotary_factor"),
+                  "must be in (0, 1], got " + fmt_number(partial_rotary));
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial_rotary);
+    if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0)
+      throw Error(key_where(where, "partial_rotary_factor"),
+                  "head_dim " + std::to_string(c.head_dim) + " x " + fmt_number(partial_rotary) +
+                      " gives rotary dim " + std::to_string(c.rotary_dim) +
+                      ", which must be positive and even");
+  } else if (partial_rotary != 1.0) {
     throw Error(where, "partial_rotary_factor " + fmt_number(partial_rotary) +
-                           " is not implemented by the qparity reference (only 1.0)");
+                           " is not implemented by the qparity reference for " + c.arch_name +
+                           " (only 1.0; partial rotary in Qwen3_5ForCausalLM)");
+  }
 
   // --- MoE ---
   if (info->is_moe) {
@@ -469,6 +555,20 @@ Json to_json(const ModelConfig& c) {
       {"hidden_act", c.hidden_act},
       {"dtype", c.dtype},
   };
+  if (!c.layer_types.empty()) {
+    std::vector<std::string> types;
+    for (LayerType t : c.layer_types)
+      types.emplace_back(t == LayerType::kLinearAttention ? "linear_attention" : "full_attention");
+    out["layer_types"] = types;
+    out["attn_output_gate"] = c.attn_output_gate;
+    out["zero_centred_norms"] = c.zero_centred_norms;
+  }
+  if (c.has_linear_attention())
+    out["linear_attention"] = {{"conv_kernel", c.linear.conv_kernel},
+                               {"key_head_dim", c.linear.key_head_dim},
+                               {"value_head_dim", c.linear.value_head_dim},
+                               {"num_key_heads", c.linear.num_key_heads},
+                               {"num_value_heads", c.linear.num_value_heads}};
   if (c.is_moe()) {
     std::vector<int64_t> sparse;
     for (int64_t i = 0; i < c.num_layers; ++i)

@@ -17,7 +17,27 @@
 
 namespace qparity {
 
-enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2 };
+enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2, kQwen3_5 };
+
+// A decoder layer's token mixer (HF `layer_types`): softmax attention, or Qwen3.5's Gated
+// DeltaNet linear attention.
+enum class LayerType : uint8_t { kFullAttention, kLinearAttention };
+
+// Qwen3.5's Gated DeltaNet sizes (`linear_*` keys): key heads of key_head_dim for q and k, value
+// heads of value_head_dim for v, z, the state and the output; value head j reads key head
+// j / (num_value_heads / num_key_heads).
+struct LinearAttentionDims {
+  int64_t conv_kernel = 0;  // linear_conv_kernel_dim: taps of the depthwise causal conv
+  int64_t key_head_dim = 0;
+  int64_t value_head_dim = 0;
+  int64_t num_key_heads = 0;
+  int64_t num_value_heads = 0;
+
+  int64_t key_dim() const { return num_key_heads * key_head_dim; }
+  int64_t value_dim() const { return num_value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // q | k | v channels
+  int64_t state_size() const { return num_value_heads * key_head_dim * value_head_dim; }
+};
 
 // The HF class name in `architectures` ("LlamaForCausalLM", ...).
 std::string_view arch_name(Arch a);
@@ -96,12 +116,28 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
 
+  // Qwen3.5 (Qwen3_5ForCausalLM): per-layer token mixers (empty: every layer full attention),
+  // the Gated DeltaNet sizes, the gated full attention (q_proj gives [q | gate] per head, the
+  // attention output is multiplied by sigmoid(gate) before o_proj) and the zero-centred RMSNorms
+  // (x̂ * (1 + w): decoder, final and q/k norms; the Gated DeltaNet's output norm is plain w).
+  std::vector<LayerType> layer_types;
+  LinearAttentionDims linear;
+  bool attn_output_gate = false;
+  bool zero_centred_norms = false;
+
   bool is_moe() const { return num_experts > 0; }
   bool has_qkv_bias() const { return attention_bias || qkv_bias; }
   // HF Qwen3-MoE rule: layer i is sparse iff i is not in mlp_only_layers, num_experts > 0 and
   // (i + 1) % decoder_sparse_step == 0.
   bool is_moe_layer(int64_t i) const;
+  bool is_linear_attention_layer(int64_t i) const {
+    return !layer_types.empty() &&
+           layer_types[static_cast<size_t>(i)] == LayerType::kLinearAttention;
+  }
+  bool has_linear_attention() const;
   int64_t q_size() const { return num_heads * head_dim; }
+  // q_proj's rows: q, or per head [q | gate] with the output gate.
+  int64_t q_proj_size() const { return attn_output_gate ? 2 * q_size() : q_size(); }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
 };
 

@@ -38,6 +38,10 @@ ModelConfig tp_rank_config(const ModelConfig& c, int tp) {
   const std::string where = "config.json";
   require(tp >= 1, where, "tp " + std::to_string(tp) + " must be at least 1");
   if (tp == 1) return c;
+  require(c.layer_types.empty() && !c.attn_output_gate, where,
+          c.arch_name +
+              ": Gated DeltaNet / gated-attention layers are not sharded for tensor "
+              "parallelism yet");
   const auto divides = [&](int64_t n, const char* key) {
     require(n % tp == 0, where,
             std::string(key) + " " + std::to_string(n) + " does not divide by tp " +

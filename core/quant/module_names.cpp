@@ -28,6 +28,16 @@ std::string_view to_string(LinearKind k) {
       return "expert_down_proj";
     case LinearKind::kLmHead:
       return "lm_head";
+    case LinearKind::kLinearAttnQkv:
+      return "in_proj_qkv";
+    case LinearKind::kLinearAttnZ:
+      return "in_proj_z";
+    case LinearKind::kLinearAttnB:
+      return "in_proj_b";
+    case LinearKind::kLinearAttnA:
+      return "in_proj_a";
+    case LinearKind::kLinearAttnOut:
+      return "linear_attn_out_proj";
   }
   return "?";
 }
@@ -58,7 +68,9 @@ ModuleNames::ModuleNames(const ModelConfig& cfg) {
   };
   auto add_norm = [&](std::string prefix, NormKind kind, int64_t layer, int64_t dim,
                       std::vector<std::string> consumers) {
-    norms_.push_back({std::move(prefix), kind, layer, dim, norm_cls, std::move(consumers)});
+    const bool gated = kind == NormKind::kLinearAttnNorm;
+    norms_.push_back({std::move(prefix), kind, layer, dim, gated ? norm_cls + "Gated" : norm_cls,
+                      cfg.zero_centred_norms && !gated, std::move(consumers)});
   };
   auto add_other = [&](std::string prefix, std::string class_name) {
     others_.push_back({std::move(prefix), std::move(class_name)});
@@ -75,17 +87,35 @@ ModuleNames::ModuleNames(const ModelConfig& cfg) {
     const std::string mlp = layer + ".mlp";
     add_other(layer, cls + "DecoderLayer");
 
-    add_norm(layer + ".input_layernorm", NormKind::kInputLayernorm, i, cfg.hidden,
-             {attn + ".q_proj", attn + ".k_proj", attn + ".v_proj"});
-    add_linear(attn + ".q_proj", LinearKind::kQProj, i, cfg.q_size(), cfg.hidden);
-    add_linear(attn + ".k_proj", LinearKind::kKProj, i, cfg.kv_size(), cfg.hidden);
-    add_linear(attn + ".v_proj", LinearKind::kVProj, i, cfg.kv_size(), cfg.hidden);
-    if (cfg.has_qk_norm) {
-      add_norm(attn + ".q_norm", NormKind::kQNorm, i, cfg.head_dim, {});
-      add_norm(attn + ".k_norm", NormKind::kKNorm, i, cfg.head_dim, {});
+    if (cfg.is_linear_attention_layer(i)) {
+      const std::string la = layer + ".linear_attn";
+      const LinearAttentionDims& d = cfg.linear;
+      std::vector<std::string> in_projs;
+      for (const char* p : {".in_proj_qkv", ".in_proj_z", ".in_proj_b", ".in_proj_a"})
+        in_projs.push_back(la + p);
+      add_norm(layer + ".input_layernorm", NormKind::kInputLayernorm, i, cfg.hidden, in_projs);
+      add_other(la, cls + "GatedDeltaNet");
+      add_other(la + ".conv1d", "Conv1d");
+      linear_attns_.push_back({la, i, d});
+      add_linear(in_projs[0], LinearKind::kLinearAttnQkv, i, d.conv_dim(), cfg.hidden);
+      add_linear(in_projs[1], LinearKind::kLinearAttnZ, i, d.value_dim(), cfg.hidden);
+      add_linear(in_projs[2], LinearKind::kLinearAttnB, i, d.num_value_heads, cfg.hidden);
+      add_linear(in_projs[3], LinearKind::kLinearAttnA, i, d.num_value_heads, cfg.hidden);
+      add_norm(la + ".norm", NormKind::kLinearAttnNorm, i, d.value_head_dim, {});
+      add_linear(la + ".out_proj", LinearKind::kLinearAttnOut, i, cfg.hidden, d.value_dim());
+    } else {
+      add_norm(layer + ".input_layernorm", NormKind::kInputLayernorm, i, cfg.hidden,
+               {attn + ".q_proj", attn + ".k_proj", attn + ".v_proj"});
+      add_linear(attn + ".q_proj", LinearKind::kQProj, i, cfg.q_proj_size(), cfg.hidden);
+      add_linear(attn + ".k_proj", LinearKind::kKProj, i, cfg.kv_size(), cfg.hidden);
+      add_linear(attn + ".v_proj", LinearKind::kVProj, i, cfg.kv_size(), cfg.hidden);
+      if (cfg.has_qk_norm) {
+        add_norm(attn + ".q_norm", NormKind::kQNorm, i, cfg.head_dim, {});
+        add_norm(attn + ".k_norm", NormKind::kKNorm, i, cfg.head_dim, {});
+      }
+      attentions_.push_back({attn, i, cfg.num_kv_heads, cfg.head_dim, cls + "Attention"});
+      add_linear(attn + ".o_proj", LinearKind::kOProj, i, cfg.hidden, cfg.q_size());
     }
-    attentions_.push_back({attn, i, cfg.num_kv_heads, cfg.head_dim, cls + "Attention"});
-    add_linear(attn + ".o_proj", LinearKind::kOProj, i, cfg.hidden, cfg.q_size());
 
     if (cfg.is_moe_layer(i)) {
       const std::string stack = mlp + ".experts";

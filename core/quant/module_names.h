@@ -1,9 +1,9 @@
 #pragma once
-// Every module of an HF Llama / Qwen3 / Qwen3-MoE model that a quantization config can name, with
-// the HF names checkpoints use: the linears (with the class name compressed-tensors' class
-// targets match), the MoE expert stacks engines fuse them into, the attention modules that own a
-// KV cache, and the norms smooth-quant folds into. Lists are in execution order, which is also
-// the order a quantization plan is printed and bisected in.
+// Every module of an HF Llama / Qwen3 / Qwen3-MoE / Mistral / ChatGLM2 / Qwen3.5 model that a
+// quantization config can name, with the HF names checkpoints use: the linears (with the class name
+// compressed-tensors' class targets match), the MoE expert stacks engines fuse them into, the
+// attention modules that own a KV cache, and the norms smooth-quant folds into. Lists are in
+// execution order, which is also the order a quantization plan is printed and bisected in.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -27,6 +27,13 @@ enum class LinearKind : uint8_t {
   kExpertUp,
   kExpertDown,
   kLmHead,
+  // Qwen3.5 Gated DeltaNet (`linear_attn.*`): the input projections (engines fuse qkv | z and
+  // b | a, as vLLM's in_proj_qkvz / in_proj_ba) and the output projection.
+  kLinearAttnQkv,
+  kLinearAttnZ,
+  kLinearAttnB,
+  kLinearAttnA,
+  kLinearAttnOut,
 };
 
 // The shard an expert linear fills in an engine's fused stack: w1 = gate_proj and w3 = up_proj
@@ -68,7 +75,16 @@ struct AttentionModule {
   std::string class_name;  // "LlamaAttention", "Qwen3Attention", "Qwen3MoeAttention"
 };
 
-enum class NormKind : uint8_t { kInputLayernorm, kPostAttentionLayernorm, kFinal, kQNorm, kKNorm };
+// kLinearAttnNorm: the Gated DeltaNet's gated output norm (Qwen3.5 `linear_attn.norm`, over each
+// value head).
+enum class NormKind : uint8_t {
+  kInputLayernorm,
+  kPostAttentionLayernorm,
+  kFinal,
+  kQNorm,
+  kKNorm,
+  kLinearAttnNorm
+};
 
 struct NormModule {
   std::string prefix;  // "model.layers.3.input_layernorm"
@@ -76,8 +92,18 @@ struct NormModule {
   int64_t layer = -1;  // -1 for model.norm
   int64_t dim = 0;
   std::string class_name;  // "LlamaRMSNorm", ...
+  bool zero_centred = false;  // Qwen3.5: the checkpoint holds w of x̂ * (1 + w)
   // Linears reading this norm's output: what a smooth-quant scale folded into it rescales.
   std::vector<std::string> consumers;
+};
+
+// A Qwen3.5 Gated DeltaNet token mixer ("model.layers.<i>.linear_attn"): besides its linears
+// and its norm it holds conv1d.weight [conv_dim, 1, conv_kernel], A_log and dt_bias [value
+// heads], tensors no quantization config names.
+struct LinearAttentionModule {
+  std::string prefix;  // "model.layers.0.linear_attn"
+  int64_t layer = 0;
+  LinearAttentionDims dims;
 };
 
 // A module that is neither a linear nor listed above (embedding, containers, decoder layers);
@@ -93,7 +119,10 @@ class ModuleNames {
 
   const std::vector<LinearModule>& linears() const { return linears_; }
   const std::vector<ExpertStack>& expert_stacks() const { return stacks_; }
+  // The softmax-attention modules (one per full-attention layer: every layer but Qwen3.5's
+  // linear-attention ones).
   const std::vector<AttentionModule>& attentions() const { return attentions_; }
+  const std::vector<LinearAttentionModule>& linear_attentions() const { return linear_attns_; }
   const std::vector<NormModule>& norms() const { return norms_; }
   const std::vector<OtherModule>& others() const { return others_; }
 
@@ -110,6 +139,7 @@ class ModuleNames {
   std::vector<LinearModule> linears_;
   std::vector<ExpertStack> stacks_;
   std::vector<AttentionModule> attentions_;
+  std::vector<LinearAttentionModule> linear_attns_;
   std::vector<NormModule> norms_;
   std::vector<OtherModule> others_;
   std::unordered_map<std::string, size_t> linear_index_, stack_index_, attention_index_,

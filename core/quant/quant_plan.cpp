@@ -211,21 +211,26 @@ QuantPlan::QuantPlan(const ModelConfig& cfg, Provenance why)
     e.layer = n.layer;
     add(std::move(e));
   };
-  size_t si = 0;
-  for (const AttentionModule& a : m.attentions()) {
+  size_t si = 0, ai = 0;
+  for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
     take_norm(NormKind::kInputLayernorm);
-    take_linears_until(a.layer, LinearKind::kVProj);
-    PlanEntry kv;
-    kv.prefix = a.prefix;
-    kv.role = ModuleRole::kKvCache;
-    kv.scheme = SchemeId{SchemeKind::kKvBf16, 0};
-    kv.why = why;
-    kv.layer = a.layer;
-    add(std::move(kv));
-    take_linears_until(a.layer, LinearKind::kOProj);
+    if (ai < m.attentions().size() && m.attentions()[ai].layer == layer) {
+      const AttentionModule& a = m.attentions()[ai++];
+      take_linears_until(layer, LinearKind::kVProj);
+      PlanEntry kv;
+      kv.prefix = a.prefix;
+      kv.role = ModuleRole::kKvCache;
+      kv.scheme = SchemeId{SchemeKind::kKvBf16, 0};
+      kv.why = why;
+      kv.layer = a.layer;
+      add(std::move(kv));
+      take_linears_until(layer, LinearKind::kOProj);
+    } else {  // a Gated DeltaNet layer: its projections, no KV cache
+      take_linears_until(layer, LinearKind::kLinearAttnOut);
+    }
     take_norm(NormKind::kPostAttentionLayernorm);
-    if (si < m.expert_stacks().size() && m.expert_stacks()[si].layer == a.layer) {
-      take_linears_until(a.layer, LinearKind::kRouter);
+    if (si < m.expert_stacks().size() && m.expert_stacks()[si].layer == layer) {
+      take_linears_until(layer, LinearKind::kRouter);
       const ExpertStack& s = m.expert_stacks()[si++];
       PlanEntry se;
       se.prefix = s.prefix;
@@ -235,7 +240,7 @@ QuantPlan::QuantPlan(const ModelConfig& cfg, Provenance why)
       se.layer = s.layer;
       add(std::move(se));
     }
-    take_linears_until(a.layer, LinearKind::kLmHead);  // the rest of the layer's MLP
+    take_linears_until(layer, LinearKind::kLmHead);  // the rest of the layer's MLP
   }
   take_norm(NormKind::kFinal);
   take_linears_until(-1, LinearKind::kLmHead);
@@ -360,6 +365,11 @@ void QuantPlan::finalize() {
   for (const AttentionModule& a : modules_->attentions())
     check_fused({a.prefix + ".q_proj", a.prefix + ".k_proj", a.prefix + ".v_proj"},
                 a.prefix + ".qkv_proj");
+  for (const LinearAttentionModule& la : modules_->linear_attentions()) {
+    check_fused({la.prefix + ".in_proj_qkv", la.prefix + ".in_proj_z"},
+                la.prefix + ".in_proj_qkvz");
+    check_fused({la.prefix + ".in_proj_b", la.prefix + ".in_proj_a"}, la.prefix + ".in_proj_ba");
+  }
   for (const LinearModule& l : modules_->linears())
     if (l.kind == LinearKind::kGateProj) {
       const std::string mlp = l.prefix.substr(0, l.prefix.rfind('.'));
@@ -411,6 +421,19 @@ Json QuantPlan::to_json() const {
 std::optional<SchemeId> override_scheme_of(const LinearModule& l, const SchemeId& scheme) {
   if (scheme_family(scheme.kind) != SchemeFamily::kWeight) return std::nullopt;
   if (l.kind == LinearKind::kLmHead || l.kind == LinearKind::kRouter) return std::nullopt;
+  // Qwen3.5's Gated DeltaNet projections stay unquantized, as llm-compressor's FP8 / NVFP4
+  // Qwen3.5 and Qwen3-Next recipes write them (ignore `re:.*linear_attn.*`); a checkpoint whose
+  // config quantizes them (AWQ W4A16) is read as its config says.
+  switch (l.kind) {
+    case LinearKind::kLinearAttnQkv:
+    case LinearKind::kLinearAttnZ:
+    case LinearKind::kLinearAttnB:
+    case LinearKind::kLinearAttnA:
+    case LinearKind::kLinearAttnOut:
+      return std::nullopt;
+    default:
+      break;
+  }
   SchemeId s = scheme;
   // One checkpoint format, two scheme ids: experts run it as an MxINT4 stack.
   if (s.kind == SchemeKind::kW4A16G32 && l.in_expert_stack()) s.kind = SchemeKind::kMxint4;

@@ -16,6 +16,8 @@ ArchBlocks blocks_of(const ModelConfig& cfg) {
       return mistral_blocks(cfg);
     case Arch::kChatGlm2:
       return chatglm2_blocks(cfg);
+    case Arch::kQwen3_5:
+      return qwen3_5_blocks(cfg);
   }
   throw Error("config.json", "unknown architecture");
 }

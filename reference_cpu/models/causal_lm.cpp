@@ -85,8 +85,10 @@ CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMo
 }
 
 void CausalLm::reset_cache() {
-  for (auto& l : layers_)
+  for (auto& l : layers_) {
     l.attn.k_cache = l.attn.v_cache = Matrix();
+    if (l.linear_attn) l.linear_attn->state = GatedDeltaNetState();
+  }
   cached_ = 0;
 }
 
@@ -146,7 +148,18 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
   Matrix qkv = a.qkv->apply(h);
   store(point_of(lp, point::kAttnQkv), qkv, hooks);
   const int64_t qs = cfg_.q_size(), kvs = cfg_.kv_size(), d = cfg_.head_dim;
-  Matrix q = columns(qkv, 0, qs), k = columns(qkv, qs, kvs), v = columns(qkv, qs + kvs, kvs);
+  const int64_t qp = cfg_.q_proj_size();
+  Matrix q = columns(qkv, 0, qs), k = columns(qkv, qp, kvs), v = columns(qkv, qp + kvs, kvs);
+  Matrix gate;
+  if (cfg_.attn_output_gate) {  // q_proj's rows per head: [q (d) | gate (d)]
+    gate = Matrix(qkv.rows, qs);
+    for (int64_t t = 0; t < qkv.rows; ++t)
+      for (int64_t hh = 0; hh < cfg_.num_heads; ++hh)
+        for (int64_t j = 0; j < d; ++j) {
+          q(t, hh * d + j) = qkv(t, 2 * hh * d + j);
+          gate(t, hh * d + j) = qkv(t, 2 * hh * d + d + j);
+        }
+  }
   if (a.q_norm) {
     q = rms_norm_heads(q, d, a.q_norm->weight, cfg_.rms_norm_eps);
     store(point_of(lp, point::kAttnQNorm), q, hooks);
@@ -188,6 +201,11 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
       causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads, cfg_.num_kv_heads, d,
                        1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
   store(point_of(lp, point::kAttnCore), core, hooks);
+  if (cfg_.attn_output_gate) {  // core * sigmoid(gate), sigmoid(x) = 1 / (1 + exp(-x))
+    for (size_t i = 0; i < core.data.size(); ++i)
+      core.data[i] *= 1.0 / (1.0 + std::exp(-gate.data[i]));
+    store(point_of(lp, point::kAttnGated), core, hooks);
+  }
   if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
   observe_codes(*a.o_proj, point_of(lp, point::kOProj), core, hooks);
   Matrix out = a.o_proj->apply(core);
@@ -256,12 +274,46 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
   return out;
 }
 
+Matrix CausalLm::linear_attention(DecoderLayer& l, const Matrix& h, const ForwardHooks& hooks) {
+  LinearAttentionBlock& b = *l.linear_attn;
+  const GatedDeltaNetParams& p = b.params;
+  const std::string lp = layer_prefix(l.index);
+  if (hooks.on_linear_input)
+    for (const char* name : {".in_proj_qkv", ".in_proj_z", ".in_proj_b", ".in_proj_a"})
+      hooks.on_linear_input(b.prefix + name, h);
+  Matrix qkvz = b.qkvz->apply(h);
+  store(point_of(lp, point::kLinearAttnQkvz), qkvz, hooks);
+  Matrix ba = b.ba->apply(h);
+  store(point_of(lp, point::kLinearAttnBa), ba, hooks);
+  const int64_t c = p.dims.conv_dim(), vd = p.dims.value_dim(), hv = p.dims.num_value_heads;
+  Matrix conv = causal_conv_silu(columns(qkvz, 0, c), p, b.state);
+  store(point_of(lp, point::kLinearAttnConv), conv, hooks);
+  Matrix beta, g;
+  delta_rule_gates(columns(ba, 0, hv), columns(ba, hv, hv), p, beta, g);
+  // Engines compute the gates in fp32 (transformers' g, vLLM's fused gating kernel).
+  store(point_of(lp, point::kLinearAttnBeta), beta, hooks, true);
+  store(point_of(lp, point::kLinearAttnDecay), g, hooks, true);
+  const std::string state_name = point_of(lp, point::kLinearAttnState);
+  const bool want_states = hooks.trace && hooks.trace->wants(state_name);
+  Matrix states;
+  Matrix core = gated_delta_rule(conv, beta, g, p, b.state, mode_ == PrecisionMode::kEmulate,
+                                 want_states ? &states : nullptr);
+  if (want_states) hooks.trace->record(state_name, states);
+  store(point_of(lp, point::kLinearAttnCore), core, hooks);
+  Matrix y = gated_rms_norm(core, columns(qkvz, c, vd), p);
+  store(point_of(lp, point::kLinearAttnNorm), y, hooks);
+  if (hooks.on_linear_input) hooks.on_linear_input(b.prefix + ".out_proj", y);
+  Matrix out = b.out_proj->apply(y);
+  store(point_of(lp, point::kAttnOut), out, hooks);
+  return out;
+}
+
 Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
                            const ForwardHooks& hooks) {
   const std::string lp = layer_prefix(l.index);
   Matrix h = norm(x, l.input_norm);
   store(point_of(lp, point::kInputNorm), h, hooks);
-  add_in_place(x, attention(l, h, pos, hooks));
+  add_in_place(x, l.linear_attn ? linear_attention(l, h, hooks) : attention(l, h, pos, hooks));
   round_stored(x);
   Matrix h2 = norm(x, l.post_attention_norm);
   store(point_of(lp, point::kPostAttnNorm), h2, hooks);
@@ -325,8 +377,9 @@ void CausalLm::release_layer(int64_t layer) {
 }
 
 void CausalLm::reset_layer_cache(int64_t layer) {
-  AttentionBlock& a = layer_at(layer, "reset_layer_cache").attn;
-  a.k_cache = a.v_cache = Matrix();
+  DecoderLayer& l = layer_at(layer, "reset_layer_cache");
+  l.attn.k_cache = l.attn.v_cache = Matrix();
+  if (l.linear_attn) l.linear_attn->state = GatedDeltaNetState();
 }
 
 Matrix CausalLm::forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,

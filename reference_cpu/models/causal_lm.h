@@ -1,12 +1,17 @@
 #pragma once
-// The fp64 reference decoder (Llama, Qwen3, Qwen3-MoE) as one composition of shared blocks that
+// The fp64 reference decoder (Llama, Qwen3, Qwen3-MoE, Mistral, ChatGLM2, Qwen3.5) as one
+// composition of shared blocks that
 // differ by flags (has_qk_norm, MoE layers), in the shape mini-sglang gives its models:
 //   embed -> per layer [input_norm -> attention (fused qkv LinearMethod, optional per-head q/k
 //   RMSNorm, RoPE, KV cache through a KvCacheMethod, causal GQA softmax, o_proj) -> residual add
 //   -> post_attention_norm -> SwiGLU MLP (fused gate_up, silu*mul, down) or sparse MoE (router,
 //   softmax top-k, expert stacks) -> residual add] -> final norm -> lm_head (or tied embeddings).
 // Every linear and expert stack is a LinearMethod chosen by the QuantPlan; the model never looks
-// at the checkpoint format. Structure comes from ModelConfig; the loader (model_loader.h) fills
+// at the checkpoint format. Qwen3.5: a linear-attention layer's mixer is the Gated DeltaNet
+// (gated_delta_net.h: fused in_proj_qkvz / in_proj_ba, causal conv, delta rule with its state,
+// gated norm, out_proj), its full-attention layers gate the attention output with
+// sigmoid(gate) from q_proj, and its norms' (1 + w) is folded into the weight at load.
+// Structure comes from ModelConfig; the loader (model_loader.h) fills
 // weights.
 //
 // Precision modes:
@@ -31,6 +36,7 @@
 #include "core/config/model_config.h"
 #include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
+#include "reference_cpu/layers/gated_delta_net.h"
 #include "reference_cpu/layers/rope.h"
 #include "reference_cpu/quant/kv_cache_method.h"
 #include "reference_cpu/quant/linear_method.h"
@@ -84,10 +90,21 @@ struct MoeBlock {
   std::unique_ptr<LinearMethod> w2;      // experts' down, E x [H, I]
 };
 
+// Qwen3.5's Gated DeltaNet token mixer (gated_delta_net.h), with its recurrent state.
+struct LinearAttentionBlock {
+  std::string prefix;                      // "model.layers.0.linear_attn"
+  std::unique_ptr<LinearMethod> qkvz;      // in_proj_qkv | in_proj_z fused (vLLM's in_proj_qkvz)
+  std::unique_ptr<LinearMethod> ba;        // in_proj_b | in_proj_a fused (vLLM's in_proj_ba)
+  std::unique_ptr<LinearMethod> out_proj;  // [hidden, HV dv]
+  GatedDeltaNetParams params;              // conv1d, A_log, dt_bias, the gated norm's weight
+  GatedDeltaNetState state;                // the sequence so far (empty: fresh)
+};
+
 struct DecoderLayer {
   int64_t index = 0;
   NormWeights input_norm, post_attention_norm;
-  AttentionBlock attn;
+  AttentionBlock attn;                              // full-attention layers
+  std::optional<LinearAttentionBlock> linear_attn;  // Gated DeltaNet layers (attn unused)
   std::optional<MlpBlock> mlp;
   std::optional<MoeBlock> moe;
 };
@@ -175,6 +192,7 @@ class CausalLm {
   Matrix attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
                    const ForwardHooks& hooks);
   Matrix moe(const MoeBlock& m, const std::string& lp, const Matrix& h, const ForwardHooks& hooks);
+  Matrix linear_attention(DecoderLayer& l, const Matrix& h, const ForwardHooks& hooks);
 
   ModelConfig cfg_;
   QuantPlan plan_;

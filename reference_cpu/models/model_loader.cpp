@@ -44,6 +44,14 @@ struct NormSlot {
   NormWeights* out = nullptr;
   int64_t dim = 0;
   std::map<std::string, TensorView> found;  // "weight", "bias", "module.weight", "module.bias"
+  bool zero_centred = false;                // Qwen3.5: the model multiplies by 1 + weight
+};
+
+// A plain float tensor a block reads as fp64 values (Gated DeltaNet conv1d, A_log, dt_bias).
+struct ParamSlot {
+  std::vector<double>* out = nullptr;
+  std::vector<int64_t> shape;
+  std::optional<TensorView> found;
 };
 
 class Loader {
@@ -75,7 +83,9 @@ class Loader {
   // routing.
   void build_layer(DecoderLayer& l) {
     const std::string lp = "model.layers." + std::to_string(l.index);
+    const bool linear = cfg_.is_linear_attention_layer(l.index);
     l.attn.prefix = lp + ".self_attn";
+    if (linear) build_linear_attention(l, lp + ".linear_attn");
     if (blocks_.moe && cfg_.is_moe_layer(l.index)) {
       l.moe.emplace();
       l.moe->prefix = lp + ".mlp";
@@ -83,9 +93,10 @@ class Loader {
       l.mlp.emplace();
       l.mlp->prefix = lp + ".mlp";
     }
-    build_attention(m_.plan(), l);
-    norm_slot(lp + ".input_layernorm", &l.input_norm, cfg_.hidden);
-    norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden);
+    if (!linear) build_attention(m_.plan(), l);
+    const bool zc = cfg_.zero_centred_norms;
+    norm_slot(lp + ".input_layernorm", &l.input_norm, cfg_.hidden, zc);
+    norm_slot(lp + ".post_attention_layernorm", &l.post_attention_norm, cfg_.hidden, zc);
     for (const LinearLayer& ll : linears_) {
       if (ll.layer != l.index) continue;
       std::unique_ptr<LinearMethod> lm = make(m_.plan(), ll);
@@ -111,6 +122,15 @@ class Loader {
         case LinearLayerKind::kExpertsW2:
           l.moe->w2 = std::move(lm);
           break;
+        case LinearLayerKind::kLinearAttnQkvz:
+          l.linear_attn->qkvz = std::move(lm);
+          break;
+        case LinearLayerKind::kLinearAttnBa:
+          l.linear_attn->ba = std::move(lm);
+          break;
+        case LinearLayerKind::kLinearAttnOut:
+          l.linear_attn->out_proj = std::move(lm);
+          break;
         case LinearLayerKind::kLmHead:
           throw Error("model loader",
                       "lm_head listed inside decoder layer " + std::to_string(l.index));
@@ -120,7 +140,7 @@ class Loader {
 
   // The final norm and lm_head (the embedding is routed by name).
   void build_top() {
-    norm_slot("model.norm", &m_.final_norm(), cfg_.hidden);
+    norm_slot("model.norm", &m_.final_norm(), cfg_.hidden, cfg_.zero_centred_norms);
     for (const LinearLayer& ll : linears_)
       if (ll.kind == LinearLayerKind::kLmHead) m_.lm_head() = make(m_.plan(), ll);
     top_ = true;
@@ -144,6 +164,13 @@ class Loader {
     }
     for (auto& [prefix, slot] : norms_)
       resolve_norm(prefix, slot);
+    for (auto& [name, slot] : params_)
+      resolve_param(name, slot);
+    for (auto& [prefix, out] : gated_norm_owner_) {
+      const NormWeights& n = gated_norms_.at(prefix);
+      if (!n.bias.empty()) throw Error(prefix + ".norm.bias", "a gated norm has no bias");
+      *out = n.weight;
+    }
     for (LinearMethod* lm : methods_)
       lm->process_weights_after_loading();
     for (auto& [prefix, kv] : kv_)
@@ -189,8 +216,8 @@ class Loader {
     if (blocks_.qk_norm) {
       a.q_norm.emplace();
       a.k_norm.emplace();
-      norm_slot(a.prefix + ".q_norm", &*a.q_norm, cfg_.head_dim);
-      norm_slot(a.prefix + ".k_norm", &*a.k_norm, cfg_.head_dim);
+      norm_slot(a.prefix + ".q_norm", &*a.q_norm, cfg_.head_dim, cfg_.zero_centred_norms);
+      norm_slot(a.prefix + ".k_norm", &*a.k_norm, cfg_.head_dim, cfg_.zero_centred_norms);
     }
     a.kv =
         make_kv_cache_method(KvShape{a.prefix, cfg_.num_kv_heads, cfg_.head_dim, m_.model_dtype()},
@@ -198,8 +225,36 @@ class Loader {
     kv_[a.prefix] = a.kv.get();
   }
 
-  void norm_slot(const std::string& prefix, NormWeights* out, int64_t dim) {
-    norms_[prefix] = NormSlot{out, dim, {}};
+  // A Gated DeltaNet layer's non-linear tensors (its linears come from linear_layers()).
+  void build_linear_attention(DecoderLayer& l, const std::string& prefix) {
+    LinearAttentionBlock& b = l.linear_attn.emplace();
+    b.prefix = prefix;
+    GatedDeltaNetParams& p = b.params;
+    p.dims = cfg_.linear;
+    p.eps = cfg_.rms_norm_eps;
+    const LinearAttentionDims& d = cfg_.linear;
+    params_[prefix + ".conv1d.weight"] = {&p.conv, {d.conv_dim(), 1, d.conv_kernel}, {}};
+    params_[prefix + ".A_log"] = {&p.a_log, {d.num_value_heads}, {}};
+    params_[prefix + ".dt_bias"] = {&p.dt_bias, {d.num_value_heads}, {}};
+    norm_slot(prefix + ".norm", &gated_norms_[prefix], d.value_head_dim, false);
+    gated_norm_owner_[prefix] = &p.norm;
+  }
+
+  void norm_slot(const std::string& prefix, NormWeights* out, int64_t dim, bool zero_centred) {
+    norms_[prefix] = NormSlot{out, dim, {}, zero_centred};
+  }
+
+  void resolve_param(const std::string& name, ParamSlot& slot) {
+    if (!slot.found) throw Error(ckpt_->root().string() + ": tensor '" + name + "'", "missing");
+    const TensorView& t = *slot.found;
+    if (!is_float(t.dtype) || t.shape != slot.shape)
+      throw Error(name, "expected a float " + shape_string(slot.shape) + " tensor, got " +
+                            std::string(dtype_name(t.dtype)) + " " + shape_string(t.shape));
+    *slot.out = decode(t, name);
+    require_finite(*slot.out, name);
+    if (const auto r = m_.weight_rounding(); r && t.dtype != *r)
+      for (double& v : *slot.out)
+        v = in(arith_of(*r), v);
   }
 
   bool route(const std::string& name, const TensorView& v) {
@@ -211,6 +266,11 @@ class Loader {
       if (!top_) return false;
       embed_ = v;
       if (cfg_.tie_word_embeddings && !dry_) m_.lm_head()->load("weight", v);
+      return true;
+    }
+    if (const auto it = params_.find(name); it != params_.end()) {
+      if (it->second.found) throw Error(name, "given twice");
+      it->second.found = v;
       return true;
     }
     const size_t dot = name.rfind('.');
@@ -302,6 +362,11 @@ class Loader {
         v = in(arith_of(*r), v);
     const std::string bkey = old ? "module.bias" : "bias";
     if (slot.found.count(bkey)) slot.out->bias = values(bkey);
+    // Qwen3.5's zero-centred norms: x̂ * (1 + w), the sum taken once here in fp64 (the
+    // product's operands are then HF's, which adds 1.0 to the weight before multiplying).
+    if (slot.zero_centred)
+      for (double& v : slot.out->weight)
+        v = 1.0 + v;
     if (old && slot.found.count("bias"))
       throw Error(prefix + ".bias", "present beside module.weight: ambiguous anti-outlier norm");
     if (!old && slot.found.count("module.bias"))
@@ -320,6 +385,10 @@ class Loader {
   std::map<std::string, FusedTarget> fused_;
   std::map<std::string, KvCacheMethod*> kv_;
   std::map<std::string, NormSlot> norms_;
+  std::map<std::string, ParamSlot> params_;
+  // Gated DeltaNet output norms, resolved as norms and handed to their block's params.
+  std::map<std::string, NormWeights> gated_norms_;
+  std::map<std::string, std::vector<double>*> gated_norm_owner_;  // by linear_attn prefix
   TensorView embed_;
 };
 
@@ -355,10 +424,24 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string lp = "model.layers." + std::to_string(i);
     const std::string attn = lp + ".self_attn", mlp = lp + ".mlp";
-    add(LinearLayerKind::kQkv, i, attn, {"q_proj", "k_proj", "v_proj"},
-        {cfg.q_size(), cfg.kv_size(), cfg.kv_size()}, cfg.hidden, cfg.has_qkv_bias(), "qkv_proj");
-    add(LinearLayerKind::kOProj, i, attn + ".o_proj", {}, {cfg.hidden}, cfg.q_size(),
-        cfg.attention_bias, "");
+    if (cfg.is_linear_attention_layer(i)) {
+      // No fused checkpoint names: Qwen3-Next's in_proj_qkvz / in_proj_ba interleave the heads
+      // by key-head group, a layout this reference does not read (refused as unexpected).
+      const LinearAttentionDims& d = cfg.linear;
+      const std::string la = lp + ".linear_attn";
+      add(LinearLayerKind::kLinearAttnQkvz, i, la, {"in_proj_qkv", "in_proj_z"},
+          {d.conv_dim(), d.value_dim()}, cfg.hidden, false, "");
+      add(LinearLayerKind::kLinearAttnBa, i, la, {"in_proj_b", "in_proj_a"},
+          {d.num_value_heads, d.num_value_heads}, cfg.hidden, false, "");
+      add(LinearLayerKind::kLinearAttnOut, i, la + ".out_proj", {}, {cfg.hidden}, d.value_dim(),
+          false, "");
+    } else {
+      add(LinearLayerKind::kQkv, i, attn, {"q_proj", "k_proj", "v_proj"},
+          {cfg.q_proj_size(), cfg.kv_size(), cfg.kv_size()}, cfg.hidden, cfg.has_qkv_bias(),
+          "qkv_proj");
+      add(LinearLayerKind::kOProj, i, attn + ".o_proj", {}, {cfg.hidden}, cfg.q_size(),
+          cfg.attention_bias, "");
+    }
     if (!(blocks.moe && cfg.is_moe_layer(i))) {
       add(LinearLayerKind::kGateUp, i, mlp, {"gate_proj", "up_proj"},
           {cfg.intermediate, cfg.intermediate}, cfg.hidden, cfg.mlp_bias, "gate_up_proj");

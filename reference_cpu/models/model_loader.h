@@ -42,6 +42,11 @@ enum class LinearLayerKind : uint8_t {
   kExpertsW13,  // expert stack, gate/up of every expert
   kExpertsW2,   // expert stack, down of every expert
   kLmHead,
+  // Qwen3.5 Gated DeltaNet: in_proj_qkv | in_proj_z, in_proj_b | in_proj_a (fused as vLLM's
+  // in_proj_qkvz / in_proj_ba, partitions in that order), out_proj.
+  kLinearAttnQkvz,
+  kLinearAttnBa,
+  kLinearAttnOut,
 };
 
 struct LinearLayer {
@@ -61,8 +66,9 @@ struct LinearLayer {
   std::string fused_module;
 };
 
-// Every linear layer of `cfg`, in build order: per decoder layer qkv, o_proj, then gate_up and
-// down (dense MLP) or router, experts w13 and w2 (MoE layer); lm_head last.
+// Every linear layer of `cfg`, in build order: per decoder layer qkv, o_proj (or a Gated
+// DeltaNet layer's qkvz, ba, out_proj), then gate_up and down (dense MLP) or router, experts w13
+// and w2 (MoE layer); lm_head last.
 std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype,
                                        std::optional<DType> run_dtype = std::nullopt);
 

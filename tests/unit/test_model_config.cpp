@@ -319,11 +319,12 @@ TEST(ModelConfig, UnknownArchitectureListsSupported) {
   EXPECT_EQ(error_of([&] { parse(j); }),
             "config.json: key 'architectures': unsupported architecture 'MixtralForCausalLM' "
             "(supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-            "MistralForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration)");
+            "MistralForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration, "
+            "Qwen3_5ForCausalLM)");
   EXPECT_EQ(supported_architectures(),
             (std::vector<std::string>{"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
                                       "MistralForCausalLM", "ChatGLMModel",
-                                      "ChatGLMForConditionalGeneration"}));
+                                      "ChatGLMForConditionalGeneration", "Qwen3_5ForCausalLM"}));
   Json e = llama31_8b();
   e["architectures"] = Json::array();
   EXPECT_EQ(error_of([&] { parse(e); }), "config.json: key 'architectures': is empty");
@@ -531,6 +532,91 @@ TEST(ModelConfig, YiIsALlama) {  // 01-ai/Yi-6B config.json (Llama-compatible si
   EXPECT_EQ(c.num_kv_heads, 4);
   EXPECT_EQ(c.rope_theta, 5000000.0);
   EXPECT_EQ(c.sliding_window, 0);
+}
+
+// Qwen3_5TextConfig()'s defaults as transformers 5.17 writes them (to_json_string), with the
+// architectures key a checkpoint carries; the layer list shortened to 8 layers.
+Json qwen3_5_text() {
+  return Json::parse(R"({
+    "architectures": ["Qwen3_5ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": null, "eos_token_id": null, "head_dim": 256, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention",
+                    "linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128, "max_position_embeddings": 32768,
+    "model_type": "qwen3_5_text", "num_attention_heads": 16, "num_hidden_layers": 8,
+    "num_key_value_heads": 4, "pad_token_id": null, "partial_rotary_factor": 0.25,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"partial_rotary_factor": 0.25, "rope_theta": 10000.0,
+                        "rope_type": "default", "mrope_section": [11, 11, 10],
+                        "mrope_interleaved": true},
+    "tie_word_embeddings": false, "transformers_version": "5.17.0", "use_cache": true,
+    "vocab_size": 248320})");
+}
+
+TEST(ModelConfig, Qwen3_5HybridLayersAndGatedDeltaNetSizes) {
+  const ModelConfig c = parse(qwen3_5_text());
+  EXPECT_EQ(c.arch, Arch::kQwen3_5);
+  ASSERT_EQ(c.layer_types.size(), 8u);
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_EQ(c.is_linear_attention_layer(i), i % 4 != 3) << i;
+  EXPECT_EQ(c.linear.conv_kernel, 4);
+  EXPECT_EQ(c.linear.key_dim(), 16 * 128);
+  EXPECT_EQ(c.linear.value_dim(), 32 * 128);
+  EXPECT_EQ(c.linear.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.rotary_dim, 64);  // int(256 * 0.25)
+  EXPECT_FALSE(c.rope_interleaved);
+  EXPECT_TRUE(c.attn_output_gate);
+  EXPECT_TRUE(c.zero_centred_norms);
+  EXPECT_TRUE(c.has_qk_norm);
+  EXPECT_EQ(c.q_proj_size(), 2 * 16 * 256);
+  EXPECT_EQ(to_json(c)["layer_types"][3], "full_attention");
+
+  // Without layer_types: every full_attention_interval-th layer (default 4) is full attention.
+  Json j = qwen3_5_text();
+  j.erase("layer_types");
+  j["full_attention_interval"] = 2;
+  const ModelConfig every2 = parse(j);
+  for (int64_t i = 0; i < 8; ++i)
+    EXPECT_EQ(every2.is_linear_attention_layer(i), i % 2 == 0) << i;
+  j.erase("full_attention_interval");
+  EXPECT_FALSE(parse(j).is_linear_attention_layer(7));
+  EXPECT_TRUE(parse(j).is_linear_attention_layer(6));
+  // partial_rotary_factor absent everywhere: Qwen3_5TextConfig's 0.25.
+  j = qwen3_5_text();
+  j.erase("partial_rotary_factor");
+  j["rope_parameters"].erase("partial_rotary_factor");
+  EXPECT_EQ(parse(j).rotary_dim, 64);
+}
+
+TEST(ModelConfig, Qwen3_5RefusesWhatTheReferenceDoesNotCompute) {
+  Json j = qwen3_5_text();
+  j["layer_types"][2] = "sliding_attention";
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("layer_types[2]"));
+  j = qwen3_5_text();
+  j["layer_types"].erase(0);
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("lists 7 layers"));
+  j = qwen3_5_text();
+  j["linear_num_value_heads"] = 24;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("not a multiple of linear_num_key_heads"));
+  j = qwen3_5_text();
+  j["attn_output_gate"] = false;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("attn_output_gate"));
+  j = qwen3_5_text();
+  j["layer_scale"] = true;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("layer_scale"));
+  j = qwen3_5_text();
+  j["rope_parameters"]["partial_rotary_factor"] = 0.01;  // 256 * 0.01 = 2.56 -> 2: even, fine
+  EXPECT_EQ(parse(j).rotary_dim, 2);
+  j["rope_parameters"]["partial_rotary_factor"] = 0.005;  // 1: odd
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("rotary dim 1"));
+  // Other architectures still refuse linear attention and partial rotary, by name.
+  Json llama = qwen3_5_text();
+  llama["architectures"] = {"LlamaForCausalLM"};
+  llama["model_type"] = "llama";
+  EXPECT_THAT(error_of([&] { parse(llama); }), HasSubstr("linear_attention"));
 }
 
 Json chatglm2_6b() {  // THUDM/chatglm2-6b config.json (auto_map omitted)

@@ -103,11 +103,15 @@ if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
 QP=build-device/tools/qparity/qparity
 POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.moe.out,layers.*.residual,final_norm,logits'
-for arch in llama qwen3 qwen3-moe mistral; do
+# Qwen3.5: the Gated DeltaNet's delta-rule and gated-norm outputs and the gated attention's o_proj
+# input too (transformers' prefill runs the chunked form of the rule: the peer checks ours).
+QWEN35_POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.residual,final_norm,logits,layers.*.linear_attn.core,layers.*.linear_attn.norm,layers.*.attn.gated'
+for arch in llama qwen3 qwen3-moe mistral qwen3.5; do
   for size in tiny small; do
     d=/tmp/peer-$arch-$size; t=/tmp/peer-$arch-$size-traces; mkdir -p $t
     $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }
-    $QP trace --model $d --synthetic 24 --seed 11 --capture "$POINTS" --out $t/ref.safetensors --force 2>/dev/null
+    points=$POINTS; [ $arch = qwen3.5 ] && points=$QWEN35_POINTS
+    $QP trace --model $d --synthetic 24 --seed 11 --capture "$points" --out $t/ref.safetensors --force 2>/dev/null
     for mode in patched stock; do
       flag=""; [ $mode = stock ] && flag="--stock"
       python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \

@@ -6,13 +6,18 @@ Loads an unquantized checkpoint directory into transformers on the CPU in float6
 capture points it can observe, under qparity's names (ARCHITECTURE.md), as F64 [T, ...] tensors:
   embed, layers.<i>.input_norm, layers.<i>.attn.out, layers.<i>.post_attn_norm,
   layers.<i>.mlp.out (dense) or layers.<i>.moe.out (sparse), layers.<i>.residual, final_norm,
-  logits.
+  logits; for Qwen3.5 also layers.<i>.linear_attn.core / .linear_attn.norm (Gated DeltaNet
+  layers: the delta rule's output and the gated norm's) and layers.<i>.attn.gated (gated
+  attention: what o_proj reads).
 
 `dtype=torch.float64` alone is not fp64 throughout: LlamaRMSNorm / Qwen3RMSNorm cast to float32,
 the rotary embedding builds inv_freq, the angles and cos/sin in float32, and Qwen3-MoE's router
 softmax uses dtype=torch.float. By default those are made float64 (RMSNorm forward replaced by the
 same formula without the cast; `torch.float` and `Tensor.float()` mapped to float64 while the model
-is built and run; attention through SDPA, which computes in the input dtype on the CPU). --stock
+is built and run; attention through SDPA, which computes in the input dtype on the CPU). Qwen3.5
+also casts with .to(torch.float32) (the Gated DeltaNet, its gated norm): torch.float32 is mapped to
+float64 too for it; transformers' prefill runs torch_chunk_gated_delta_rule (the chunked form),
+so the peer checks the reference's sequential recurrence against it. --stock
 keeps transformers' own behaviour, which is what users' float64 runs get (about 1e-6 from fp64).
 
 Usage: hf_reference.py --model DIR (--tokens 1,2,3 | --tokens-from TRACE.safetensors) --out F
@@ -27,18 +32,21 @@ from safetensors.torch import load_file, save_file
 
 
 @contextlib.contextmanager
-def float_is_double(enabled):
-    """While active, torch.float and Tensor.float() mean float64 (rotary, router softmax)."""
+def float_is_double(enabled, float32_too=False):
+    """While active, torch.float and Tensor.float() mean float64 (rotary, router softmax); with
+    float32_too also torch.float32 (Qwen3.5's Gated DeltaNet casts with .to(torch.float32))."""
     if not enabled:
         yield
         return
-    saved_alias, saved_method = torch.float, torch.Tensor.float
+    saved_alias, saved_method, saved_32 = torch.float, torch.Tensor.float, torch.float32
     torch.float = torch.float64
     torch.Tensor.float = torch.Tensor.double
+    if float32_too:
+        torch.float32 = torch.float64
     try:
         yield
     finally:
-        torch.float, torch.Tensor.float = saved_alias, saved_method
+        torch.float, torch.Tensor.float, torch.float32 = saved_alias, saved_method, saved_32
 
 
 def fp64_rmsnorm_forward(self, hidden_states):
@@ -60,12 +68,20 @@ def main():
     tokens = (torch.tensor([int(t) for t in a.tokens.split(",")]) if a.tokens else
               load_file(a.tokens_from)["tokens"].to(torch.int64))
 
+    import json
+    import os
+
     from transformers import AutoModelForCausalLM
 
     patched = not a.stock
+    with open(os.path.join(a.model, "config.json")) as f:
+        model_type = json.load(f).get("model_type", "")
+    # Qwen3.5 (hybrid Gated DeltaNet): its casts are .float() and .to(torch.float32); its
+    # zero-centred RMSNorm ((1 + w) * x̂) is fp64 once those are, so it is not replaced below.
+    hybrid = model_type == "qwen3_5_text"
     # Experts through transformers' eager per-expert loop: the default grouped_mm path has no
     # float64 kernel (and is not deterministic across batch shapes).
-    with float_is_double(patched):
+    with float_is_double(patched, hybrid):
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 a.model, dtype=torch.float64, attn_implementation="sdpa",
@@ -78,18 +94,26 @@ def main():
     model.eval()
     if patched:
         for m in model.modules():
-            if type(m).__name__.endswith("RMSNorm"):
+            if type(m).__name__.endswith("RMSNorm") and not hybrid:
                 m.forward = fp64_rmsnorm_forward.__get__(m)
         for m in model.modules():  # inv_freq built before the patch took effect anywhere?
             if type(m).__name__.endswith("RotaryEmbedding"):
                 assert m.inv_freq.dtype == torch.float64, "rotary inv_freq is not float64"
 
     out = {}
+    n_tokens = len(tokens)
+
+    def record(name, t):  # [1, T, ...] or [T * heads, d] -> [T, everything else]
+        out[name] = t.detach().reshape(n_tokens, -1).to(torch.float64).clone()
 
     def keep(name):
         def hook(_module, _inputs, output):
-            t = output[0] if isinstance(output, tuple) else output
-            out[name] = t.detach().reshape(-1, t.shape[-1]).to(torch.float64).clone()
+            record(name, output[0] if isinstance(output, tuple) else output)
+        return hook
+
+    def keep_input(name):  # a module's first input (forward pre-hook)
+        def hook(_module, inputs):
+            record(name, inputs[0])
         return hook
 
     base = model.model
@@ -97,14 +121,22 @@ def main():
     for i, layer in enumerate(base.layers):
         p = f"layers.{i}"
         layer.input_layernorm.register_forward_hook(keep(p + ".input_norm"))
-        layer.self_attn.register_forward_hook(keep(p + ".attn.out"))
+        if hasattr(layer, "linear_attn"):  # Qwen3.5 Gated DeltaNet layer
+            la = layer.linear_attn
+            la.register_forward_hook(keep(p + ".attn.out"))
+            la.norm.register_forward_pre_hook(keep_input(p + ".linear_attn.core"))
+            la.norm.register_forward_hook(keep(p + ".linear_attn.norm"))
+        else:
+            layer.self_attn.register_forward_hook(keep(p + ".attn.out"))
+            if hybrid:  # gated attention: o_proj reads core * sigmoid(gate)
+                layer.self_attn.o_proj.register_forward_pre_hook(keep_input(p + ".attn.gated"))
         layer.post_attention_layernorm.register_forward_hook(keep(p + ".post_attn_norm"))
         sparse = hasattr(layer.mlp, "experts")
         layer.mlp.register_forward_hook(keep(p + (".moe.out" if sparse else ".mlp.out")))
         layer.register_forward_hook(keep(p + ".residual"))
     base.norm.register_forward_hook(keep("final_norm"))
 
-    with torch.no_grad(), float_is_double(patched):
+    with torch.no_grad(), float_is_double(patched, hybrid):
         logits = model(input_ids=tokens[None, :], use_cache=False).logits
     out["logits"] = logits[0].to(torch.float64).clone()
     out["tokens"] = tokens.clone()

@@ -269,13 +269,22 @@ void Validation::format_row(const Target& t, const std::string& scheme,
 }
 
 // Why no producer writes `scheme` for this model in `dialect` (ChatGLM2: msModelSlim's layouts
-// only), or nullopt.
+// only; Qwen3.5: compressed-tensors only), or nullopt.
 std::optional<std::string> no_producer(const ModelConfig& cfg, const std::string& scheme,
                                        Dialect dialect) {
   if (cfg.arch == Arch::kChatGlm2 &&
       !fixtures::writes_msmodelslim_layout(parse_scheme_id(scheme), dialect))
     return "ChatGLM2 (remote-code modelling) has no compressed-tensors producer; its quantized "
            "checkpoints are msModelSlim's";
+  if (cfg.has_linear_attention()) {
+    const SchemeId id = parse_scheme_id(scheme);
+    if (fixtures::writes_msmodelslim_layout(id, dialect) ||
+        scheme_family(id.kind) == SchemeFamily::kTransform)
+      return cfg.arch_name +
+             " (Gated DeltaNet): no msModelSlim producer or smoothing transform for it is known "
+             "to this tool; its quantized checkpoints here are compressed-tensors' (the Gated "
+             "DeltaNet kept unquantized, as llm-compressor's recipes write it)";
+  }
   return std::nullopt;
 }
 
