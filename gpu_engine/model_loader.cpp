@@ -27,6 +27,10 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
                            ") under tensor parallelism are not in the GPU engine yet");
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
+  if (cfg.image_text)
+    throw Error(where, cfg.arch_name +
+                           ": image-text checkpoints are not validated on the GPU engine yet (the "
+                           "fp64 reference runs their language model on text)");
   if (cfg.arch == Arch::kQwen3_5)
     throw Error(where,
                 cfg.arch_name +

@@ -22,6 +22,12 @@ struct ArchInfo {
   bool head_dim_required;  // Qwen3's HF default (128) is not hidden/heads; insist on the file's
   int64_t default_max_position_embeddings;  // the HF config class default
   bool own_keys;  // a config of its own vocabulary (ChatGLM2: chatglm_config.h reads it)
+  // An image-text class: its language model is read from `text_config` as this text class
+  // (empty: not image-text) with that model_type.
+  std::string_view text_class = "";
+  std::string_view text_model_type = "";
+  // Read only as an image-text class's text_config: not a checkpoint architecture of its own.
+  bool nested_only = false;
 };
 
 // Mistral is Llama's computation with a sliding-window mask (HF MistralForCausalLM; SGLang and
@@ -29,7 +35,10 @@ struct ArchInfo {
 // ChatGLMModel (as published) or ChatGLMForConditionalGeneration; both are the same model.
 // Qwen3.5's text model (Qwen3_5ForCausalLM, model_type qwen3_5_text): hybrid Gated DeltaNet /
 // gated full attention layers (qwen3_5_config in parse_model_config).
-constexpr std::array<ArchInfo, 7> kArchs = {{
+// The image-text classes (Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration) are
+// read as their language models (parse_image_text_config); Qwen3-VL's text decoder is Qwen3's
+// blocks (Qwen3VLText* classes).
+constexpr std::array<ArchInfo, 10> kArchs = {{
     {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048, false},
     {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768, false},
     {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768,
@@ -41,6 +50,13 @@ constexpr std::array<ArchInfo, 7> kArchs = {{
      2048, true},
     {Arch::kQwen3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3_5", true, false, true, 32768,
      false},
+    {Arch::kQwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5", true, false, true,
+     32768, false, "Qwen3_5ForCausalLM", "qwen3_5_text"},
+    {Arch::kQwen3Vl, "Qwen3VLForConditionalGeneration", "qwen3_vl", "Qwen3VLText", true, false,
+     true, 128000, false, "Qwen3VLTextModel", "qwen3_vl_text"},
+    // Qwen3-VL's text decoder as parse_image_text_config reads it (no checkpoint names it).
+    {Arch::kQwen3Vl, "Qwen3VLTextModel", "qwen3_vl_text", "Qwen3VLText", true, false, true, 128000,
+     false, "", "", true},
 }};
 
 const ArchInfo& arch_info(Arch a) {  // the first entry of the arch: its canonical HF name
@@ -189,6 +205,49 @@ void parse_qwen3_5_mixers(const Json& j, const std::string& where, ModelConfig& 
 
 }  // namespace
 
+namespace {
+
+// An image-text config: its language model is `text_config` read as the text class, with the
+// keys transformers keeps at the top level (tie_word_embeddings, dtype) filled in from there when
+// text_config lacks them.
+ModelConfig parse_text_model(const Json& j, const std::string& where, const ArchInfo& info);
+
+ModelConfig parse_image_text_config(const Json& j, const std::string& where, const ArchInfo& info) {
+  const Json& tc = require_key(j, "text_config", where);
+  const std::string tw = key_where(where, "text_config");
+  require_object(tc, tw);
+  Json text = tc;
+  if (auto mt = opt_string(tc, "model_type", tw); mt && *mt != info.text_model_type)
+    throw Error(key_where(tw, "model_type"), "'" + *mt + "' is not " + std::string(info.hf_name) +
+                                                 "'s language model (expected '" +
+                                                 std::string(info.text_model_type) + "')");
+  for (const char* key : {"tie_word_embeddings", "dtype", "torch_dtype"})
+    if (!text.contains(key) && j.contains(key)) text[key] = j.at(key);
+  // Both levels name the tie; which one a loader reads differs between versions, so two that
+  // disagree leave lm_head undetermined.
+  if (j.contains("tie_word_embeddings") && tc.contains("tie_word_embeddings") &&
+      j.at("tie_word_embeddings") != tc.at("tie_word_embeddings"))
+    throw Error(key_where(where, "tie_word_embeddings"),
+                j.at("tie_word_embeddings").dump() + " disagrees with text_config's " +
+                    tc.at("tie_word_embeddings").dump() +
+                    " (whether lm_head is the embedding is then undetermined)");
+  const ArchInfo* text_info = nullptr;
+  for (const auto& a : kArchs)
+    if (a.hf_name == info.text_class) text_info = &a;
+  if (!text_info) throw Error(where, "no text class " + std::string(info.text_class));  // kArchs
+  ModelConfig c = parse_text_model(text, tw, *text_info);
+  c.arch_name = std::string(info.hf_name);
+  c.model_type = opt_string(j, "model_type", where).value_or("");
+  if (!c.model_type.empty() && c.model_type != info.model_type)
+    throw Error(key_where(where, "model_type"), "'" + c.model_type + "' does not match " +
+                                                    std::string(info.hf_name) + " (expected '" +
+                                                    std::string(info.model_type) + "')");
+  c.image_text = true;
+  return c;
+}
+
+}  // namespace
+
 bool ModelConfig::has_linear_attention() const {
   return std::find(layer_types.begin(), layer_types.end(), LayerType::kLinearAttention) !=
          layer_types.end();
@@ -223,7 +282,7 @@ std::string_view arch_model_type(Arch a) {
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> out;
   for (const auto& info : kArchs)
-    out.emplace_back(info.hf_name);
+    if (!info.nested_only) out.emplace_back(info.hf_name);
   return out;
 }
 
@@ -334,7 +393,6 @@ bool ModelConfig::is_moe_layer(int64_t i) const {
 
 ModelConfig parse_model_config(const Json& j, const std::string& where) {
   require_object(j, where);
-  ModelConfig c;
 
   // --- architecture ---
   const auto archs =
@@ -343,19 +401,29 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   // HF instantiates architectures[0]; so do we.
   const ArchInfo* info = nullptr;
   for (const auto& a : kArchs)
-    if (a.hf_name == archs[0]) info = &a;
+    if (a.hf_name == archs[0] && !a.nested_only) info = &a;
   if (!info)
     throw Error(key_where(where, "architectures"),
                 "unsupported architecture '" + archs[0] +
                     "' (supported: " + join(supported_architectures(), ", ") + ")");
   if (info->own_keys) return parse_chatglm2_config(j, where, archs[0]);
+  if (!info->text_class.empty()) return parse_image_text_config(j, where, *info);
+  return parse_text_model(j, where, *info);
+}
+
+namespace {
+
+// A text model's config (`info` is its architecture) after the architecture is known.
+ModelConfig parse_text_model(const Json& j, const std::string& where, const ArchInfo& ai) {
+  ModelConfig c;
+  const ArchInfo* info = &ai;
   c.arch = info->arch;
-  c.arch_name = archs[0];
+  c.arch_name = std::string(info->hf_name);
   c.has_qk_norm = info->has_qk_norm;
   if (auto mt = opt_string(j, "model_type", where)) {
     if (*mt != info->model_type)
       throw Error(key_where(where, "model_type"), "'" + *mt + "' does not match architecture " +
-                                                      archs[0] + " (expected '" +
+                                                      c.arch_name + " (expected '" +
                                                       std::string(info->model_type) + "')");
     c.model_type = *mt;
   }
@@ -475,6 +543,21 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
                            " is not implemented by the qparity reference for " + c.arch_name +
                            " (only 1.0; partial rotary in Qwen3_5ForCausalLM)");
   }
+  // M-RoPE (Qwen3.5, Qwen3-VL): mrope_section assigns the rotary_dim / 2 frequencies, interleaved,
+  // to the temporal / height / width position rows (transformers' apply_interleaved_mrope slices
+  // by it and silently truncates a section longer than the frequencies). Text-only input gives
+  // the three rows equal positions, so no split changes the result; only its form is checked.
+  if (rope_dict && rope_dict->contains("mrope_section") &&
+      (c.arch == Arch::kQwen3_5 || c.arch == Arch::kQwen3Vl)) {
+    const std::string mw = key_where(key_where(where, rope_key), "mrope_section");
+    const Json& ms = rope_dict->at("mrope_section");
+    if (!ms.is_array() || ms.size() != 3)
+      throw Error(mw,
+                  "must be a list of 3 section sizes (temporal, height, width), got " + ms.dump());
+    for (const Json& v : ms)
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        throw Error(mw, "section sizes must be non-negative integers, got " + v.dump());
+  }
 
   // --- MoE ---
   if (info->is_moe) {
@@ -508,6 +591,8 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   }
   return c;
 }
+
+}  // namespace
 
 ModelConfig load_model_config(const std::filesystem::path& config_json) {
   return parse_model_config(read_json_file(config_json), config_json.string());
@@ -555,6 +640,7 @@ Json to_json(const ModelConfig& c) {
       {"hidden_act", c.hidden_act},
       {"dtype", c.dtype},
   };
+  if (c.image_text) out["image_text"] = true;
   if (!c.layer_types.empty()) {
     std::vector<std::string> types;
     for (LayerType t : c.layer_types)

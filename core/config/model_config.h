@@ -17,7 +17,9 @@
 
 namespace qparity {
 
-enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2, kQwen3_5 };
+// kQwen3Vl: Qwen3-VL's text decoder (Qwen3's blocks), read from a Qwen3VLForConditionalGeneration
+// checkpoint.
+enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2, kQwen3_5, kQwen3Vl };
 
 // A decoder layer's token mixer (HF `layer_types`): softmax attention, or Qwen3.5's Gated
 // DeltaNet linear attention.
@@ -124,6 +126,11 @@ struct ModelConfig {
   LinearAttentionDims linear;
   bool attn_output_gate = false;
   bool zero_centred_norms = false;
+  // An image-text checkpoint (Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration):
+  // the sizes above are its `text_config`'s, its language model's tensors live under
+  // model.language_model.* (core/safetensors/language_model_names.h shows them under model.*),
+  // and its vision tower (model.visual.*) is not run: the reference runs text-only input.
+  bool image_text = false;
 
   bool is_moe() const { return num_experts > 0; }
   bool has_qkv_bias() const { return attention_bias || qkv_bias; }

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/safetensors/language_model_names.h"
 
 namespace qparity {
 
@@ -163,10 +164,14 @@ struct Pattern {
 // The first module that is not a linear (expert stack, attention, norm, other) which `p` names
 // by prefix or class, as "prefix (Class)"; empty if none. Used to explain targets and ignore
 // entries that match no linear.
-std::string first_non_linear_match(const ModuleNames& mods, const Pattern& p) {
+// Module names are matched as the checkpoint's modules are named: an image-text model's
+// language model under model.language_model.* (language_model_names.h).
+std::string first_non_linear_match(const ModelConfig& cfg, const ModuleNames& mods,
+                                   const Pattern& p) {
   std::string hit;
   auto consider = [&](const std::string& prefix, const std::string& cls) {
-    if (hit.empty() && (p.matches_name(prefix) || p.matches_class(cls)))
+    if (hit.empty() &&
+        (p.matches_name(language_model_checkpoint_name(cfg, prefix)) || p.matches_class(cls)))
       hit = prefix + " (" + cls + ")";
   };
   for (const auto& s : mods.expert_stacks())
@@ -177,6 +182,11 @@ std::string first_non_linear_match(const ModuleNames& mods, const Pattern& p) {
     consider(n.prefix, n.class_name);
   for (const auto& o : mods.others())
     consider(o.prefix, o.class_name);
+  // An image-text checkpoint's vision tower (its linears and its merger's): producers' ignore
+  // lists name it; the reference does not run it, so it has no plan entries.
+  if (hit.empty() && cfg.image_text)
+    for (const char* v : {"model.visual.blocks.0.attn.qkv", "model.visual.merger.linear_fc1"})
+      if (p.matches_name(v)) hit = "model.visual (the vision tower, not run on text-only input)";
   return hit;
 }
 
@@ -444,12 +454,13 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
     ignores.push_back({i, Pattern(c.ignore[i], key("ignore[" + std::to_string(i) + "]"))});
 
   for (const LinearModule& m : mods.linears()) {
+    const std::string hf_name = language_model_checkpoint_name(cfg, m.prefix);
     // Which targets match, by specificity: exact name (0), regex (1), class name (2).
     int best = 3;
     std::vector<Target*> hits;
     for (Target& t : targets) {
       int level = 3;
-      if (t.pattern.matches_name(m.prefix))
+      if (t.pattern.matches_name(hf_name))
         level = t.pattern.is_regex ? 1 : 0;
       else if (t.pattern.matches_class(m.class_name))
         level = 2;
@@ -463,7 +474,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
     }
     const Ignore* ignored = nullptr;
     for (Ignore& ig : ignores)
-      if (ig.pattern.matches_name(m.prefix) || ig.pattern.matches_class(m.class_name)) {
+      if (ig.pattern.matches_name(hf_name) || ig.pattern.matches_class(m.class_name)) {
         ig.matched = true;
         if (!ignored) ignored = &ig;
       }
@@ -512,7 +523,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
     const CtGroup& g = c.groups[t.group];
     const std::string k =
         key("config_groups." + g.name + ".targets[" + std::to_string(t.index) + "]");
-    const std::string other = first_non_linear_match(mods, t.pattern);
+    const std::string other = first_non_linear_match(cfg, mods, t.pattern);
     if (!other.empty())
       throw Error(k, "target '" + t.pattern.text + "' of config group '" + g.name +
                          "' matches no Linear module, only " + other +
@@ -523,7 +534,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
   // Real checkpoints carry ignore entries for modules other models have; only worth a warning.
   for (const Ignore& ig : ignores) {
     if (ig.matched) continue;
-    if (first_non_linear_match(mods, ig.pattern).empty())
+    if (first_non_linear_match(cfg, mods, ig.pattern).empty())
       plan.add_warning(key("ignore[" + std::to_string(ig.index) + "]") + ": '" + ig.pattern.text +
                        "' matches no module of the model");
   }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/safetensors/chatglm_names.h"
+#include "core/safetensors/language_model_names.h"
 
 namespace qparity {
 
@@ -102,8 +103,15 @@ QuantPlan plan_from_msmodelslim(const ModelConfig& cfg, const Json& raw_desc,
                                 const std::string& where) {
   require_object(raw_desc, where);
   // ChatGLM2's keys name its fused modules: each key stands for the canonical names it covers.
-  const Json desc =
+  // An image-text model's keys name its language model's tensors under model.language_model.*.
+  Json desc =
       cfg.arch == Arch::kChatGlm2 ? chatglm2_canonical_description(raw_desc, cfg, where) : raw_desc;
+  if (cfg.image_text) {
+    Json canonical = Json::object();
+    for (const auto& [k, v] : desc.items())
+      canonical[language_model_canonical_name(cfg, k)] = v;
+    desc = std::move(canonical);
+  }
   auto key = [&](const std::string& k) { return key_where(where, k); };
 
   // --- global keys ---

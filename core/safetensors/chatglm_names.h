@@ -60,7 +60,8 @@ Json chatglm2_canonical_description(const Json& desc, const ModelConfig& cfg,
                                     const std::string& where);
 
 // A model's checkpoint as qparity reads it: Checkpoint::open, seen under canonical names when the
-// architecture names its tensors otherwise (ChatGLM2).
+// architecture names its tensors otherwise (ChatGLM2; an image-text checkpoint's language model,
+// language_model_names.h).
 Checkpoint open_model_checkpoint(const std::filesystem::path& path, const ModelConfig& cfg);
 
 }  // namespace qparity

@@ -18,6 +18,8 @@ ArchBlocks blocks_of(const ModelConfig& cfg) {
       return chatglm2_blocks(cfg);
     case Arch::kQwen3_5:
       return qwen3_5_blocks(cfg);
+    case Arch::kQwen3Vl:
+      return qwen3_vl_blocks(cfg);
   }
   throw Error("config.json", "unknown architecture");
 }

@@ -1,9 +1,8 @@
 #pragma once
 // The architectures as flags over the shared blocks of causal_lm.h (one file each: llama.cpp,
-// qwen3.cpp, qwen3_moe.cpp, mistral.cpp, chatglm2.cpp,
-// qwen3_5.cpp). Each checks that the config has what its
-// Hugging Face class computes and nothing it does not (a Llama with q/k norms or experts is refused
-// by name).
+// qwen3.cpp, qwen3_moe.cpp, mistral.cpp, chatglm2.cpp, qwen3_5.cpp, qwen3_vl.cpp). Each checks
+// that the config has what its Hugging Face class computes and nothing it does not (a Llama with
+// q/k norms or experts is refused by name).
 #include "core/config/model_config.h"
 
 namespace qparity::reference {
@@ -19,6 +18,7 @@ ArchBlocks qwen3_moe_blocks(const ModelConfig& cfg);
 ArchBlocks mistral_blocks(const ModelConfig& cfg);
 ArchBlocks chatglm2_blocks(const ModelConfig& cfg);
 ArchBlocks qwen3_5_blocks(const ModelConfig& cfg);
+ArchBlocks qwen3_vl_blocks(const ModelConfig& cfg);
 // Dispatches on cfg.arch (a switch with no default: a new Arch is a compile error here).
 ArchBlocks blocks_of(const ModelConfig& cfg);
 

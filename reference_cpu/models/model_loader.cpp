@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/memory_budget.h"
 #include "core/safetensors/chatglm_names.h"
+#include "core/safetensors/language_model_names.h"
 #include "reference_cpu/models/architectures.h"
 #include "reference_cpu/quant/method_factory.h"
 #include "reference_cpu/quant/numeric.h"
@@ -258,6 +259,9 @@ class Loader {
   }
 
   bool route(const std::string& name, const TensorView& v) {
+    // An image-text checkpoint's vision tower, Qwen3.5's mtp head: the text path does not run
+    // them (transformers' Qwen3_5ForCausalLM ignores them on load too).
+    if (is_unused_by_text(cfg_, name)) return true;
     if (name == "model.embed_tokens.weight") {
       if (!is_float(v.dtype) || v.shape != std::vector<int64_t>{cfg_.vocab, cfg_.hidden})
         throw Error(name, "expected a float [" + std::to_string(cfg_.vocab) + ", " +

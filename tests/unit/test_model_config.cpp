@@ -320,11 +320,13 @@ TEST(ModelConfig, UnknownArchitectureListsSupported) {
             "config.json: key 'architectures': unsupported architecture 'MixtralForCausalLM' "
             "(supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
             "MistralForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration, "
-            "Qwen3_5ForCausalLM)");
+            "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, "
+            "Qwen3VLForConditionalGeneration)");
   EXPECT_EQ(supported_architectures(),
-            (std::vector<std::string>{"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-                                      "MistralForCausalLM", "ChatGLMModel",
-                                      "ChatGLMForConditionalGeneration", "Qwen3_5ForCausalLM"}));
+            (std::vector<std::string>{
+                "LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MistralForCausalLM",
+                "ChatGLMModel", "ChatGLMForConditionalGeneration", "Qwen3_5ForCausalLM",
+                "Qwen3_5ForConditionalGeneration", "Qwen3VLForConditionalGeneration"}));
   Json e = llama31_8b();
   e["architectures"] = Json::array();
   EXPECT_EQ(error_of([&] { parse(e); }), "config.json: key 'architectures': is empty");
@@ -685,6 +687,107 @@ TEST(ModelConfig, ChatGlm2RefusesWhatTheReferenceDoesNotCompute) {
   j = chatglm2_6b();
   j["model_type"] = "llama";
   EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("expected 'chatglm'"));
+}
+
+// Qwen/Qwen3-VL-2B-Instruct's config.json (the vision_config abridged to the keys that size it).
+Json qwen3_vl_2b() {
+  return Json::parse(R"({
+    "architectures": ["Qwen3VLForConditionalGeneration"], "image_token_id": 151655,
+    "model_type": "qwen3_vl",
+    "text_config": {
+      "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+      "dtype": "bfloat16", "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+      "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+      "max_position_embeddings": 262144, "model_type": "qwen3_vl_text",
+      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-06,
+      "rope_scaling": {"mrope_interleaved": true, "mrope_section": [24, 20, 20],
+                       "rope_type": "default"},
+      "rope_theta": 5000000, "tie_word_embeddings": true, "use_cache": true,
+      "vocab_size": 151936},
+    "tie_word_embeddings": true, "transformers_version": "4.57.0.dev0",
+    "video_token_id": 151656,
+    "vision_config": {"deepstack_visual_indexes": [5, 11, 17], "depth": 24,
+                      "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1024,
+                      "intermediate_size": 4096, "model_type": "qwen3_vl", "num_heads": 16,
+                      "num_position_embeddings": 2304, "out_hidden_size": 2048,
+                      "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2},
+    "vision_end_token_id": 151653, "vision_start_token_id": 151652})");
+}
+
+TEST(ModelConfig, Qwen3VlIsReadAsItsTextDecoder) {
+  const ModelConfig c = parse(qwen3_vl_2b());
+  EXPECT_EQ(c.arch, Arch::kQwen3Vl);
+  EXPECT_EQ(c.arch_name, "Qwen3VLForConditionalGeneration");
+  EXPECT_EQ(c.model_type, "qwen3_vl");
+  EXPECT_TRUE(c.image_text);
+  EXPECT_EQ(c.num_layers, 28);
+  EXPECT_EQ(c.hidden, 2048);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_EQ(c.rope_theta, 5000000.0);
+  EXPECT_EQ(c.max_position_embeddings, 262144);
+  EXPECT_TRUE(c.has_qk_norm);
+  EXPECT_FALSE(c.attn_output_gate);
+  EXPECT_FALSE(c.zero_centred_norms);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.dtype, "bfloat16");
+  EXPECT_EQ(to_json(c)["image_text"], true);
+
+  // The tie given only at the top level (transformers keeps it there) is the text model's.
+  Json j = qwen3_vl_2b();
+  j["text_config"].erase("tie_word_embeddings");
+  EXPECT_TRUE(parse(j).tie_word_embeddings);
+  j["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse(j).tie_word_embeddings);
+}
+
+TEST(ModelConfig, Qwen3_5ConditionalGenerationIsReadAsItsTextModel) {
+  Json text = qwen3_5_text();
+  text.erase("architectures");
+  const Json j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                  {"model_type", "qwen3_5"},
+                  {"text_config", text},
+                  {"vision_config", {{"depth", 27}, {"hidden_size", 1152}}},
+                  {"tie_word_embeddings", false}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.arch, Arch::kQwen3_5);
+  EXPECT_EQ(c.arch_name, "Qwen3_5ForConditionalGeneration");
+  EXPECT_TRUE(c.image_text);
+  EXPECT_TRUE(c.is_linear_attention_layer(0));
+  EXPECT_FALSE(c.is_linear_attention_layer(3));
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_FALSE(parse(qwen3_5_text()).image_text);
+}
+
+TEST(ModelConfig, ImageTextConfigErrorsNameTheKey) {
+  Json j = qwen3_vl_2b();
+  j.erase("text_config");
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("'text_config'"));
+  j = qwen3_vl_2b();
+  j["text_config"]["model_type"] = "qwen3";
+  EXPECT_THAT(error_of([&] { parse(j); }),
+              HasSubstr("key 'text_config': key 'model_type': 'qwen3' is not "
+                        "Qwen3VLForConditionalGeneration's language model (expected "
+                        "'qwen3_vl_text')"));
+  j = qwen3_vl_2b();
+  j["model_type"] = "qwen3_5";
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("'qwen3_5' does not match"));
+  j = qwen3_vl_2b();
+  j["tie_word_embeddings"] = false;
+  EXPECT_THAT(error_of([&] { parse(j); }),
+              HasSubstr("key 'tie_word_embeddings': false disagrees with text_config's true"));
+  j = qwen3_vl_2b();
+  j["text_config"]["rope_scaling"]["mrope_section"] = {24, 20};
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("'mrope_section': must be a list of 3"));
+  j = qwen3_vl_2b();
+  j["text_config"]["num_hidden_layers"] = 0;
+  EXPECT_THAT(error_of([&] { parse(j); }), HasSubstr("key 'text_config': key 'num_hidden_layers'"));
+  // The text decoder's class is read inside text_config only; no checkpoint is one.
+  Json t = qwen3_vl_2b()["text_config"];
+  t["architectures"] = {"Qwen3VLTextModel"};
+  EXPECT_THAT(error_of([&] { parse(t); }),
+              HasSubstr("unsupported architecture 'Qwen3VLTextModel'"));
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 #              CTEST_ARGS="-L gpu" narrows it
 #   sanitize   compute-sanitizer memcheck + racecheck over the gpu tests
 #   crosscheck quantization cross-checks against torch / ml_dtypes
-#   peer       the Hugging Face transformers peer of the reference (float64 patched, stock)
+#   peer       the Hugging Face transformers peer of the reference (float64 patched, stock), about
+#              10 minutes on the H200 image: PEER_ARCHS / PEER_IMAGE_TEXT (space-separated) narrow it
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
 #   decode-study  batch-1 decode of the 0.6B/8B shapes: the kernel timeline of a step and the
 #              decode attention's per-block stages, the step with attention or the linears left
@@ -101,17 +102,23 @@ if want decode-study; then
 fi
 if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
-QP=build-device/tools/qparity/qparity
-POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.moe.out,layers.*.residual,final_norm,logits'
+QP=${QP:-build-device/tools/qparity/qparity}
+# Per architecture: trace refuses a pattern that matches no capture point of the model, so the
+# dense models name mlp.out and Qwen3-MoE (every layer sparse) moe.out.
+DENSE_POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.residual,final_norm,logits'
+MOE_POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.moe.out,layers.*.residual,final_norm,logits'
 # Qwen3.5: the Gated DeltaNet's delta-rule and gated-norm outputs and the gated attention's o_proj
 # input too (transformers' prefill runs the chunked form of the rule: the peer checks ours).
-QWEN35_POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,layers.*.mlp.out,layers.*.residual,final_norm,logits,layers.*.linear_attn.core,layers.*.linear_attn.norm,layers.*.attn.gated'
-for arch in llama qwen3 qwen3-moe mistral qwen3.5; do
+QWEN35_POINTS="$DENSE_POINTS"',layers.*.linear_attn.core,layers.*.linear_attn.norm,layers.*.attn.gated'
+points_of() {
+  case $1 in qwen3-moe) echo "$MOE_POINTS" ;; qwen3.5*) echo "$QWEN35_POINTS" ;; *) echo "$DENSE_POINTS" ;; esac
+}
+for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl}; do
   for size in tiny small; do
     d=/tmp/peer-$arch-$size; t=/tmp/peer-$arch-$size-traces; mkdir -p $t
     $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }
-    points=$POINTS; [ $arch = qwen3.5 ] && points=$QWEN35_POINTS
-    $QP trace --model $d --synthetic 24 --seed 11 --capture "$points" --out $t/ref.safetensors --force 2>/dev/null
+    $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
+      || { echo "qparity trace $arch $size failed:"; tail -3 $t/trace.log; rc=1; continue; }
     for mode in patched stock; do
       flag=""; [ $mode = stock ] && flag="--stock"
       python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
@@ -122,6 +129,26 @@ for arch in llama qwen3 qwen3-moe mistral qwen3.5; do
       echo "peer $arch $size $mode: $(tail -1 $t/cmp-$mode.log)"
       [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
     done
+  done
+done
+# Image-text checkpoints as transformers itself writes them (tools/peers/make_hf_image_text.py):
+# the reference reads the wrapper layout and runs the language model on text.
+for arch in ${PEER_IMAGE_TEXT:-qwen3-vl qwen3.5-vl}; do
+  d=/tmp/peer-$arch; t=/tmp/peer-$arch-traces; rm -rf $d; mkdir -p $t
+  python3 tools/peers/make_hf_image_text.py --arch $arch --out $d --manifest "$OUT/layout-$arch.json" > $t/make.log 2>&1 \
+    || { echo "make_hf_image_text $arch failed:"; tail -5 $t/make.log; rc=1; continue; }
+  tail -1 $t/make.log; cp $d/config.json "$OUT/config-$arch.json"
+  $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
+    || { echo "qparity trace $arch failed:"; tail -5 $t/trace.log; rc=1; continue; }
+  for mode in patched stock; do
+    flag=""; [ $mode = stock ] && flag="--stock"
+    python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
+      || { echo "hf_reference $arch $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
+    bound=1e-12; [ $mode = stock ] && bound=1
+    python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
+      --json "$OUT/peer-$arch-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
+    echo "peer $arch $mode: $(tail -1 $t/cmp-$mode.log)"
+    [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
   done
 done
 fi

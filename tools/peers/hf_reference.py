@@ -17,7 +17,9 @@ same formula without the cast; `torch.float` and `Tensor.float()` mapped to floa
 is built and run; attention through SDPA, which computes in the input dtype on the CPU). Qwen3.5
 also casts with .to(torch.float32) (the Gated DeltaNet, its gated norm): torch.float32 is mapped to
 float64 too for it; transformers' prefill runs torch_chunk_gated_delta_rule (the chunked form),
-so the peer checks the reference's sequential recurrence against it. --stock
+so the peer checks the reference's sequential recurrence against it. Image-text checkpoints
+(a `text_config` in config.json: Qwen3-VL, Qwen3.5) are built as their own class and run on the
+tokens alone; their language model's points are recorded. --stock
 keeps transformers' own behaviour, which is what users' float64 runs get (about 1e-6 from fp64).
 
 Usage: hf_reference.py --model DIR (--tokens 1,2,3 | --tokens-from TRACE.safetensors) --out F
@@ -71,24 +73,39 @@ def main():
     import json
     import os
 
+    import transformers
     from transformers import AutoModelForCausalLM
 
     patched = not a.stock
     with open(os.path.join(a.model, "config.json")) as f:
-        model_type = json.load(f).get("model_type", "")
+        config = json.load(f)
+    model_type = config.get("model_type", "")
+    # An image-text checkpoint (Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration):
+    # built as its own class, run on text only (no pixel_values), its language model hooked.
+    image_text = "text_config" in config
     # Qwen3.5 (hybrid Gated DeltaNet): its casts are .float() and .to(torch.float32); its
     # zero-centred RMSNorm ((1 + w) * x̂) is fp64 once those are, so it is not replaced below.
-    hybrid = model_type == "qwen3_5_text"
+    hybrid = model_type in ("qwen3_5_text", "qwen3_5")
+    loader = (getattr(transformers, config["architectures"][0]) if image_text
+              else AutoModelForCausalLM)
     # Experts through transformers' eager per-expert loop: the default grouped_mm path has no
     # float64 kernel (and is not deterministic across batch shapes).
     with float_is_double(patched, hybrid):
         try:
-            model = AutoModelForCausalLM.from_pretrained(
+            model, info = loader.from_pretrained(
                 a.model, dtype=torch.float64, attn_implementation="sdpa",
-                experts_implementation="eager")
+                experts_implementation="eager", output_loading_info=True)
         except TypeError:  # transformers without the option (4.x): experts are a loop already
-            model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float64,
-                                                         attn_implementation="sdpa")
+            model, info = loader.from_pretrained(a.model, dtype=torch.float64,
+                                                 attn_implementation="sdpa",
+                                                 output_loading_info=True)
+    # A parameter transformers did not find is randomly initialized: the peer would compare
+    # against noise. Every tensor must load, and nothing may be left over.
+    bad = {k: sorted(v)[:8] for k, v in info.items()
+           if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if bad:
+        sys.exit(f"hf_reference: {a.model} does not load cleanly into "
+                 f"{type(model).__name__}: {bad}")
     if hasattr(model, "set_experts_implementation"):
         model.set_experts_implementation("eager")
     model.eval()
@@ -97,7 +114,9 @@ def main():
             if type(m).__name__.endswith("RMSNorm") and not hybrid:
                 m.forward = fp64_rmsnorm_forward.__get__(m)
         for m in model.modules():  # inv_freq built before the patch took effect anywhere?
-            if type(m).__name__.endswith("RotaryEmbedding"):
+            # (the vision tower's rotary is not run on text)
+            name = type(m).__name__
+            if name.endswith("RotaryEmbedding") and "Vision" not in name:
                 assert m.inv_freq.dtype == torch.float64, "rotary inv_freq is not float64"
 
     out = {}
@@ -116,7 +135,7 @@ def main():
             record(name, inputs[0])
         return hook
 
-    base = model.model
+    base = model.model.language_model if image_text else model.model
     base.embed_tokens.register_forward_hook(keep("embed"))
     for i, layer in enumerate(base.layers):
         p = f"layers.{i}"

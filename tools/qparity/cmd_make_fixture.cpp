@@ -1,6 +1,7 @@
 // `qparity make-fixture --shape {llama3-8b,qwen3-0.6b} [--layers N] --seed S --out DIR`: a released
 // model's shape with random bf16 weights (fixtures/shaped_checkpoint.h), for size and speed.
-// `qparity make-fixture --arch {llama,qwen3,qwen3-moe,mistral,chatglm2,qwen3.5} [--scheme ID]
+// `qparity make-fixture --arch {llama,qwen3,qwen3-moe,mistral,chatglm2,qwen3.5,qwen3-vl} [--scheme
+// ID]
 // [--dialect D]
 // [--size tiny|small] [--hidden H] [--intermediate I] [--moe-intermediate I] --seed S --out DIR
 // [--force]`: a deterministic fixture checkpoint
@@ -124,10 +125,12 @@ void add_make_fixture_command(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand(
       "make-fixture",
       "Write a deterministic fixture checkpoint (tiny/small Llama, Qwen3, Qwen3-MoE, Mistral, "
-      "ChatGLM2, Qwen3.5), floating "
+      "ChatGLM2, Qwen3.5, Qwen3-VL), floating "
       "point or quantized with a scheme the way its producer writes it");
-  cmd->add_option("--arch", o->arch, "llama | qwen3 | qwen3-moe | mistral | chatglm2 | qwen3.5")
-      ->check(CLI::IsMember({"llama", "qwen3", "qwen3-moe", "mistral", "chatglm2", "qwen3.5"}));
+  cmd->add_option("--arch", o->arch,
+                  "llama | qwen3 | qwen3-moe | mistral | chatglm2 | qwen3.5 | qwen3-vl")
+      ->check(CLI::IsMember(
+          {"llama", "qwen3", "qwen3-moe", "mistral", "chatglm2", "qwen3.5", "qwen3-vl"}));
   cmd->add_option("--shape", o->shape,
                   "instead of --arch: a released model's shape with random bf16 weights, sharded "
                   "(llama3-8b: 16 GB, qwen3-0.6b), for measuring the reference at real size")

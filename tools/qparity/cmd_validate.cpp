@@ -276,6 +276,8 @@ std::optional<std::string> no_producer(const ModelConfig& cfg, const std::string
       !fixtures::writes_msmodelslim_layout(parse_scheme_id(scheme), dialect))
     return "ChatGLM2 (remote-code modelling) has no compressed-tensors producer; its quantized "
            "checkpoints are msModelSlim's";
+  if (cfg.image_text && fixtures::writes_msmodelslim_layout(parse_scheme_id(scheme), dialect))
+    return cfg.arch_name + ": msModelSlim's layout for image-text checkpoints is not written here";
   if (cfg.has_linear_attention()) {
     const SchemeId id = parse_scheme_id(scheme);
     if (fixtures::writes_msmodelslim_layout(id, dialect) ||
