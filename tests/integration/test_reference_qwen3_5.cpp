@@ -85,8 +85,16 @@ TEST_F(Qwen3_5Reference, EveryCatalogPointAtItsWidthAndFinite) {
     // The gate moved the attention output; beta lies in (0, 1), the decay is negative.
     EXPECT_GT(test::relative_l2(trace.at("layers.1.attn.gated"), trace.at("layers.1.attn.core")),
               0.1);
-    for (double b : trace.at("layers.0.linear_attn.beta").data)
-      EXPECT_TRUE(b > 0.0 && b < 1.0);
+    // sigmoid(b) in [0, 1]: the fixture's outlier input channels drive some b past 37, where
+    // sigmoid is 1.0 even in fp64 (and bf16 saturates sooner); most gates stay inside.
+    int64_t inside = 0;
+    const auto& beta = trace.at("layers.0.linear_attn.beta").data;
+    for (double b : beta) {
+      EXPECT_TRUE(b >= 0.0 && b <= 1.0)
+          << to_string(mode) << " beta " << b << ", " << test::seed_note(seed_);
+      inside += b > 0.0 && b < 1.0;
+    }
+    EXPECT_GT(2 * inside, static_cast<int64_t>(beta.size())) << test::seed_note(seed_);
     for (double g : trace.at("layers.0.linear_attn.decay").data)
       EXPECT_LT(g, 0.0);
   }
