@@ -1,9 +1,11 @@
 // `qparity quantize` and `qparity trace` end to end: a fixture is quantized with statistics from
 // calibration tokens, traced as one prefill and as token-by-token decode (equal to 1e-12), with
-// capture-point selection, and bad input ends in one error line naming the problem.
+// capture-point selection, and bad input ends in one error line naming the problem. `qparity
+// trace-vision` runs a Qwen3-VL fixture's vision tower on a pixel file.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +13,7 @@
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
 #include "core/safetensors/safetensors_file.h"
+#include "core/safetensors/safetensors_writer.h"
 #include "reference_cpu/tensor_decode.h"
 
 namespace qparity {
@@ -130,6 +133,47 @@ TEST_F(CliTraceQuantize, IgnoreListAndUnsupportedLinears) {
     r = run("trace --model " + p(q) + " --synthetic 3 --out " + p(std::string(q) + ".st"));
     EXPECT_EQ(r.status, 0) << q << ": " << r.err;
   }
+}
+
+TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
+  const std::string s = std::to_string(seed_ % 1000);
+  ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);
+  // Tiny fixture's tower: patch 4, temporal 2, 3 channels (96 values a patch), merge 2.
+  const std::vector<int64_t> grids = {1, 4, 4, 2, 2, 4};
+  const uint64_t n = 16 + 16;
+  std::vector<double> px(n * 96);
+  for (size_t i = 0; i < px.size(); ++i)
+    px[i] = std::sin(0.37 * static_cast<double>(i) + static_cast<double>(seed_ % 7));
+  auto bytes = [](const auto& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                    v.size() * sizeof(v[0]));
+  };
+  write_safetensors(dir_ / "px.st",
+                    {{"pixel_values", DType::kF64, {n, 96}, bytes(px)},
+                     {"image_grid_thw", DType::kI64, {2, 3}, bytes(grids)}},
+                    std::nullopt, OverwritePolicy::kRefuse);
+  auto r =
+      run("trace-vision --model " + p("vl") + " --pixels " + p("px.st") + " --out " + p("v.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("32 patches in 2 image(s), 5 capture points"));
+  EXPECT_EQ(test::read_matrix(dir_ / "v.st", "visual.merger").rows, 8);
+  EXPECT_EQ(test::read_matrix(dir_ / "v.st", "visual.blocks.1.out").rows, 32);
+
+  r = run("trace-vision --model " + p("vl") + " --pixels " + p("px.st") +
+          " --capture 'visual.merger' --out " + p("v.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("exists"));
+  // A pixel file without grids; a text-only architecture.
+  write_safetensors(dir_ / "nogrid.st", {{"pixel_values", DType::kF64, {n, 96}, bytes(px)}},
+                    std::nullopt, OverwritePolicy::kRefuse);
+  r = run("trace-vision --model " + p("vl") + " --pixels " + p("nogrid.st") + " --out " +
+          p("w.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("image_grid_thw"));
+  ASSERT_EQ(run("make-fixture --arch qwen3 --seed " + s + " --out " + p("q3")).status, 0);
+  r = run("trace-vision --model " + p("q3") + " --pixels " + p("px.st") + " --out " + p("w.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("Qwen3ForCausalLM: trace-vision runs the vision tower"));
 }
 
 }  // namespace

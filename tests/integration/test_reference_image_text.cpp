@@ -20,12 +20,14 @@
 #include "core/capture/capture_points.h"
 #include "core/codecs/float_format.h"
 #include "core/json_util.h"
+#include "core/safetensors/chatglm_names.h"  // open_model_checkpoint
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
+#include "reference_cpu/models/qwen3_vl_vision.h"
 
 namespace qparity::reference {
 namespace {
@@ -50,6 +52,10 @@ class ImageTextReference : public testing::Test {
       spec.seed = seed_;
       fixtures::write_fp_checkpoint(spec, text_dir(a), OverwritePolicy::kRefuse);
     }
+    fixtures::FixtureSpec vl;
+    vl.arch = Arch::kQwen3Vl;
+    vl.seed = seed_;
+    fixtures::write_fp_checkpoint(vl, fixture_vl(), OverwritePolicy::kRefuse);
     wrap(text_dir(Arch::kQwen3), qwen3_vl(), "Qwen3VLForConditionalGeneration", "qwen3_vl",
          "qwen3_vl_text",
          {{"model.visual.patch_embed.proj.weight", {16, 3, 2, 4, 4}},
@@ -65,6 +71,7 @@ class ImageTextReference : public testing::Test {
 
   static fs::path text_dir(Arch a) { return root_ / (a == Arch::kQwen3 ? "qwen3" : "qwen3_5"); }
   static fs::path qwen3_vl() { return root_ / "qwen3_vl"; }
+  static fs::path fixture_vl() { return root_ / "fixture_qwen3_vl"; }
   static fs::path qwen3_5_vl() { return root_ / "qwen3_5_vl"; }
 
   // The text checkpoint as transformers saves the image-text class: config under text_config
@@ -302,8 +309,7 @@ TEST_F(ImageTextReference, MakeFixtureQwen3VlIsTheQwen3FixtureWithTransformersVi
   fixtures::FixtureSpec spec;
   spec.arch = Arch::kQwen3Vl;
   spec.seed = seed_;
-  const fs::path dir = root_ / "fixture_qwen3_vl";
-  fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kRefuse);
+  const fs::path dir = fixture_vl();
   // On text, the Qwen3 fixture's numbers bit for bit (same sizes, seed and rope_theta).
   expect_same_trace(text_dir(Arch::kQwen3), dir, PrecisionMode::kExact);
   // The vision tower as transformers 5.17's Qwen3VLForConditionalGeneration.save_pretrained
@@ -383,6 +389,94 @@ TEST_F(ImageTextReference, MakeFixtureQwen3VlIsTheQwen3FixtureWithTransformersVi
   EXPECT_EQ(shapes.count("model.visual.deepstack_merger_list.2.norm.weight"), 0u);
   EXPECT_EQ(shapes.at("model.visual.patch_embed.proj.weight"),
             (std::vector<uint64_t>{64, 3, 2, 8, 8}));
+}
+
+class VisionTowerOnTheFixture : public ImageTextReference {
+ protected:
+  static Qwen3VlVisionTower tower() {
+    const fs::path dir = fixture_vl();
+    const Json raw = read_json_file(dir / "config.json");
+    const ModelConfig cfg = parse_model_config(raw, "config.json");
+    return Qwen3VlVisionTower(parse_vision_config(raw.at("vision_config"), "vision_config"),
+                              open_model_checkpoint(dir, cfg));
+  }
+  static Matrix pixels(int64_t rows, int64_t cols, uint64_t salt) {
+    Matrix m(rows, cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ (seed_ + salt);
+      m.data[static_cast<size_t>(i)] = static_cast<double>(h % 2001) / 1000.0 - 1.0;
+    }
+    return m;
+  }
+  static Matrix rows_of(const Matrix& m, int64_t first, int64_t count) {
+    Matrix out(count, m.cols);
+    std::copy(m.data.begin() + first * m.cols, m.data.begin() + (first + count) * m.cols,
+              out.data.begin());
+    return out;
+  }
+};
+
+TEST_F(VisionTowerOnTheFixture, ShapesPointsAndImagesIndependentOfTheirBatch) {
+  const Qwen3VlVisionTower t = tower();
+  const VisionConfig& c = t.config();
+  const std::vector<GridThw> grids = {{1, 4, 4}, {1, 2, 6}, {2, 4, 4}};
+  const Matrix px = pixels(16 + 12 + 32, c.patch_dim(), 1);
+  Trace trace;
+  const VisionOutput all = t.forward(px, grids, &trace);
+  ASSERT_EQ(all.merged.rows, 15);
+  EXPECT_EQ(all.merged.cols, c.out_hidden);
+  ASSERT_EQ(all.deepstack.size(), 1u);
+  EXPECT_EQ(all.deepstack[0].rows, 15);
+  for (double v : all.merged.data)
+    ASSERT_TRUE(std::isfinite(v));
+  std::vector<std::string> names;
+  for (const auto& [name, m] : trace.points())
+    names.push_back(name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"visual.embed", "visual.blocks.0.out", "visual.deepstack.0",
+                                      "visual.blocks.1.out", "visual.merger"}));
+  // Each image alone gives its rows of the batch bit for bit: attention stays within a frame,
+  // positions within an image.
+  int64_t row = 0, merged_row = 0;
+  for (const GridThw& g : grids) {
+    const int64_t n = g.t * g.h * g.w;
+    const VisionOutput one = t.forward(rows_of(px, row, n), {&g, 1});
+    EXPECT_EQ(one.merged.data, rows_of(all.merged, merged_row, n / 4).data);
+    EXPECT_EQ(one.deepstack[0].data, rows_of(all.deepstack[0], merged_row, n / 4).data);
+    row += n;
+    merged_row += n / 4;
+  }
+}
+
+TEST_F(VisionTowerOnTheFixture, AVideosFramesAttendWithinThemselves) {
+  const Qwen3VlVisionTower t = tower();
+  const int64_t frame = 4 * 4;
+  const Matrix one = pixels(frame, t.config().patch_dim(), 2);
+  Matrix two(2 * frame, one.cols);
+  std::copy(one.data.begin(), one.data.end(), two.data.begin());
+  std::copy(one.data.begin(), one.data.end(), two.data.begin() + frame * one.cols);
+  const GridThw video{2, 4, 4};
+  const VisionOutput v = t.forward(two, {&video, 1});
+  EXPECT_EQ(rows_of(v.merged, 0, 4).data, rows_of(v.merged, 4, 4).data);
+  const GridThw image{1, 4, 4};
+  EXPECT_EQ(t.forward(one, {&image, 1}).merged.data, rows_of(v.merged, 0, 4).data);
+}
+
+TEST_F(VisionTowerOnTheFixture, BadInputIsNamed) {
+  const Qwen3VlVisionTower t = tower();
+  const GridThw g{1, 4, 4};
+  const std::string width = test::error_of([&] {
+    t.forward(pixels(16, t.config().patch_dim() - 1, 3), {&g, 1});
+  });
+  EXPECT_NE(width.find("pixel_values"), std::string::npos) << width;
+  const GridThw odd{1, 3, 4};
+  const std::string grid = test::error_of([&] {
+    t.forward(pixels(12, t.config().patch_dim(), 3), {&odd, 1});
+  });
+  EXPECT_NE(grid.find("multiples of spatial_merge_size"), std::string::npos) << grid;
+  Matrix nan = pixels(16, t.config().patch_dim(), 3);
+  nan.data[5] = std::nan("");
+  EXPECT_NE(test::error_of([&] { t.forward(nan, {&g, 1}); }).find("NaN"), std::string::npos);
 }
 
 }  // namespace

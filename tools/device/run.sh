@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Device work in stages, so each call stays under the device tool's 10-minute limit; the build
 # directory persists between calls on a warm machine. Results land in $OUT.
-#   bash tools/device/run.sh [STAGE...]     default: build test sanitize crosscheck peer bench
+#   bash tools/device/run.sh [STAGE...]     default: build test sanitize crosscheck peer vision bench
 #   build      configure + build everything (CUDA included), -j16
 #   test       the torch-written fixture, every ctest label (gpu tests run for real), JUnit XML;
 #              CTEST_ARGS="-L gpu" narrows it
 #   sanitize   compute-sanitizer memcheck + racecheck over the gpu tests
 #   crosscheck quantization cross-checks against torch / ml_dtypes
+#   vision     Qwen3-VL's / Qwen3.5's vision tower (`qparity trace-vision`) against transformers'
+#              model.visual on the same pixel patches (float64 patched, stock)
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock), about
 #              10 minutes on the H200 image: PEER_ARCHS / PEER_IMAGE_TEXT (space-separated) narrow it
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
@@ -20,7 +22,7 @@ OUT=${OUT:-/tmp/qparity-out}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize crosscheck peer bench)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize crosscheck peer vision bench)
 want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 rc=0
 log "device"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
@@ -113,42 +115,66 @@ QWEN35_POINTS="$DENSE_POINTS"',layers.*.linear_attn.core,layers.*.linear_attn.no
 points_of() {
   case $1 in qwen3-moe) echo "$MOE_POINTS" ;; qwen3.5*) echo "$QWEN35_POINTS" ;; *) echo "$DENSE_POINTS" ;; esac
 }
+# trace_and_compare NAME DIR ARCH: qparity's trace of DIR on 24 synthetic tokens, then transformers
+# on the same tokens in float64 patched (must agree to 1e-12) and stock (reported).
+trace_and_compare() {
+  local name=$1 d=$2 arch=$3 t=$2-traces mode flag bound prc
+  mkdir -p $t
+  $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
+    || { echo "qparity trace $name failed:"; tail -3 $t/trace.log; rc=1; return; }
+  for mode in patched stock; do
+    flag=""; [ $mode = stock ] && flag="--stock"
+    python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
+      || { echo "hf_reference $name $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
+    bound=1e-12; [ $mode = stock ] && bound=1
+    python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
+      --json "$OUT/peer-$name-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
+    echo "peer $name $mode: $(tail -1 $t/cmp-$mode.log)"
+    [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
+  done
+}
 for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl}; do
   for size in tiny small; do
-    d=/tmp/peer-$arch-$size; t=/tmp/peer-$arch-$size-traces; mkdir -p $t
+    d=/tmp/peer-$arch-$size
     $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }
-    $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
-      || { echo "qparity trace $arch $size failed:"; tail -3 $t/trace.log; rc=1; continue; }
-    for mode in patched stock; do
-      flag=""; [ $mode = stock ] && flag="--stock"
-      python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
-        || { echo "hf_reference $arch $size $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
-      bound=1e-12; [ $mode = stock ] && bound=1
-      python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
-        --json "$OUT/peer-$arch-$size-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
-      echo "peer $arch $size $mode: $(tail -1 $t/cmp-$mode.log)"
-      [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
-    done
+    trace_and_compare "$arch-$size" $d $arch
   done
 done
 # Image-text checkpoints as transformers itself writes them (tools/peers/make_hf_image_text.py):
 # the reference reads the wrapper layout and runs the language model on text.
 for arch in ${PEER_IMAGE_TEXT:-qwen3-vl qwen3.5-vl}; do
-  d=/tmp/peer-$arch; t=/tmp/peer-$arch-traces; rm -rf $d; mkdir -p $t
-  python3 tools/peers/make_hf_image_text.py --arch $arch --out $d --manifest "$OUT/layout-$arch.json" > $t/make.log 2>&1 \
-    || { echo "make_hf_image_text $arch failed:"; tail -5 $t/make.log; rc=1; continue; }
-  tail -1 $t/make.log; cp $d/config.json "$OUT/config-$arch.json"
-  $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
-    || { echo "qparity trace $arch failed:"; tail -5 $t/trace.log; rc=1; continue; }
+  d=/tmp/peer-$arch; rm -rf $d
+  python3 tools/peers/make_hf_image_text.py --arch $arch --out $d --manifest "$OUT/layout-$arch.json" > /tmp/make-$arch.log 2>&1 \
+    || { echo "make_hf_image_text $arch failed:"; tail -5 /tmp/make-$arch.log; rc=1; continue; }
+  tail -1 /tmp/make-$arch.log; cp $d/config.json "$OUT/config-$arch.json"
+  trace_and_compare $arch $d $arch
+done
+fi
+if want vision; then
+log "vision towers against transformers (float64 patched must agree to 1e-12; stock is reported)"
+# The vision towers: transformers' model.visual in float64 and `qparity trace-vision` on the same
+# pixel patches (three images: one at the table's size, one resampled, a two-frame video).
+QP=${QP:-build-device/tools/qparity/qparity}
+for d in /tmp/peer-qwen3-vl-tiny /tmp/peer-qwen3-vl-small /tmp/peer-qwen3-vl /tmp/peer-qwen3.5-vl; do
+  case $d in
+    *-tiny|*-small) [ -d $d ] || $QP make-fixture --arch qwen3-vl --size ${d##*-} --seed 7 --out $d --force > /dev/null 2>&1 ;;
+    *) [ -d $d ] || python3 tools/peers/make_hf_image_text.py --arch ${d#/tmp/peer-} --out $d > /dev/null 2>&1 ;;
+  esac
+  [ -d $d ] || { echo "no checkpoint $d"; rc=1; continue; }
+  t=$d-vision; name=$(basename $d)-vision; mkdir -p $t
   for mode in patched stock; do
-    flag=""; [ $mode = stock ] && flag="--stock"
-    python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
-      || { echo "hf_reference $arch $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
+    flag=""; mk="--make-pixels"; [ $mode = stock ] && { flag="--stock"; mk=""; }
+    python3 tools/peers/hf_vision_reference.py --model $d --pixels $t/pixels.safetensors $mk --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
+      || { echo "hf_vision_reference $name $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; break; }
+    if [ $mode = patched ]; then
+      $QP trace-vision --model $d --pixels $t/pixels.safetensors --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
+        || { echo "qparity trace-vision $name failed:"; tail -3 $t/trace.log; rc=1; break; }
+    fi
     bound=1e-12; [ $mode = stock ] && bound=1
     python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
-      --json "$OUT/peer-$arch-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
-    echo "peer $arch $mode: $(tail -1 $t/cmp-$mode.log)"
-    [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
+      --json "$OUT/peer-$name-$mode.json" > $t/cmp-$mode.log 2>&1; prc=$?
+    echo "peer $name $mode: $(tail -1 $t/cmp-$mode.log)"
+    [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -6; }
   done
 done
 fi

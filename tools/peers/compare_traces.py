@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Relative L2 difference, capture point by capture point, between two trace files (qparity
-trace / tools/peers/hf_reference.py), over the names both hold (tokens must be equal).
+trace / tools/peers/hf_reference.py), over the names both hold (tokens, where both have them,
+must be equal; vision traces have none).
 
 Usage: compare_traces.py A.safetensors B.safetensors [--bound 1e-12] [--json OUT]
 Exit status 1 when any common point exceeds the bound or no point is shared.
@@ -21,7 +22,9 @@ def main():
     ap.add_argument("--json")
     x = ap.parse_args()
     a, b = load_file(x.a), load_file(x.b)
-    if not torch.equal(a["tokens"].to(torch.int64), b["tokens"].to(torch.int64)):
+    if ("tokens" in a) != ("tokens" in b):
+        sys.exit("one trace has tokens and the other not")
+    if "tokens" in a and not torch.equal(a["tokens"].to(torch.int64), b["tokens"].to(torch.int64)):
         sys.exit("the two traces ran different tokens")
     names = [n for n in a if n in b and n != "tokens"]
     rows, worst = [], 0.0

@@ -9,6 +9,7 @@ void add_inspect_command(CLI::App& app, int& rc);
 void add_quant_linear_command(CLI::App& app, int& rc);
 void add_make_fixture_command(CLI::App& app, int& rc);
 void add_trace_command(CLI::App& app, int& rc);
+void add_trace_vision_command(CLI::App& app, int& rc);
 void add_quantize_command(CLI::App& app, int& rc);
 void add_golden_command(CLI::App& app, int& rc);
 void add_compare_command(CLI::App& app, int& rc);

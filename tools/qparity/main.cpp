@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   qparity::cli::add_quant_linear_command(app, rc);
   qparity::cli::add_make_fixture_command(app, rc);
   qparity::cli::add_trace_command(app, rc);
+  qparity::cli::add_trace_vision_command(app, rc);
   qparity::cli::add_quantize_command(app, rc);
   qparity::cli::add_golden_command(app, rc);
   qparity::cli::add_compare_command(app, rc);
