@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/config/model_config.h"
+#include "reference_cpu/layers/mrope.h"
 #include "reference_cpu/quant/matrix.h"
 
 namespace qparity::reference {
@@ -65,7 +66,15 @@ class Rope {
   // cos / sin of length dim for one position (cat(freqs, freqs) layout, times attention_scaling).
   void cos_sin(int64_t pos, std::vector<double>& cos, std::vector<double>& sin) const;
 
+  // Qwen3-VL's interleaved M-RoPE (mrope.h): frequency i of token t takes its angle from the row
+  // rows[i] of `positions` (mrope_frequency_rows), each angle computed as cos_sin computes it, so
+  // equal rows rotate exactly as apply does. Rotate-half only.
+  void apply_mrope(Matrix& x, int64_t num_heads, const MropePositions& positions,
+                   std::span<const int> rows) const;
+
  private:
+  void rotate_row(double* row, int64_t num_heads, const std::vector<double>& cos,
+                  const std::vector<double>& sin) const;
   int64_t dim_ = 0;
   int64_t head_dim_ = 0;
   bool interleaved_ = false;

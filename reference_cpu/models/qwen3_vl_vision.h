@@ -32,6 +32,7 @@
 #include "core/json_util.h"
 #include "core/matrix.h"
 #include "core/safetensors/checkpoint.h"
+#include "reference_cpu/layers/mrope.h"
 
 namespace qparity::reference {
 
@@ -50,10 +51,8 @@ struct VisionConfig {
 // gelu_pytorch_tanh, the table square, the head dim divisible by 4, the deepstack taps blocks.
 VisionConfig parse_vision_config(const Json& vc, const std::string& where);
 
-// One image (t = 1) or video (t frames) in patches; h and w multiples of the merge size.
-struct GridThw {
-  int64_t t = 1, h = 0, w = 0;
-};
+// GridThw (reference_cpu/layers/mrope.h): one image or video in patches; h and w multiples of
+// the merge size.
 
 struct VisionOutput {
   Matrix merged;                  // [N / m², out_hidden]: the image tokens' embeddings
