@@ -55,6 +55,8 @@ inline constexpr std::string_view kMoeTopkIds = "moe.topk_ids";
 inline constexpr std::string_view kMoeTopkWeights = "moe.topk_weights";
 inline constexpr std::string_view kMoeExpertOut = "moe.expert_out";
 inline constexpr std::string_view kMoeOut = "moe.out";
+// The residual stream a layer leaves to the next (an image prompt's deepstack features, added
+// to the image rows after the first layers, included).
 inline constexpr std::string_view kResidual = "residual";
 // Activation-quantized linears (engine layers) whose codes a dump may hold, and the two leaves
 // under each: "layers.<i>.attn.qkv_proj.x_values" (the codes fed to the GEMM) and ".x_scales".

@@ -243,6 +243,12 @@ ModelConfig parse_image_text_config(const Json& j, const std::string& where, con
                                                     std::string(info.hf_name) + " (expected '" +
                                                     std::string(info.model_type) + "')");
   c.image_text = true;
+  for (auto [key, field] : {std::pair{"image_token_id", &c.image_token_id},
+                            std::pair{"vision_start_token_id", &c.vision_start_token_id}})
+    if (const auto v = opt_int(j, key, where)) {
+      if (*v < 0) throw Error(key_where(where, key), "must be a token id >= 0");
+      *field = *v;
+    }
   return c;
 }
 
@@ -554,9 +560,11 @@ ModelConfig parse_text_model(const Json& j, const std::string& where, const Arch
     if (!ms.is_array() || ms.size() != 3)
       throw Error(mw,
                   "must be a list of 3 section sizes (temporal, height, width), got " + ms.dump());
-    for (const Json& v : ms)
+    for (const Json& v : ms) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0)
         throw Error(mw, "section sizes must be non-negative integers, got " + v.dump());
+      c.mrope_section.push_back(v.get<int64_t>());
+    }
   }
 
   // --- MoE ---

@@ -129,8 +129,16 @@ struct ModelConfig {
   // An image-text checkpoint (Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration):
   // the sizes above are its `text_config`'s, its language model's tensors live under
   // model.language_model.* (core/safetensors/language_model_names.h shows them under model.*),
-  // and its vision tower (model.visual.*) is not run: the reference runs text-only input.
+  // and its vision tower (model.visual.*) is read only where images are given (prompts with
+  // image placeholders: CausalLm::forward_image_prompt).
   bool image_text = false;
+  // Image prompts (image-text checkpoints): the placeholder token the processor repeats for each
+  // merged patch, and the token that must open each image (top-level config keys; -1: absent).
+  int64_t image_token_id = -1;
+  int64_t vision_start_token_id = -1;
+  // Interleaved M-RoPE's (temporal, height, width) frequency counts (rope_parameters'
+  // mrope_section; empty when the config has none).
+  std::vector<int64_t> mrope_section;
 
   bool is_moe() const { return num_experts > 0; }
   bool has_qkv_bias() const { return attention_bias || qkv_bias; }

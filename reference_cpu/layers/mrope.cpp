@@ -8,7 +8,8 @@
 namespace qparity::reference {
 
 MropePositions mrope_positions(std::span<const int64_t> tokens, int64_t image_token_id,
-                               std::span<const GridThw> grids, int64_t merge) {
+                               std::span<const GridThw> grids, int64_t merge,
+                               int64_t vision_start_token_id) {
   MropePositions p;
   const auto n = static_cast<int64_t>(tokens.size());
   int64_t next = 0;  // 1 + the largest position so far
@@ -41,6 +42,12 @@ MropePositions mrope_positions(std::span<const int64_t> tokens, int64_t image_to
                       (longer ? "longer than" : std::to_string(len) + " tokens, not") + " the " +
                       std::to_string(run) + " its grid (" + std::to_string(grid.t) + ", " +
                       std::to_string(grid.h) + ", " + std::to_string(grid.w) + ") merges to");
+    if (vision_start_token_id >= 0 &&
+        (ed == 0 || tokens[static_cast<size_t>(ed - 1)] != vision_start_token_id))
+      throw Error("token " + std::to_string(ed), "image " + std::to_string(g) +
+                                                     "'s placeholder run must directly follow the "
+                                                     "vision_start token (" +
+                                                     std::to_string(vision_start_token_id) + ")");
     text(ed - st);
     const int64_t base = next;
     int64_t largest = base;

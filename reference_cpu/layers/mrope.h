@@ -36,9 +36,13 @@ struct GridThw {  // one image (t = 1) or video (t frames) in patches, as grid_t
 };
 
 // Throws naming the token index when an image's placeholder run is shorter or longer than its
-// grid gives, when a placeholder run has no grid left, or when a grid has no placeholder run.
+// grid gives, when a placeholder run has no grid left, when a grid has no placeholder run, or
+// (vision_start_token_id >= 0) when a run does not directly follow that token. transformers
+// finds the runs in two ways (4.57: after each vision_start; 5.x: maximal runs of image-typed
+// tokens); a prompt that opens every image with its vision_start token means the same to both.
 MropePositions mrope_positions(std::span<const int64_t> tokens, int64_t image_token_id,
-                               std::span<const GridThw> grids, int64_t merge);
+                               std::span<const GridThw> grids, int64_t merge,
+                               int64_t vision_start_token_id = -1);
 
 // The row (0 time, 1 height, 2 width) each of the `freqs` frequencies reads.
 std::vector<int> mrope_frequency_rows(int64_t freqs, std::span<const int64_t> sections);

@@ -90,6 +90,7 @@ void CausalLm::reset_cache() {
     if (l.linear_attn) l.linear_attn->state = GatedDeltaNetState();
   }
   cached_ = 0;
+  mrope_delta_ = 0;
 }
 
 void CausalLm::store(const std::string& name, Matrix& x, const ForwardHooks& h, bool fp32) const {
@@ -137,7 +138,7 @@ void CausalLm::observe_codes(const LinearMethod& m, const std::string& name, con
   if (const auto q = m.quantize_input(x, expert)) hooks.on_activation_codes(name, *q);
 }
 
-Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
+Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& pos,
                            const ForwardHooks& hooks) {
   AttentionBlock& a = l.attn;
   const std::string lp = layer_prefix(l.index);
@@ -166,9 +167,17 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
     k = rms_norm_heads(k, d, a.k_norm->weight, cfg_.rms_norm_eps);
     store(point_of(lp, point::kAttnKNorm), k, hooks);
   }
-  rope_.apply(q, cfg_.num_heads, pos);
-  store(point_of(lp, point::kAttnRopeQ), q, hooks);
-  rope_.apply(k, cfg_.num_kv_heads, pos);
+  if (pos.mrope) {
+    const std::vector<int> rows =
+        mrope_frequency_rows(static_cast<int64_t>(rope_.inv_freq().size()), cfg_.mrope_section);
+    rope_.apply_mrope(q, cfg_.num_heads, *pos.mrope, rows);
+    store(point_of(lp, point::kAttnRopeQ), q, hooks);
+    rope_.apply_mrope(k, cfg_.num_kv_heads, *pos.mrope, rows);
+  } else {
+    rope_.apply(q, cfg_.num_heads, pos.rotary);
+    store(point_of(lp, point::kAttnRopeQ), q, hooks);
+    rope_.apply(k, cfg_.num_kv_heads, pos.rotary);
+  }
   store(point_of(lp, point::kAttnRopeK), k, hooks);
   if (hooks.on_kv) hooks.on_kv(a.prefix, k, v);
   // Quantize on write, dequantize on read. An unquantized cache holds fp64 in exact mode.
@@ -198,8 +207,8 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, std::span<const int
   for (size_t i = 0; i < kv_pos.size(); ++i)
     kv_pos[i] = static_cast<int64_t>(i);
   Matrix core =
-      causal_attention(q, a.k_cache, a.v_cache, pos, kv_pos, cfg_.num_heads, cfg_.num_kv_heads, d,
-                       1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
+      causal_attention(q, a.k_cache, a.v_cache, pos.seq, kv_pos, cfg_.num_heads, cfg_.num_kv_heads,
+                       d, 1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
   store(point_of(lp, point::kAttnCore), core, hooks);
   if (cfg_.attn_output_gate) {  // core * sigmoid(gate), sigmoid(x) = 1 / (1 + exp(-x))
     for (size_t i = 0; i < core.data.size(); ++i)
@@ -308,8 +317,8 @@ Matrix CausalLm::linear_attention(DecoderLayer& l, const Matrix& h, const Forwar
   return out;
 }
 
-Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
-                           const ForwardHooks& hooks) {
+Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, const Positions& pos,
+                           const ForwardHooks& hooks, const Injection* inject) {
   const std::string lp = layer_prefix(l.index);
   Matrix h = norm(x, l.input_norm);
   store(point_of(lp, point::kInputNorm), h, hooks);
@@ -336,6 +345,12 @@ Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> p
     mlp_out = moe(*l.moe, lp, h2, hooks);
   }
   add_in_place(x, mlp_out);
+  if (inject) {  // deepstack: the layer's output is stored, then its image rows take the features
+    round_stored(x);
+    for (size_t i = 0; i < inject->rows->size(); ++i)
+      for (int64_t c = 0; c < x.cols; ++c)
+        x((*inject->rows)[i], c) += (*inject->values)(static_cast<int64_t>(i), c);
+  }
   store(point_of(lp, point::kResidual), x, hooks);
 
   return x;
@@ -391,7 +406,10 @@ Matrix CausalLm::forward_layer(int64_t layer, Matrix x, std::span<const int64_t>
                                      std::to_string(positions.size()) + " positions and hidden " +
                                      std::to_string(cfg_.hidden));
   acquire_layer(layer);
-  return run_layer(l, std::move(x), positions, hooks);
+  Positions pos;
+  pos.seq.assign(positions.begin(), positions.end());
+  pos.rotary = pos.seq;
+  return run_layer(l, std::move(x), pos, hooks);
 }
 
 Matrix CausalLm::embed_tokens(std::span<const int64_t> tokens, const ForwardHooks& hooks) const {
@@ -410,11 +428,8 @@ Matrix CausalLm::head(const Matrix& x, const ForwardHooks& hooks) const {
   return logits;
 }
 
-Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
-  Matrix x = embed_tokens(tokens, hooks);
-  std::vector<int64_t> pos(tokens.size());
-  for (size_t i = 0; i < pos.size(); ++i)
-    pos[i] = cached_ + static_cast<int64_t>(i);
+Matrix CausalLm::run_layers(Matrix x, const Positions& pos, const ForwardHooks& hooks,
+                            std::span<const Injection> injections) {
   if (source_ && cached_ > 0)
     throw Error("forward",
                 "a streaming model frees each layer (and its KV cache) after use, so it "
@@ -423,11 +438,80 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
   for (DecoderLayer& l : layers_) {
     const bool was_loaded = !source_ || loaded_[static_cast<size_t>(l.index)];
     acquire_layer(l.index);
-    x = run_layer(l, std::move(x), pos, hooks);
+    const auto k = static_cast<size_t>(l.index);
+    x = run_layer(l, std::move(x), pos, hooks, k < injections.size() ? &injections[k] : nullptr);
     if (!was_loaded) release_layer(l.index);
   }
   Matrix logits = head(x, hooks);
-  cached_ += static_cast<int64_t>(tokens.size());
+  cached_ += static_cast<int64_t>(pos.seq.size());
+  return logits;
+}
+
+Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& hooks) {
+  Matrix x = embed_tokens(tokens, hooks);
+  Positions pos;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    pos.seq.push_back(cached_ + static_cast<int64_t>(i));
+    pos.rotary.push_back(pos.seq.back() + mrope_delta_);  // equal rows: M-RoPE is the 1-D RoPE
+  }
+  return run_layers(std::move(x), pos, hooks);
+}
+
+Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const ImageFeatures& images,
+                                      const ForwardHooks& hooks) {
+  const std::string where = "image prompt";
+  if (!cfg_.image_text)
+    throw Error(where, cfg_.arch_name + " takes no images (an image-text checkpoint does)");
+  if (cfg_.image_token_id < 0 || cfg_.vision_start_token_id < 0)
+    throw Error(where, "config.json names no image_token_id / vision_start_token_id");
+  if (cfg_.mrope_section.size() != 3)
+    throw Error(where, "config.json's rope_parameters has no mrope_section (t, h, w)");
+  if (cached_ > 0)
+    throw Error(where, "images are placed by a prompt's first prefill; " + std::to_string(cached_) +
+                           " tokens are cached (reset the cache)");
+  if (images.merge <= 0) throw Error(where, "the vision tower's merge size must be positive");
+  for (size_t g = 0; g < images.grids.size(); ++g)
+    if (images.grids[g].t != 1)
+      throw Error(where, "image " + std::to_string(g) +
+                             "'s grid has t = " + std::to_string(images.grids[g].t) +
+                             " frames: videos (timestamped frames) are not implemented, images "
+                             "have t = 1");
+  Positions pos;
+  pos.mrope = mrope_positions(tokens, cfg_.image_token_id, images.grids, images.merge,
+                              cfg_.vision_start_token_id);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    pos.seq.push_back(static_cast<int64_t>(i));
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] == cfg_.image_token_id) rows.push_back(static_cast<int64_t>(i));
+  auto check_features = [&](const Matrix& m, const std::string& name) {
+    if (m.rows != static_cast<int64_t>(rows.size()) || m.cols != cfg_.hidden)
+      throw Error(where, name + ": [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
+                             "] for a prompt of " + std::to_string(rows.size()) +
+                             " image placeholders and hidden " + std::to_string(cfg_.hidden));
+    for (double v : m.data)
+      if (!std::isfinite(v)) throw Error(where, name + ": NaN or Inf");
+  };
+  check_features(images.embeds, "image embeddings");
+  if (images.deepstack.size() > layers_.size())
+    throw Error(where, std::to_string(images.deepstack.size()) +
+                           " deepstack features for a decoder of " +
+                           std::to_string(layers_.size()) + " layers");
+  for (size_t j = 0; j < images.deepstack.size(); ++j)
+    check_features(images.deepstack[j], "deepstack feature " + std::to_string(j));
+
+  if (!lm_head_) throw Error("model", "forward before the weights were loaded");
+  Matrix x = embed(tokens);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(images.embeds.data.begin() + static_cast<int64_t>(i) * cfg_.hidden, cfg_.hidden,
+                x.data.begin() + rows[i] * cfg_.hidden);
+  store(std::string(point::kEmbed), x, hooks);
+  std::vector<Injection> injections;
+  for (const Matrix& d : images.deepstack)
+    injections.push_back({&rows, &d});
+  const int64_t delta = pos.mrope->delta;
+  Matrix logits = run_layers(std::move(x), pos, hooks, injections);
+  mrope_delta_ = delta;
   return logits;
 }
 

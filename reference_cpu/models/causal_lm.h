@@ -11,6 +11,8 @@
 // (gated_delta_net.h: fused in_proj_qkvz / in_proj_ba, causal conv, delta rule with its state,
 // gated norm, out_proj), its full-attention layers gate the attention output with
 // sigmoid(gate) from q_proj, and its norms' (1 + w) is folded into the weight at load.
+// Image-text checkpoints (Qwen3-VL, Qwen3.5): forward_image_prompt places a prompt's images
+// (the vision tower's features, M-RoPE positions, deepstack injection).
 // Structure comes from ModelConfig; the loader (model_loader.h) fills
 // weights.
 //
@@ -109,6 +111,15 @@ struct DecoderLayer {
   std::optional<MoeBlock> moe;
 };
 
+// An image prompt's vision features (Qwen3-VL, Qwen3.5's image-text class): the vision tower's
+// output (qwen3_vl_vision.h) and the grids it ran on.
+struct ImageFeatures {
+  Matrix embeds;                  // [image tokens, hidden]: the merger's output, in prompt order
+  std::vector<Matrix> deepstack;  // each [image tokens, hidden]: added after layers 0, 1, ...
+  std::vector<GridThw> grids;     // each image's grid in patches (t = 1: images, not videos)
+  int64_t merge = 0;              // the tower's spatial_merge_size
+};
+
 // Streaming (model_loader's layer streaming): builds one decoder layer's weights when the model
 // needs them and frees them after, so that a model larger than memory runs one layer at a time.
 class LayerWeightSource {
@@ -141,6 +152,24 @@ class CausalLm {
   // Runs `tokens` at positions [cached_tokens(), cached_tokens() + T), appending their keys and
   // values to the cache; returns the logits [T, vocab].
   Matrix forward(std::span<const int64_t> tokens, const ForwardHooks& hooks = {});
+  // An image-text model's prompt with images on a fresh sequence, as transformers'
+  // Qwen3VLModel.forward runs it (docs/research/qwen3_next_and_qwen3_vl.md §6):
+  //   embed      the token embeddings with the image placeholders' rows replaced, in order, by
+  //              images.embeds (masked_scatter); "embed" records the result
+  //   rotary     mrope_positions over the prompt (mrope.h), each frequency rotated by its row's
+  //              position (Rope::apply_mrope); the causal mask stays by sequence index
+  //   deepstack  after decoder layer k < images.deepstack.size(), the image rows of the residual
+  //              stream += deepstack[k]; layers.<k>.residual records the sum (what layer k + 1
+  //              reads). Emulate mode rounds the stream before and after the add, as a bf16
+  //              engine stores both.
+  // Later forward() calls (decode) rotate at sequence index + mrope_delta() on all three rows.
+  // Throws (named) when the cache is not empty, the model has no image input, or the features,
+  // grids and placeholders disagree.
+  Matrix forward_image_prompt(std::span<const int64_t> tokens, const ImageFeatures& images,
+                              const ForwardHooks& hooks = {});
+  // mrope_position_delta of the sequence so far: 1 + the largest rotary position − its length
+  // (0 without images).
+  int64_t mrope_delta() const { return mrope_delta_; }
   int64_t cached_tokens() const { return cached_; }
   // Runs decoder layer `layer` alone on hidden states x [T, hidden] at `positions`, appending to
   // that layer's KV cache only: how bisect re-runs a suspect layer on the golden's inputs to tell
@@ -178,10 +207,24 @@ class CausalLm {
   void hold(std::shared_ptr<const Checkpoint> ckpt) { ckpt_ = std::move(ckpt); }
 
  private:
+  // A run's token positions.
+  struct Positions {
+    std::vector<int64_t> seq;             // index in the sequence: the causal mask
+    std::vector<int64_t> rotary;          // the 1-D rotary position (unused with mrope)
+    std::optional<MropePositions> mrope;  // an image prompt's three rotary rows
+  };
+  // Rows of the residual stream a layer adds to after its own residual add (deepstack).
+  struct Injection {
+    const std::vector<int64_t>* rows = nullptr;
+    const Matrix* values = nullptr;  // [rows, hidden]
+  };
   Matrix embed(std::span<const int64_t> tokens) const;
   DecoderLayer& layer_at(int64_t layer, const char* where);
-  Matrix run_layer(DecoderLayer& l, Matrix x, std::span<const int64_t> pos,
-                   const ForwardHooks& hooks);
+  Matrix run_layer(DecoderLayer& l, Matrix x, const Positions& pos, const ForwardHooks& hooks,
+                   const Injection* inject = nullptr);
+  // Runs every layer (streaming each in and out) and the head; advances the cache.
+  Matrix run_layers(Matrix x, const Positions& pos, const ForwardHooks& hooks,
+                    std::span<const Injection> injections = {});
   void observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
                      const ForwardHooks& hooks, int64_t expert = 0) const;
   Matrix norm(const Matrix& x, const NormWeights& w) const;
@@ -189,7 +232,7 @@ class CausalLm {
   void round_stored(Matrix& x, bool fp32 = false) const;
   // round_stored, then records x at capture point `name`.
   void store(const std::string& name, Matrix& x, const ForwardHooks& h, bool fp32 = false) const;
-  Matrix attention(DecoderLayer& l, const Matrix& h, std::span<const int64_t> pos,
+  Matrix attention(DecoderLayer& l, const Matrix& h, const Positions& pos,
                    const ForwardHooks& hooks);
   Matrix moe(const MoeBlock& m, const std::string& lp, const Matrix& h, const ForwardHooks& hooks);
   Matrix linear_attention(DecoderLayer& l, const Matrix& h, const ForwardHooks& hooks);
@@ -208,6 +251,7 @@ class CausalLm {
   NormWeights final_norm_;
   std::unique_ptr<LinearMethod> lm_head_;
   int64_t cached_ = 0;
+  int64_t mrope_delta_ = 0;
   std::unique_ptr<LayerWeightSource> source_;
   std::vector<bool> loaded_;  // streaming: which layers hold their weights now
 };

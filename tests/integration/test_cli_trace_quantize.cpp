@@ -173,7 +173,55 @@ TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
   ASSERT_EQ(run("make-fixture --arch qwen3 --seed " + s + " --out " + p("q3")).status, 0);
   r = run("trace-vision --model " + p("q3") + " --pixels " + p("px.st") + " --out " + p("w.st"));
   EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.err, HasSubstr("Qwen3ForCausalLM: trace-vision runs the vision tower"));
+  EXPECT_THAT(r.err, HasSubstr("Qwen3ForCausalLM has no vision tower the reference runs"));
+}
+
+TEST_F(CliTraceQuantize, TraceWithPixelsRunsTheImagePrompt) {
+  const std::string s = std::to_string(seed_ % 1000);
+  ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);
+  // Two images (4 x 4 and 4 x 6 patches: 4 and 6 placeholders); the tiny fixture's vocabulary
+  // is 512 with image 510, vision_start 508, vision_end 509.
+  const std::vector<int64_t> grids = {1, 4, 4, 1, 4, 6};
+  const uint64_t n = 16 + 24;
+  std::vector<double> px(n * 96);
+  for (size_t i = 0; i < px.size(); ++i)
+    px[i] = std::cos(0.23 * static_cast<double>(i) + static_cast<double>(seed_ % 5));
+  auto bytes = [](const auto& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                    v.size() * sizeof(v[0]));
+  };
+  write_safetensors(dir_ / "px.st",
+                    {{"pixel_values", DType::kF64, {n, 96}, bytes(px)},
+                     {"image_grid_thw", DType::kI64, {2, 3}, bytes(grids)}},
+                    std::nullopt, OverwritePolicy::kRefuse);
+  const std::string ids = "3,14,508,510,510,510,510,509,92,508,510,510,510,510,510,510,509,7,8,9";
+  const std::string common =
+      "trace --model " + p("vl") + " --pixels " + p("px.st") + " --token-ids " + ids + " ";
+  auto r = run(common + "--out " + p("pre.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::read_matrix(dir_ / "pre.st", "visual.merger").rows, 10);
+  EXPECT_EQ(test::read_matrix(dir_ / "pre.st", "visual.blocks.0.out").rows, 40);
+  EXPECT_EQ(test::read_matrix(dir_ / "pre.st", "layers.1.residual").rows, 20);
+  // The prompt's 17 tokens as one prefill, the last three as decode steps: the same logits.
+  r = run(common + "--decode --prefill 17 --out " + p("dec.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::read_matrix(dir_ / "dec.st", "logits").data,
+            test::read_matrix(dir_ / "pre.st", "logits").data);
+  r = run(common + "--decode --prefill 12 --out " + p("bad.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("must cover the last image placeholder (token 15), got 12"));
+  r = run(common + "--prefill 17 --out " + p("bad.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("splits a --decode run"));
+  r = run(common + "--capture 'visual.merger,logits' --out " + p("some.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("2 capture points"));
+  // Pixels for a text-only checkpoint.
+  ASSERT_EQ(run("make-fixture --arch qwen3 --seed " + s + " --out " + p("q3")).status, 0);
+  r = run("trace --model " + p("q3") + " --pixels " + p("px.st") + " --synthetic 4 --out " +
+          p("bad.st"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("has no vision tower the reference runs"));
 }
 
 }  // namespace

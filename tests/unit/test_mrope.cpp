@@ -72,6 +72,24 @@ TEST(Mrope, PlaceholderRunsMustMatchTheirGrids) {
             std::string::npos);
 }
 
+TEST(Mrope, EachImageMustOpenWithItsVisionStartToken) {
+  const GridThw grids[2] = {{1, 4, 4}, {1, 2, 4}};
+  const std::vector<int64_t> good = {1, kStart, kImg, kImg, kImg, kImg, kEnd, kStart, kImg, kImg};
+  EXPECT_EQ(mrope_positions(good, kImg, grids, 2, kStart).t,
+            mrope_positions(good, kImg, grids, 2).t);
+  // The second run follows vision_end, not vision_start: transformers 4.57 would not count it.
+  const std::vector<int64_t> bad = {1, kStart, kImg, kImg, kImg, kImg, kEnd, kImg, kImg};
+  EXPECT_NE(error_of([&] {
+              mrope_positions(bad, kImg, grids, 2, kStart);
+            }).find("token 7: image 1's placeholder run must directly follow the vision_start"),
+            std::string::npos);
+  const std::vector<int64_t> first = {kImg, kImg, kImg, kImg};
+  EXPECT_NE(error_of([&] {
+              mrope_positions(first, kImg, {grids, 1}, 2, kStart);
+            }).find("token 0"),
+            std::string::npos);
+}
+
 TEST(Mrope, InterleavedFrequencyRowsOfTheReleasedSections) {
   const std::vector<int64_t> sections = {24, 20, 20};
   const std::vector<int> rows = mrope_frequency_rows(64, sections);

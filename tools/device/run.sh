@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device work in stages, so each call stays under the device tool's 10-minute limit; the build
 # directory persists between calls on a warm machine. Results land in $OUT.
-#   bash tools/device/run.sh [STAGE...]     default: build test sanitize crosscheck peer vision bench
+#   bash tools/device/run.sh [STAGE...]     default: build test sanitize crosscheck peer vision images bench
 #   build      configure + build everything (CUDA included), -j16
 #   test       the torch-written fixture, every ctest label (gpu tests run for real), JUnit XML;
 #              CTEST_ARGS="-L gpu" narrows it
@@ -9,6 +9,8 @@
 #   crosscheck quantization cross-checks against torch / ml_dtypes
 #   vision     Qwen3-VL's / Qwen3.5's vision tower (`qparity trace-vision`) against transformers'
 #              model.visual on the same pixel patches (float64 patched, stock)
+#   images     image prompts (`qparity trace --pixels`: tower, placeholders, M-RoPE, deepstack)
+#              against the checkpoint class's own forward (float64 patched, stock)
 #   peer       the Hugging Face transformers peer of the reference (float64 patched, stock), about
 #              10 minutes on the H200 image: PEER_ARCHS / PEER_IMAGE_TEXT (space-separated) narrow it
 #   bench      bench_engine (engine vs copy bandwidth) and tools/device/bench_hf.py (HF peer)
@@ -22,7 +24,7 @@ OUT=${OUT:-/tmp/qparity-out}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize crosscheck peer vision bench)
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize crosscheck peer vision images bench)
 want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 rc=0
 log "device"; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/device.txt"
@@ -102,8 +104,7 @@ if want decode-study; then
   log "decode study: the floor of a chain of dependent kernels, and the skinny GEMM's chain cost"
   build-device/bench/bench_dependent_chain --grids 128 384 --chain 56
 fi
-if want peer; then
-log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
+# The transformers peers (peer, images stages).
 QP=${QP:-build-device/tools/qparity/qparity}
 # Per architecture: trace refuses a pattern that matches no capture point of the model, so the
 # dense models name mlp.out and Qwen3-MoE (every layer sparse) moe.out.
@@ -115,16 +116,25 @@ QWEN35_POINTS="$DENSE_POINTS"',layers.*.linear_attn.core,layers.*.linear_attn.no
 points_of() {
   case $1 in qwen3-moe) echo "$MOE_POINTS" ;; qwen3.5*) echo "$QWEN35_POINTS" ;; *) echo "$DENSE_POINTS" ;; esac
 }
-# trace_and_compare NAME DIR ARCH: qparity's trace of DIR on 24 synthetic tokens, then transformers
-# on the same tokens in float64 patched (must agree to 1e-12) and stock (reported).
+# trace_and_compare NAME DIR ARCH [T]: qparity's trace of DIR on 24 synthetic tokens (or, with T,
+# the image prompt T/tokens.txt with T/pixels.safetensors), then transformers on the same input in
+# float64 patched (must agree to 1e-12) and stock (reported).
 trace_and_compare() {
-  local name=$1 d=$2 arch=$3 t=$2-traces mode flag bound prc
+  local name=$1 d=$2 arch=$3 t=${4:-$2-traces} mode flag bound prc input hf_input="" capture
   mkdir -p $t
-  $QP trace --model $d --synthetic 24 --seed 11 --capture "$(points_of $arch)" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
+  capture=$(points_of $arch)
+  if [ -n "${4:-}" ]; then
+    input="--token-ids $(cat $t/tokens.txt) --pixels $t/pixels.safetensors"
+    capture="$capture,visual.*"
+    hf_input="--pixels $t/pixels.safetensors"
+  else
+    input="--synthetic 24 --seed 11"
+  fi
+  $QP trace --model $d $input --capture "$capture" --out $t/ref.safetensors --force > $t/trace.log 2>&1 \
     || { echo "qparity trace $name failed:"; tail -3 $t/trace.log; rc=1; return; }
   for mode in patched stock; do
     flag=""; [ $mode = stock ] && flag="--stock"
-    python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
+    python3 tools/peers/hf_reference.py --model $d --tokens-from $t/ref.safetensors $hf_input --out $t/hf-$mode.safetensors $flag > $t/hf-$mode.log 2>&1 \
       || { echo "hf_reference $name $mode failed:"; tail -5 $t/hf-$mode.log; rc=1; continue; }
     bound=1e-12; [ $mode = stock ] && bound=1
     python3 tools/peers/compare_traces.py $t/ref.safetensors $t/hf-$mode.safetensors --bound $bound \
@@ -133,6 +143,8 @@ trace_and_compare() {
     [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
   done
 }
+if want peer; then
+log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
 for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl}; do
   for size in tiny small; do
     d=/tmp/peer-$arch-$size
@@ -148,6 +160,24 @@ for arch in ${PEER_IMAGE_TEXT:-qwen3-vl qwen3.5-vl}; do
     || { echo "make_hf_image_text $arch failed:"; tail -5 /tmp/make-$arch.log; rc=1; continue; }
   tail -1 /tmp/make-$arch.log; cp $d/config.json "$OUT/config-$arch.json"
   trace_and_compare $arch $d $arch
+done
+fi
+if want images; then
+log "image prompts against transformers: tower, placeholders, M-RoPE, deepstack (float64 patched to 1e-12; stock reported)"
+# Two images (one at the position table's size, one resampled) between text, run by the
+# checkpoint class's own forward on the transformers side.
+QP=${QP:-build-device/tools/qparity/qparity}
+for d in /tmp/peer-qwen3-vl-tiny /tmp/peer-qwen3-vl-small /tmp/peer-qwen3-vl /tmp/peer-qwen3.5-vl; do
+  case $d in
+    *-tiny|*-small) [ -d $d ] || $QP make-fixture --arch qwen3-vl --size ${d##*-} --seed 7 --out $d --force > /dev/null 2>&1 ;;
+    *) [ -d $d ] || python3 tools/peers/make_hf_image_text.py --arch ${d#/tmp/peer-} --out $d > /dev/null 2>&1 ;;
+  esac
+  [ -d $d ] || { echo "no checkpoint $d"; rc=1; continue; }
+  t=$d-images; mkdir -p $t
+  arch=qwen3-vl; case $d in *qwen3.5*) arch=qwen3.5 ;; esac
+  python3 tools/peers/make_image_prompt.py --model $d --pixels $t/pixels.safetensors --tokens $t/tokens.txt \
+    || { echo "make_image_prompt $d failed"; rc=1; continue; }
+  trace_and_compare "$(basename $d)-images" $d $arch $t
 done
 fi
 if want vision; then

@@ -19,14 +19,21 @@ also casts with .to(torch.float32) (the Gated DeltaNet, its gated norm): torch.f
 float64 too for it; transformers' prefill runs torch_chunk_gated_delta_rule (the chunked form),
 so the peer checks the reference's sequential recurrence against it. Image-text checkpoints
 (a `text_config` in config.json: Qwen3-VL, Qwen3.5) are built as their own class and run on the
-tokens alone; their language model's points are recorded. --stock
+tokens alone, or with --pixels on the tokens and a pixel file (`pixel_values`, `image_grid_thw`:
+what `qparity trace --pixels` reads) through the class's own forward (vision tower, placeholder
+scatter, M-RoPE positions, deepstack); the vision tower's points (visual.embed,
+visual.blocks.<i>.out, visual.deepstack.<j>, visual.merger) join the language model's. There the
+vision tower's explicit float32 (its position weights) is float64 too. layers.<i>.residual is
+what the next layer reads (the final norm for the last): after the layer's deepstack injection,
+as qparity names it. --stock
 keeps transformers' own behaviour, which is what users' float64 runs get (about 1e-6 from fp64).
 
 Usage: hf_reference.py --model DIR (--tokens 1,2,3 | --tokens-from TRACE.safetensors) --out F
-       [--stock]
+       [--pixels F] [--stock]
 """
 import argparse
 import contextlib
+import inspect
 import sys
 
 import torch
@@ -63,6 +70,7 @@ def main():
     ap.add_argument("--tokens")
     ap.add_argument("--tokens-from", help="a `qparity trace` file: use its `tokens`")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--pixels", help="the prompt's images (image-text checkpoints)")
     ap.add_argument("--stock", action="store_true")
     a = ap.parse_args()
     if bool(a.tokens) == bool(a.tokens_from):
@@ -83,6 +91,10 @@ def main():
     # An image-text checkpoint (Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration):
     # built as its own class, run on text only (no pixel_values), its language model hooked.
     image_text = "text_config" in config
+    if a.pixels and not image_text:
+        sys.exit(f"hf_reference: --pixels needs an image-text checkpoint, {a.model} is not one")
+    # The vision tower builds its position weights in an explicit float32 (transformers 5.17).
+    f32 = model_type in ("qwen3_5_text", "qwen3_5") or bool(a.pixels)
     # Qwen3.5 (hybrid Gated DeltaNet): its casts are .float() and .to(torch.float32); its
     # zero-centred RMSNorm ((1 + w) * x̂) is fp64 once those are, so it is not replaced below.
     hybrid = model_type in ("qwen3_5_text", "qwen3_5")
@@ -90,7 +102,7 @@ def main():
               else AutoModelForCausalLM)
     # Experts through transformers' eager per-expert loop: the default grouped_mm path has no
     # float64 kernel (and is not deterministic across batch shapes).
-    with float_is_double(patched, hybrid):
+    with float_is_double(patched, f32):
         try:
             model, info = loader.from_pretrained(
                 a.model, dtype=torch.float64, attn_implementation="sdpa",
@@ -136,7 +148,8 @@ def main():
         return hook
 
     base = model.model.language_model if image_text else model.model
-    base.embed_tokens.register_forward_hook(keep("embed"))
+    # embed: what layer 0 reads (an image prompt's placeholders already replaced by the images).
+    base.layers[0].register_forward_pre_hook(keep_input("embed"))
     for i, layer in enumerate(base.layers):
         p = f"layers.{i}"
         layer.input_layernorm.register_forward_hook(keep(p + ".input_norm"))
@@ -152,11 +165,49 @@ def main():
         layer.post_attention_layernorm.register_forward_hook(keep(p + ".post_attn_norm"))
         sparse = hasattr(layer.mlp, "experts")
         layer.mlp.register_forward_hook(keep(p + (".moe.out" if sparse else ".mlp.out")))
-        layer.register_forward_hook(keep(p + ".residual"))
     base.norm.register_forward_hook(keep("final_norm"))
+    # layers.<i>.residual: the stream the next layer reads (after a deepstack injection).
+    for i in range(len(base.layers) - 1):
+        base.layers[i + 1].register_forward_pre_hook(keep_input(f"layers.{i}.residual"))
+    base.norm.register_forward_pre_hook(keep_input(f"layers.{len(base.layers) - 1}.residual"))
 
-    with torch.no_grad(), float_is_double(patched, hybrid):
-        logits = model(input_ids=tokens[None, :], use_cache=False).logits
+    kwargs = {}
+    if a.pixels:
+        px = load_file(a.pixels)
+        kwargs = dict(pixel_values=px["pixel_values"].to(torch.float64),
+                      image_grid_thw=px["image_grid_thw"].to(torch.int64))
+        # transformers 5.x finds the image runs by token type (the processor's mm_token_type_ids).
+        if "mm_token_type_ids" in inspect.signature(model.model.get_rope_index).parameters:
+            kwargs["mm_token_type_ids"] = (tokens[None, :] == config["image_token_id"]).to(torch.int32)
+        visual = model.model.visual
+
+        def keep_visual(name, first_input=False):
+            def hook(_m, inputs, output=None):
+                t = inputs[0] if first_input else (output[0] if isinstance(output, tuple) else output)
+                out[name] = t.detach().reshape(t.shape[-2], t.shape[-1]).to(torch.float64).clone()
+            return hook
+
+        visual.blocks[0].register_forward_pre_hook(keep_visual("visual.embed", True))
+        for i, blk in enumerate(visual.blocks):
+            blk.register_forward_hook(keep_visual(f"visual.blocks.{i}.out"))
+
+        def keep_tower(_m, _i, result):
+            merged, deepstack = (result[0], result[1]) if isinstance(result, tuple) else (
+                result.pooler_output if hasattr(result, "pooler_output") else result.last_hidden_state,
+                getattr(result, "deepstack_features", None) or [])
+            out["visual.merger"] = merged.detach().to(torch.float64).clone()
+            for j, d in enumerate(deepstack):
+                out[f"visual.deepstack.{j}"] = d.detach().to(torch.float64).clone()
+        visual.register_forward_hook(keep_tower)
+
+    saved_default = torch.get_default_dtype()
+    if patched and a.pixels:  # torch.linspace in the position interpolation
+        torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad(), float_is_double(patched, f32):
+            logits = model(input_ids=tokens[None, :], use_cache=False, **kwargs).logits
+    finally:
+        torch.set_default_dtype(saved_default)
     out["logits"] = logits[0].to(torch.float64).clone()
     out["tokens"] = tokens.clone()
     save_file(out, a.out, metadata={"producer": "tools/peers/hf_reference.py",

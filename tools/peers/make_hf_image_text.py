@@ -68,10 +68,12 @@ def main():
     torch.manual_seed(a.seed)
     model_type = "qwen3_vl" if a.arch == "qwen3-vl" else "qwen3_5"
     tc = text_config(a.arch)
-    # Placeholder token ids past the vocabulary: synthetic text never contains them.
+    # Placeholder token ids the last four of the vocabulary: an image prompt's placeholders go
+    # through embed_tokens before the image features replace them, so they must be inside it.
+    v = tc["vocab_size"]
     cfg = AutoConfig.for_model(model_type, text_config=tc, vision_config=vision_config(a.arch),
-                               image_token_id=1000, video_token_id=1001,
-                               vision_start_token_id=1002, vision_end_token_id=1003,
+                               image_token_id=v - 2, video_token_id=v - 1,
+                               vision_start_token_id=v - 4, vision_end_token_id=v - 3,
                                tie_word_embeddings=tc["tie_word_embeddings"])
     model = AutoModelForImageTextToText.from_config(cfg, dtype=torch.bfloat16)
     with torch.no_grad():

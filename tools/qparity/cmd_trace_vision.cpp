@@ -4,19 +4,16 @@
 // (visual.embed, visual.blocks.<i>.out, visual.deepstack.<j>, visual.merger) as F64 tensors. FILE
 // is a safetensors file holding `pixel_values` [N, C·T·P·P] (any float dtype, rows in the
 // processor's merge-window order) and `image_grid_thw` [n, 3] (I64 or I32: t, h, w per image, in
-// patches). The language model does not run: image tokens in a decoder forward are not implemented
-// yet.
+// patches). The language model does not run: `qparity trace --pixels` runs both.
 #include <filesystem>
 #include <iostream>
 
 #include "core/capture/trace.h"
 #include "core/error.h"
-#include "core/safetensors/chatglm_names.h"  // open_model_checkpoint
-#include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/models/qwen3_vl_vision.h"
+#include "reference_cpu/models/image_input.h"
+#include "reference_cpu/models/model_loader.h"
 #include "reference_cpu/quant/host_tensor.h"
-#include "reference_cpu/tensor_decode.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 
@@ -37,37 +34,11 @@ struct TraceVisionOptions {
 
 void run(const TraceVisionOptions& o) {
   check_output_file(o.out, o.force);
-  const fs::path cfg_path = fs::path(o.model) / "config.json";
-  const Json raw = read_json_file(cfg_path);
-  const ModelConfig cfg = parse_model_config(raw, cfg_path.string());
-  // Qwen3.5's image-text class carries the same tower without deepstack taps.
-  if (!cfg.image_text || (cfg.arch != Arch::kQwen3Vl && cfg.arch != Arch::kQwen3_5))
-    throw Error(cfg_path.string(), cfg.arch_name +
-                                       ": trace-vision runs the vision tower of "
-                                       "Qwen3VLForConditionalGeneration or "
-                                       "Qwen3_5ForConditionalGeneration");
-  const VisionConfig vc = parse_vision_config(require_key(raw, "vision_config", cfg_path.string()),
-                                              key_where(cfg_path.string(), "vision_config"));
-  const Checkpoint ck = open_model_checkpoint(o.model, cfg);
-  const Qwen3VlVisionTower tower(vc, ck);
-
-  const SafetensorsFile in = SafetensorsFile::open(o.pixels);
-  const TensorInfo* px = in.find("pixel_values");
-  const TensorInfo* gr = in.find("image_grid_thw");
-  if (!px || !gr)
-    throw Error(o.pixels, "needs tensors 'pixel_values' [N, C*T*P*P] and 'image_grid_thw' [n, 3]");
-  if (px->shape.size() != 2) throw Error(o.pixels + ": 'pixel_values'", "must be 2-D");
-  if (gr->shape.size() != 2 || gr->shape[1] != 3 ||
-      (gr->dtype != DType::kI64 && gr->dtype != DType::kI32))
-    throw Error(o.pixels + ": 'image_grid_thw'", "must be I64 or I32 [n, 3]");
-  Matrix pixels(static_cast<int64_t>(px->shape[0]), static_cast<int64_t>(px->shape[1]));
-  pixels.data = decode_all(px->dtype, in.bytes(*px), px->shape[0] * px->shape[1], "pixel_values");
-  const std::vector<double> g =
-      decode_all(gr->dtype, in.bytes(*gr), gr->shape[0] * 3, "image_grid_thw");
-  std::vector<GridThw> grids;
-  for (uint64_t i = 0; i < gr->shape[0]; ++i)
-    grids.push_back({static_cast<int64_t>(g[3 * i]), static_cast<int64_t>(g[3 * i + 1]),
-                     static_cast<int64_t>(g[3 * i + 2])});
+  const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
+  const Qwen3VlVisionTower tower = load_vision_tower(o.model, cfg);
+  const PixelInput in = read_pixel_file(o.pixels);
+  const Matrix& pixels = in.pixels;
+  const std::vector<GridThw>& grids = in.grids;
 
   Trace trace(o.capture);
   tower.forward(pixels, grids, &trace);
