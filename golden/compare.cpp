@@ -113,6 +113,15 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
                                       std::to_string(c.seq_len()) + " vs " +
                                       std::to_string(g.sequences()) + "x" +
                                       std::to_string(g.seq_len()) + " tokens, or other ids)");
+  // A dump that records its images must have run the golden's (one that does not, an engine's
+  // plain dump, ran what the golden gave it).
+  if (c.has_images()) {
+    const GoldenImages gi = g.images(), ci = c.images();
+    if (gi.grid_thw != ci.grid_thw || gi.sequence != ci.sequence ||
+        gi.pixels.data != ci.pixels.data)
+      throw Error(r.candidate_file, "ran other images than " + r.golden_file +
+                                        " (images/: grids, sequences or pixels differ)");
+  }
   static const PolicySection kNoGates;  // judges NaN/Inf only
   const PolicySection* section = nullptr;
   if (o.policy) {

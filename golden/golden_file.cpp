@@ -306,6 +306,52 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
+int64_t GoldenImages::tokens_of(int64_t image) const {
+  const auto i = static_cast<size_t>(image);
+  return grid_thw[3 * i] * grid_thw[3 * i + 1] * grid_thw[3 * i + 2] / (merge * merge);
+}
+
+void check_golden_images(const GoldenImages& im, int64_t sequences, const std::string& where) {
+  const std::string w = where + ":images/";
+  const auto n = static_cast<size_t>(im.images());
+  if (im.grid_thw.size() != 3 * n)
+    throw Error(w + "image_grid_thw",
+                "needs [n, 3] for the " + std::to_string(n) + " images of images/sequence");
+  if (im.merge <= 0) throw Error(w + "merge", "must be positive");
+  int64_t patches = 0, rows = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t t = im.grid_thw[3 * i], h = im.grid_thw[3 * i + 1], wd = im.grid_thw[3 * i + 2];
+    if (t <= 0 || h <= 0 || wd <= 0 || h % im.merge != 0 || wd % im.merge != 0)
+      throw Error(w + "image_grid_thw", "row " + std::to_string(i) +
+                                            ": positive, h and w multiples of merge " +
+                                            std::to_string(im.merge));
+    if (im.sequence[i] < 0 || im.sequence[i] >= sequences ||
+        (i > 0 && im.sequence[i] < im.sequence[i - 1]))
+      throw Error(w + "sequence", "entry " + std::to_string(i) + " = " +
+                                      std::to_string(im.sequence[i]) + ": sequences in [0, " +
+                                      std::to_string(sequences) + "), non-decreasing");
+    patches += t * h * wd;
+    rows += im.tokens_of(static_cast<int64_t>(i));
+  }
+  auto check_matrix = [&](const Array2D& a, const std::string& name, int64_t want_rows) {
+    if (a.rows != want_rows || a.cols <= 0 ||
+        static_cast<int64_t>(a.data.size()) != a.rows * a.cols)
+      throw Error(w + name, "[" + std::to_string(a.rows) + ", " + std::to_string(a.cols) +
+                                "]: the grids need " + std::to_string(want_rows) + " rows");
+    for (size_t i = 0; i < a.data.size(); ++i)
+      if (!std::isfinite(a.data[i]))
+        throw Error(w + name,
+                    "not finite at row " + std::to_string(static_cast<int64_t>(i) / a.cols));
+  };
+  check_matrix(im.pixels, "pixel_values", patches);
+  check_matrix(im.embeds, "embeds", rows);
+  for (size_t j = 0; j < im.deepstack.size(); ++j) {
+    check_matrix(im.deepstack[j], "deepstack." + std::to_string(j), rows);
+    if (im.deepstack[j].cols != im.embeds.cols)
+      throw Error(w + "deepstack." + std::to_string(j), "width differs from images/embeds");
+  }
+}
+
 void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy) {
   silence_hdf5();
   const std::string where = path.string();
@@ -337,6 +383,7 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
         static_cast<int64_t>(p.values.data.size()) != p.values.rows * p.values.cols)
       throw Error(where, "points/" + p.name + " " + rows_note(p.values.rows, n));
   }
+  if (!g.images.empty()) check_golden_images(g.images, g.sequences, where);
 
   // Build the file in memory, then land it atomically.
   const Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -400,6 +447,28 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
                   g.sequence_nll.data(), where);
     write_dataset(outputs.get(), "sequence_ppl", {s}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
                   g.sequence_ppl.data(), where);
+
+    if (!g.images.empty()) {
+      const GoldenImages& im = g.images;
+      const Hid ig = check(H5Gcreate2(f, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                           where, "cannot create group images");
+      const auto n = static_cast<hsize_t>(im.images());
+      auto matrix = [&](const std::string& name, const Array2D& a) {
+        write_dataset(ig.get(), name, {static_cast<hsize_t>(a.rows), static_cast<hsize_t>(a.cols)},
+                      H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, a.data.data(), where);
+      };
+      matrix("pixel_values", im.pixels);
+      write_dataset(ig.get(), "image_grid_thw", {n, 3}, H5T_STD_I64LE, H5T_NATIVE_INT64,
+                    im.grid_thw.data(), where);
+      write_dataset(ig.get(), "sequence", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, im.sequence.data(),
+                    where);
+      matrix("embeds", im.embeds);
+      for (size_t j = 0; j < im.deepstack.size(); ++j)
+        matrix("deepstack." + std::to_string(j), im.deepstack[j]);
+      write_scalar_attr<int64_t>(ig.get(), "merge", H5T_STD_I64LE, im.merge, where);
+      write_scalar_attr<int64_t>(ig.get(), "deepstack", H5T_STD_I64LE,
+                                 static_cast<int64_t>(im.deepstack.size()), where);
+    }
 
     if (!g.activation_stats.empty()) {
       const Hid qs = check(H5Gcreate2(f, "quant_stats", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -615,6 +684,46 @@ std::vector<ActivationCodeStats> GoldenReader::activation_stats() const {
   return out;
 }
 
+bool GoldenReader::has_images() const {
+  return H5Lexists(h_->file.get(), "images", H5P_DEFAULT) > 0;
+}
+
+GoldenImages GoldenReader::images() const {
+  GoldenImages im;
+  if (!has_images()) return im;
+  const hid_t f = h_->file.get();
+  const std::string where = path_.string();
+  auto ints = [&](const std::string& name, size_t rank, hsize_t cols) {
+    const std::string w = where + ":images/" + name;
+    const std::string path = "images/" + name;
+    if (H5Lexists(f, path.c_str(), H5P_DEFAULT) <= 0) throw Error(w, "no such dataset");
+    const Hid ds = check(H5Dopen2(f, path.c_str(), H5P_DEFAULT), H5Dclose, w, "cannot open");
+    const auto dims = dataset_dims(ds.get(), w);
+    if (dims.size() != rank || (rank == 2 && dims[1] != cols))
+      throw Error(w, rank == 2 ? "must be [n, 3]" : "must be 1-D");
+    std::vector<int64_t> v = allocate<int64_t>(dims[0], rank == 2 ? dims[1] : 1, w);
+    if (!v.empty())
+      check(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), w,
+            "cannot read");
+    return v;
+  };
+  im.grid_thw = ints("image_grid_thw", 2, 3);
+  im.sequence = ints("sequence", 1, 0);
+  if (im.sequence.size() * 3 != im.grid_thw.size())
+    throw Error(where + ":images/sequence", "needs one entry per image_grid_thw row");
+  const Hid ig = check(H5Gopen2(f, "images", H5P_DEFAULT), H5Gclose, where, "cannot open images");
+  im.merge = read_scalar_attr<int64_t>(ig.get(), "merge", H5T_NATIVE_INT64, where + ":images");
+  const auto taps =
+      read_scalar_attr<int64_t>(ig.get(), "deepstack", H5T_NATIVE_INT64, where + ":images");
+  if (taps < 0 || taps > 1024) throw Error(where + ":images", "deepstack count out of range");
+  im.pixels = read_matrix(f, "images/pixel_values", -1, where, 8);
+  im.embeds = read_matrix(f, "images/embeds", -1, where, 8);
+  for (int64_t j = 0; j < taps; ++j)
+    im.deepstack.push_back(read_matrix(f, "images/deepstack." + std::to_string(j), -1, where, 8));
+  check_golden_images(im, sequences_, where);
+  return im;
+}
+
 Golden GoldenReader::read_all() const {
   Golden g;
   g.meta = meta_;
@@ -629,6 +738,7 @@ Golden GoldenReader::read_all() const {
   g.sequence_nll = sequence_nll();
   g.sequence_ppl = sequence_ppl();
   g.activation_stats = activation_stats();
+  g.images = images();
   return g;
 }
 

@@ -102,6 +102,27 @@ struct ActivationCodeStats {
   int64_t zero_scales = 0;
 };
 
+// An image-text golden's images (optional group `images/`, SCHEMA.md): the pixel patches of every
+// sequence's images, their grids, the sequence each belongs to, and the vision tower's features
+// the decoder took in fp64 (the tower is unquantized and runs in fp64) — what an engine without
+// a vision tower feeds its decoder, and what bisect re-runs a layer with. Images are in prompt
+// order, sequence by sequence; image i gives t·h·w / merge² feature rows.
+struct GoldenImages {
+  Array2D pixels;                  // [patches, C·T·P·P]
+  std::vector<int64_t> grid_thw;   // [n, 3]
+  std::vector<int64_t> sequence;   // [n], non-decreasing
+  int64_t merge = 0;               // the tower's spatial_merge_size
+  Array2D embeds;                  // [Σ image tokens, hidden]: the merger's output
+  std::vector<Array2D> deepstack;  // each [Σ image tokens, hidden]
+  bool empty() const { return grid_thw.empty(); }
+  int64_t images() const { return static_cast<int64_t>(sequence.size()); }
+  // Image i's feature rows t·h·w / merge².
+  int64_t tokens_of(int64_t image) const;
+};
+// Shapes, grids, order and finiteness; errors name `where` and the dataset. sequences: the
+// golden's sequence count.
+void check_golden_images(const GoldenImages& im, int64_t sequences, const std::string& where);
+
 struct Golden {
   GoldenMeta meta;
   int64_t sequences = 0;
@@ -114,6 +135,7 @@ struct Golden {
   std::vector<double> sequence_nll;     // [S], mean NLL over the sequence's scored positions
   std::vector<double> sequence_ppl;     // [S], exp(sequence_nll)
   std::vector<ActivationCodeStats> activation_stats;  // optional (quant_stats/), execution order
+  GoldenImages images;                                // optional (images/): image-text prompts
 };
 
 // Checks shapes (every point and the logits have S*T rows, targets match tokens...) and writes.
@@ -145,6 +167,9 @@ class GoldenReader {
   std::vector<double> sequence_ppl() const;
   // Empty when the file has no quant_stats group (unquantized runs, engines that do not dump it).
   std::vector<ActivationCodeStats> activation_stats() const;
+  // Whether the file has an images group (image prompts), and its contents, checked.
+  bool has_images() const;
+  GoldenImages images() const;
   Golden read_all() const;
 
  private:

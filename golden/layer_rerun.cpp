@@ -4,6 +4,7 @@
 #include "core/capture/capture_points.h"
 
 #include "core/capture/trace.h"
+#include "golden/reference_run.h"  // sequence_image_features
 
 namespace qparity::golden {
 
@@ -36,6 +37,8 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
   std::vector<int64_t> pos(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i)
     pos[static_cast<size_t>(i)] = i;
+  // Image prompts: each sequence's rotary rows and deepstack features from the golden's images.
+  const GoldenImages images = golden.images();
   for (int64_t s = 0; s < golden.sequences(); ++s) {
     model.reset_cache();  // every golden sequence starts from an empty cache
     Matrix x(t, in.cols);
@@ -44,7 +47,14 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
     Trace trace(experts ? point + "," + ids_point : point);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
-    model.forward_layer(layer, std::move(x), pos, hooks);
+    if (images.empty()) {
+      model.forward_layer(layer, std::move(x), pos, hooks);
+    } else {
+      const std::span<const int64_t> tokens(golden.tokens().data() + s * t, static_cast<size_t>(t));
+      model.forward_layer(layer, std::move(x),
+                          model.prepare_image_prompt(tokens, sequence_image_features(images, s)),
+                          hooks);
+    }
     const Matrix& p = trace.at(point);
     got.data.insert(got.data.end(), p.data.begin(), p.data.end());
     got.rows += p.rows;

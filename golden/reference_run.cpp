@@ -229,8 +229,68 @@ uint64_t trace_bytes(const Trace& t) {
 
 }  // namespace
 
+GoldenImages image_golden_inputs(const reference::Qwen3VlVisionTower& tower, const ModelConfig& cfg,
+                                 const TokenInputs& in) {
+  GoldenImages im;
+  const reference::PixelInput& px = in.pixels;
+  const auto t = static_cast<size_t>(in.seq_len);
+  size_t next = 0;
+  for (int64_t s = 0; s < in.sequences; ++s) {
+    int64_t runs = 0;
+    for (size_t i = 0; i < t; ++i) {
+      const bool img = in.tokens[static_cast<size_t>(s) * t + i] == cfg.image_token_id;
+      const bool prev =
+          i > 0 && in.tokens[static_cast<size_t>(s) * t + i - 1] == cfg.image_token_id;
+      runs += img && !prev;
+    }
+    for (int64_t r = 0; r < runs; ++r, ++next) {
+      if (next >= px.grids.size())
+        throw Error("inputs", "sequence " + std::to_string(s) + "'s image placeholder run " +
+                                  std::to_string(r) + " has no image left (" +
+                                  std::to_string(px.grids.size()) + " given)");
+      im.sequence.push_back(s);
+    }
+  }
+  if (next != px.grids.size())
+    throw Error("inputs", std::to_string(px.grids.size()) + " images for " + std::to_string(next) +
+                              " placeholder runs in the sequences");
+  for (const reference::GridThw& g : px.grids)
+    im.grid_thw.insert(im.grid_thw.end(), {g.t, g.h, g.w});
+  im.pixels = {px.pixels.rows, px.pixels.cols, px.pixels.data};
+  const reference::ImageFeatures f = reference::image_features(tower, px);
+  im.merge = f.merge;
+  im.embeds = {f.embeds.rows, f.embeds.cols, f.embeds.data};
+  for (const Matrix& d : f.deepstack)
+    im.deepstack.push_back({d.rows, d.cols, d.data});
+  return im;
+}
+
+reference::ImageFeatures sequence_image_features(const GoldenImages& im, int64_t sequence) {
+  reference::ImageFeatures f;
+  f.merge = im.merge;
+  int64_t first = 0, count = 0;
+  for (int64_t i = 0; i < im.images(); ++i) {
+    const int64_t rows = im.tokens_of(i);
+    if (im.sequence[static_cast<size_t>(i)] < sequence) first += rows;
+    if (im.sequence[static_cast<size_t>(i)] != sequence) continue;
+    count += rows;
+    const auto k = static_cast<size_t>(3 * i);
+    f.grids.push_back({im.grid_thw[k], im.grid_thw[k + 1], im.grid_thw[k + 2]});
+  }
+  auto rows_of = [&](const Array2D& a) {
+    Matrix m(count, a.cols);
+    std::copy(a.data.begin() + first * a.cols, a.data.begin() + (first + count) * a.cols,
+              m.data.begin());
+    return m;
+  };
+  f.embeds = rows_of(im.embeds);
+  for (const Array2D& d : im.deepstack)
+    f.deepstack.push_back(rows_of(d));
+  return f;
+}
+
 Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const std::string& capture,
-                     std::ostream* progress, uint64_t memory_budget) {
+                     std::ostream* progress, uint64_t memory_budget, const GoldenImages* images) {
   Golden g;
   g.sequences = in.sequences;
   g.seq_len = in.seq_len;
@@ -261,9 +321,25 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
     pos[i] = static_cast<int64_t>(i);
   model.reset_cache();
   std::vector<Matrix> x(S);
-  for (size_t s = 0; s < S; ++s)
-    x[s] = model.embed_tokens(
-        std::span<const int64_t>(in.tokens.data() + s * pos.size(), pos.size()), hooks[s]);
+  // Image prompts: every sequence with its images, the same operations as forward_image_prompt.
+  std::vector<reference::ImagePrompt> prompts;
+  if (images && !images->empty()) {
+    for (size_t s = 0; s < S; ++s) {
+      try {
+        prompts.push_back(model.prepare_image_prompt(
+            std::span<const int64_t>(in.tokens.data() + s * pos.size(), pos.size()),
+            sequence_image_features(*images, static_cast<int64_t>(s))));
+      } catch (const Error& e) {
+        throw Error("sequence " + std::to_string(s), e.what());
+      }
+    }
+    g.images = *images;
+  }
+  for (size_t s = 0; s < S; ++s) {
+    const std::span<const int64_t> tokens(in.tokens.data() + s * pos.size(), pos.size());
+    x[s] = prompts.empty() ? model.embed_tokens(tokens, hooks[s])
+                           : model.embed_image_prompt(tokens, prompts[s], hooks[s]);
+  }
   uint64_t before_layers = 0;
   for (const Trace& t : traces)
     before_layers += trace_bytes(t);
@@ -272,7 +348,8 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
     model.acquire_layer(l);
     for (size_t s = 0; s < S; ++s) {
       model.reset_layer_cache(l);
-      x[s] = model.forward_layer(l, std::move(x[s]), pos, hooks[s]);
+      x[s] = prompts.empty() ? model.forward_layer(l, std::move(x[s]), pos, hooks[s])
+                             : model.forward_layer(l, std::move(x[s]), prompts[s], hooks[s]);
     }
     model.reset_layer_cache(l);
     model.release_layer(l);
@@ -368,11 +445,18 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   lo.memory_budget = budget;
   auto model = reference::load_model(model_dir, lo);
   reference::emulate_tensor_parallel(*model, model_dir, o.scheme, o.tp);
+  std::optional<GoldenImages> images;
+  if (!in.pixels.grids.empty()) {
+    if (o.tp > 1)
+      throw Error("--tp", "image prompts under tensor-parallel arithmetic are not implemented");
+    images = image_golden_inputs(reference::load_vision_tower(model_dir.string(), model->config()),
+                                 model->config(), in);
+  }
   if (progress && model->streams_layers())
     *progress << "qparity golden: streaming the model one decoder layer at a time ("
               << format_bytes(reference::checkpoint_bytes(Checkpoint::open(model_dir)))
               << " of tensors, memory budget " << format_bytes(budget) << ")\n";
-  Golden g = run_reference(*model, in, o.capture, progress, budget);
+  Golden g = run_reference(*model, in, o.capture, progress, budget, images ? &*images : nullptr);
   g.meta.model = model_name(model_dir);
   g.meta.model_config_hash = config_hash(model_dir);
   g.meta.checkpoint_hash = checkpoint_tensor_hash(model_dir);

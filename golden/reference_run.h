@@ -11,6 +11,7 @@
 
 #include "golden/golden_file.h"
 #include "reference_cpu/models/causal_lm.h"
+#include "reference_cpu/models/image_input.h"
 #include "reference_cpu/models/model_loader.h"
 
 namespace qparity::golden {
@@ -22,6 +23,9 @@ struct TokenInputs {
   std::vector<int64_t> tokens;
   uint64_t seed = 0;
   std::string description;  // recorded as the golden's input_set
+  // Image-text prompts: the images of every sequence in prompt order (each sequence takes as
+  // many as it has placeholder runs). Empty grids: text only.
+  reference::PixelInput pixels;
 };
 
 // Deterministic synthetic tokens (uniform over the vocabulary, mt19937_64 from `seed`).
@@ -75,9 +79,18 @@ Golden run_reference(const std::filesystem::path& model_dir, const TokenInputs& 
 // decoder layer at a time (each layer loaded once when the model streams), with the bits of one
 // forward() per sequence. memory_budget > 0: after layer 0, the captured points' projected size
 // (fp64, in memory) must fit it, else an Error suggesting a narrower --capture.
+// images: the vision tower's features for inputs.pixels (image_golden_inputs), null for text.
 Golden run_reference(reference::CausalLm& model, const TokenInputs& inputs,
-                     const std::string& capture, std::ostream* progress,
-                     uint64_t memory_budget = 0);
+                     const std::string& capture, std::ostream* progress, uint64_t memory_budget = 0,
+                     const GoldenImages* images = nullptr);
+
+// The golden's images for `inputs`: the pixels, each image's sequence (the sequences' placeholder
+// runs in order take the grids in order; a count that disagrees is an error naming the sequence),
+// and the tower's features (fp64).
+GoldenImages image_golden_inputs(const reference::Qwen3VlVisionTower& tower, const ModelConfig& cfg,
+                                 const TokenInputs& inputs);
+// Sequence s's share of a golden's images as the decoder takes them.
+reference::ImageFeatures sequence_image_features(const GoldenImages& images, int64_t sequence);
 
 // A name for the model in `model_dir`: the directory's name ("ckpt" for "runs/ckpt/").
 std::string model_name(const std::filesystem::path& model_dir);

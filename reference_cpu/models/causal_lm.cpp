@@ -457,8 +457,8 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
   return run_layers(std::move(x), pos, hooks);
 }
 
-Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const ImageFeatures& images,
-                                      const ForwardHooks& hooks) {
+ImagePrompt CausalLm::prepare_image_prompt(std::span<const int64_t> tokens,
+                                           const ImageFeatures& images) const {
   const std::string where = "image prompt";
   if (!cfg_.image_text)
     throw Error(where, cfg_.arch_name + " takes no images (an image-text checkpoint does)");
@@ -466,9 +466,6 @@ Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const Ima
     throw Error(where, "config.json names no image_token_id / vision_start_token_id");
   if (cfg_.mrope_section.size() != 3)
     throw Error(where, "config.json's rope_parameters has no mrope_section (t, h, w)");
-  if (cached_ > 0)
-    throw Error(where, "images are placed by a prompt's first prefill; " + std::to_string(cached_) +
-                           " tokens are cached (reset the cache)");
   if (images.merge <= 0) throw Error(where, "the vision tower's merge size must be positive");
   for (size_t g = 0; g < images.grids.size(); ++g)
     if (images.grids[g].t != 1)
@@ -476,18 +473,15 @@ Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const Ima
                              "'s grid has t = " + std::to_string(images.grids[g].t) +
                              " frames: videos (timestamped frames) are not implemented, images "
                              "have t = 1");
-  Positions pos;
-  pos.mrope = mrope_positions(tokens, cfg_.image_token_id, images.grids, images.merge,
-                              cfg_.vision_start_token_id);
+  ImagePrompt p;
+  p.positions = mrope_positions(tokens, cfg_.image_token_id, images.grids, images.merge,
+                                cfg_.vision_start_token_id);
   for (size_t i = 0; i < tokens.size(); ++i)
-    pos.seq.push_back(static_cast<int64_t>(i));
-  std::vector<int64_t> rows;
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] == cfg_.image_token_id) rows.push_back(static_cast<int64_t>(i));
+    if (tokens[i] == cfg_.image_token_id) p.rows.push_back(static_cast<int64_t>(i));
   auto check_features = [&](const Matrix& m, const std::string& name) {
-    if (m.rows != static_cast<int64_t>(rows.size()) || m.cols != cfg_.hidden)
+    if (m.rows != static_cast<int64_t>(p.rows.size()) || m.cols != cfg_.hidden)
       throw Error(where, name + ": [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
-                             "] for a prompt of " + std::to_string(rows.size()) +
+                             "] for a prompt of " + std::to_string(p.rows.size()) +
                              " image placeholders and hidden " + std::to_string(cfg_.hidden));
     for (double v : m.data)
       if (!std::isfinite(v)) throw Error(where, name + ": NaN or Inf");
@@ -499,19 +493,62 @@ Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const Ima
                            std::to_string(layers_.size()) + " layers");
   for (size_t j = 0; j < images.deepstack.size(); ++j)
     check_features(images.deepstack[j], "deepstack feature " + std::to_string(j));
+  p.embeds = images.embeds;
+  p.deepstack = images.deepstack;
+  return p;
+}
 
+Matrix CausalLm::embed_image_prompt(std::span<const int64_t> tokens, const ImagePrompt& prompt,
+                                    const ForwardHooks& hooks) const {
+  if (tokens.empty()) throw Error("tokens", "no tokens to run");
   if (!lm_head_) throw Error("model", "forward before the weights were loaded");
+  if (prompt.positions.t.size() != tokens.size())
+    throw Error("image prompt", "prepared for " + std::to_string(prompt.positions.t.size()) +
+                                    " tokens, given " + std::to_string(tokens.size()));
   Matrix x = embed(tokens);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(images.embeds.data.begin() + static_cast<int64_t>(i) * cfg_.hidden, cfg_.hidden,
-                x.data.begin() + rows[i] * cfg_.hidden);
+  for (size_t i = 0; i < prompt.rows.size(); ++i)
+    std::copy_n(prompt.embeds.data.begin() + static_cast<int64_t>(i) * cfg_.hidden, cfg_.hidden,
+                x.data.begin() + prompt.rows[i] * cfg_.hidden);
   store(std::string(point::kEmbed), x, hooks);
+  return x;
+}
+
+CausalLm::Positions CausalLm::image_prompt_positions(const ImagePrompt& prompt) {
+  Positions pos;
+  pos.mrope = prompt.positions;
+  for (size_t i = 0; i < prompt.positions.t.size(); ++i)
+    pos.seq.push_back(static_cast<int64_t>(i));
+  return pos;
+}
+
+Matrix CausalLm::forward_layer(int64_t layer, Matrix x, const ImagePrompt& prompt,
+                               const ForwardHooks& hooks) {
+  DecoderLayer& l = layer_at(layer, "forward_layer");
+  if (x.cols != cfg_.hidden || static_cast<size_t>(x.rows) != prompt.positions.t.size())
+    throw Error("forward_layer", "hidden states [" + std::to_string(x.rows) + ", " +
+                                     std::to_string(x.cols) + "] for an image prompt of " +
+                                     std::to_string(prompt.positions.t.size()) + " tokens");
+  acquire_layer(layer);
+  const auto k = static_cast<size_t>(layer);
+  const Injection inject{&prompt.rows,
+                         k < prompt.deepstack.size() ? &prompt.deepstack[k] : nullptr};
+  return run_layer(l, std::move(x), image_prompt_positions(prompt), hooks,
+                   inject.values ? &inject : nullptr);
+}
+
+Matrix CausalLm::forward_image_prompt(std::span<const int64_t> tokens, const ImageFeatures& images,
+                                      const ForwardHooks& hooks) {
+  if (cached_ > 0)
+    throw Error("image prompt", "images are placed by a prompt's first prefill; " +
+                                    std::to_string(cached_) +
+                                    " tokens are cached (reset the cache)");
+  const ImagePrompt prompt = prepare_image_prompt(tokens, images);
+  Matrix x = embed_image_prompt(tokens, prompt, hooks);
   std::vector<Injection> injections;
-  for (const Matrix& d : images.deepstack)
-    injections.push_back({&rows, &d});
-  const int64_t delta = pos.mrope->delta;
-  Matrix logits = run_layers(std::move(x), pos, hooks, injections);
-  mrope_delta_ = delta;
+  for (const Matrix& d : prompt.deepstack)
+    injections.push_back({&prompt.rows, &d});
+  Matrix logits = run_layers(std::move(x), image_prompt_positions(prompt), hooks, injections);
+  mrope_delta_ = prompt.positions.delta;
   return logits;
 }
 

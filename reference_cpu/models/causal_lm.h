@@ -120,6 +120,15 @@ struct ImageFeatures {
   int64_t merge = 0;              // the tower's spatial_merge_size
 };
 
+// An image prompt checked against its features (CausalLm::prepare_image_prompt): what its
+// embedding and each decoder layer need.
+struct ImagePrompt {
+  MropePositions positions;       // the three rotary rows and mrope_position_delta
+  std::vector<int64_t> rows;      // the placeholders' token indices
+  Matrix embeds;                  // [rows, hidden]
+  std::vector<Matrix> deepstack;  // [rows, hidden] each: after layers 0, 1, ...
+};
+
 // Streaming (model_loader's layer streaming): builds one decoder layer's weights when the model
 // needs them and frees them after, so that a model larger than memory runs one layer at a time.
 class LayerWeightSource {
@@ -170,6 +179,15 @@ class CausalLm {
   // mrope_position_delta of the sequence so far: 1 + the largest rotary position − its length
   // (0 without images).
   int64_t mrope_delta() const { return mrope_delta_; }
+  // forward_image_prompt in parts (the golden run, bisect's re-run): the checks, the embedding
+  // ("embed" recorded), and one layer at sequence indices 0..T-1 with the prompt's rotary rows
+  // and its deepstack feature after it.
+  ImagePrompt prepare_image_prompt(std::span<const int64_t> tokens,
+                                   const ImageFeatures& images) const;
+  Matrix embed_image_prompt(std::span<const int64_t> tokens, const ImagePrompt& prompt,
+                            const ForwardHooks& hooks = {}) const;
+  Matrix forward_layer(int64_t layer, Matrix x, const ImagePrompt& prompt,
+                       const ForwardHooks& hooks = {});
   int64_t cached_tokens() const { return cached_; }
   // Runs decoder layer `layer` alone on hidden states x [T, hidden] at `positions`, appending to
   // that layer's KV cache only: how bisect re-runs a suspect layer on the golden's inputs to tell
@@ -222,6 +240,7 @@ class CausalLm {
   DecoderLayer& layer_at(int64_t layer, const char* where);
   Matrix run_layer(DecoderLayer& l, Matrix x, const Positions& pos, const ForwardHooks& hooks,
                    const Injection* inject = nullptr);
+  static Positions image_prompt_positions(const ImagePrompt& prompt);
   // Runs every layer (streaming each in and out) and the head; advances the cache.
   Matrix run_layers(Matrix x, const Positions& pos, const ForwardHooks& hooks,
                     std::span<const Injection> injections = {});

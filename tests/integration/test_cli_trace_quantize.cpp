@@ -216,8 +216,21 @@ TEST_F(CliTraceQuantize, TraceWithPixelsRunsTheImagePrompt) {
   r = run(common + "--capture 'visual.merger,logits' --out " + p("some.st"));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("2 capture points"));
+  // A golden of the same prompt stores the images; golden info says so; it judges itself PASS.
+  r = run("golden make --model " + p("vl") + " --pixels " + p("px.st") + " --token-ids " + ids +
+          " --out " + p("g.h5"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("1 sequence(s) of 20 tokens with 2 image(s)"));
+  r = run("golden info " + p("g.h5"));
+  EXPECT_THAT(r.out, HasSubstr("images     2 (40 patches, 10 image tokens, 1 deepstack features)"));
+  r = run("compare " + p("g.h5") + " " + p("g.h5"));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
   // Pixels for a text-only checkpoint.
   ASSERT_EQ(run("make-fixture --arch qwen3 --seed " + s + " --out " + p("q3")).status, 0);
+  r = run("golden make --model " + p("q3") + " --pixels " + p("px.st") +
+          " --synthetic 1 --seq-len 4 --out " + p("bad.h5"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("--pixels: Qwen3ForCausalLM takes no images"));
   r = run("trace --model " + p("q3") + " --pixels " + p("px.st") + " --synthetic 4 --out " +
           p("bad.st"));
   EXPECT_NE(r.status, 0);

@@ -1,6 +1,8 @@
 // `qparity golden make --model DIR [--scheme ID] (--tokens FILE | --token-ids L | --text FILE |
 //  --synthetic N --seq-len T)
-//  --out FILE`: runs the fp64 reference and writes a schema-v1 golden dataset (golden/SCHEMA.md).
+//  --out FILE [--pixels FILE]`: runs the fp64 reference and writes a schema-v1 golden dataset
+// (golden/SCHEMA.md); --pixels gives an image-text checkpoint's prompts their images (the
+// sequences' placeholder runs take them in order), stored with the vision tower's features.
 // `qparity golden info FILE [--json]`: what a golden file holds (metadata, inputs, points).
 #include <iostream>
 #include <memory>
@@ -25,7 +27,7 @@ constexpr uint64_t kAutoCaptureLimit = uint64_t{1} << 30;
 struct MakeOptions {
   TextInput text;
   std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
-                             capture = "auto", run_dtype, memory_budget;
+                             capture = "auto", run_dtype, memory_budget, pixels;
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
   int tp = 1;
@@ -50,9 +52,15 @@ void make(const MakeOptions& o) {
   ro.memory_budget = memory_budget_of(o.memory_budget);
   ro.tp = o.tp;
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
-  const golden::TokenInputs in =
+  golden::TokenInputs in =
       token_inputs("golden make", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab, o.seed,
                    {o.text.file, o.model, o.text.stride});
+  if (!o.pixels.empty()) {
+    if (!cfg.image_text)
+      throw Error("--pixels", cfg.arch_name + " takes no images (an image-text checkpoint does)");
+    in.pixels = reference::read_pixel_file(o.pixels);
+    in.description += ", images from " + fs::path(o.pixels).filename().string();
+  }
   ro.capture = o.capture;
   if (o.capture == "auto") {
     uint64_t full = 0;
@@ -66,8 +74,9 @@ void make(const MakeOptions& o) {
   }
   check_capture_globs(ro.capture,
                       model_capture_points(cfg, true));  // a quantized cache adds its points
-  std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len
-            << " tokens through " << o.model << "\n";
+  std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len << " tokens";
+  if (!in.pixels.grids.empty()) std::cerr << " with " << in.pixels.grids.size() << " image(s)";
+  std::cerr << " through " << o.model << "\n";
   golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
   g.meta.producer_version = QPARITY_VERSION;
   golden::write_golden(o.out, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
@@ -93,6 +102,7 @@ void info(const std::string& file, bool json) {
     j["sequences"] = r.sequences();
     j["seq_len"] = r.seq_len();
     j["points"] = r.point_names();
+    if (r.has_images()) j["images"] = r.images().images();
     j["sequence_nll"] = nll;
     j["sequence_ppl"] = ppl;
     std::cout << j.dump(2) << "\n";
@@ -111,6 +121,12 @@ void info(const std::string& file, bool json) {
             << m.input_set << ")\n"
             << "  points     " << r.point_names().size() << " ("
             << golden::to_string(m.point_precision) << ")\n";
+  if (r.has_images()) {
+    const golden::GoldenImages im = r.images();
+    std::cout << "  images     " << im.images() << " (" << im.pixels.rows << " patches, "
+              << im.embeds.rows << " image tokens, " << im.deepstack.size()
+              << " deepstack features)\n";
+  }
   for (size_t s = 0; s < nll.size(); ++s)
     std::cout << "  sequence " << s << ": NLL " << nll[s] << ", PPL " << ppl[s] << "\n";
 }
@@ -136,6 +152,9 @@ void add_golden_command(CLI::App& app, int& rc) {
                  "engine being judged does: bf16 | f16 | f32 (default: the checkpoint's)")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   add_token_options(mk, o->tokens, o->token_ids, o->text);
+  mk->add_option("--pixels", o->pixels,
+                 "the prompts' images (image-text checkpoints): safetensors with pixel_values "
+                 "[N, C*T*P*P] and image_grid_thw [n, 3], taken by the placeholder runs in order");
   mk->add_option("--synthetic", o->synthetic, "N synthetic sequences (with --seq-len, --seed)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   mk->add_option("--seq-len", o->seq_len,
