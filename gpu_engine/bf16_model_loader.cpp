@@ -107,7 +107,8 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::pa
       for (const char* proj : {"q_proj", "k_proj", "v_proj"})
         consumed.insert("model.layers." + std::to_string(i) + ".self_attn." + proj + ".bias");
   for (const auto& [name, ref] : ck.tensors())
-    if (!consumed.count(name))
+    // An image-text checkpoint's vision tower is not the engine's: the reference runs it.
+    if (!consumed.count(name) && !(c.image_text && name.starts_with("model.visual.")))
       throw Error(ck.root().string() + ": tensor '" + name + "'",
                   "is not used by an unquantized " + std::string(arch_name(c.arch)) +
                       " model (unexpected tensor; a quantized checkpoint needs its quantization "

@@ -24,6 +24,10 @@ std::string device_name() {
 // Sequences per forward: as many whole sequences as fit in max_tokens.
 golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std::string& capture,
                              bool want_points, std::ostream* progress) {
+  if (!in.pixels.grids.empty())
+    throw Error("engine run",
+                "image prompts (M-RoPE image positions, deepstack) are not in the "
+                "GPU engine yet: the fp64 reference runs them");
   golden::Golden g;
   g.sequences = in.sequences;
   g.seq_len = in.seq_len;
@@ -102,6 +106,10 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
                                    const std::string& capture, std::ostream* progress) {
   const ModelConfig& c = e.config();
   const int64_t s_count = ref.sequences(), t = ref.seq_len();
+  if (ref.has_images())
+    throw Error(ref.path().string(),
+                "a golden of image prompts: M-RoPE image positions and "
+                "deepstack are not in the GPU engine yet");
   if (t > e.options().max_tokens || t > e.options().max_context)
     throw Error(ref.path().string(), "sequences of " + std::to_string(t) +
                                          " tokens exceed the engine's max_tokens / context");

@@ -175,6 +175,24 @@ TEST_F(GpuEngine, ChatGlm2AndMistralMatchTheReference) {
   }
 }
 
+// Qwen3-VL's language model on text (the image-text checkpoint's wrapper names; its vision tower
+// is not the engine's): Qwen3's decoder, and M-RoPE with three equal rows is the 1-D RoPE. Image
+// prompts are refused by name.
+TEST_F(GpuEngine, Qwen3VlTextDecoderMatchesTheReference) {
+  for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
+    expect_matches_reference(fixture("qwen3-vl", size));
+  auto e = engine(fixture("qwen3-vl", fixtures::FixtureSize::kTiny));
+  golden::TokenInputs in = golden::synthetic_inputs(1, 8, 64, 3);
+  in.pixels.grids = {{1, 4, 4}};
+  in.pixels.pixels = Matrix(16, 96);
+  try {
+    gpu::engine_golden(*e, in, "*", true, nullptr);
+    ADD_FAILURE() << "an image prompt ran on the engine";
+  } catch (const Error& err) {
+    EXPECT_THAT(err.what(), HasSubstr("image prompts (M-RoPE image positions, deepstack)"));
+  }
+}
+
 // Shapes the kernels take only zero-padded (shape_padding.h): head_dim 8 (a real small trained
 // checkpoint's, hidden 32 over 4 heads) and 16 with Qwen3's q/k norm, intermediate 172 and
 // moe_intermediate 172 (K = 172 is no multiple of 8). The same judgement as the fixtures': the
