@@ -32,6 +32,24 @@ class CliTraceQuantize : public testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   test::CliRun run(const std::string& args) { return test::run_cli(dir_, args); }
   std::string p(const std::string& leaf) const { return (dir_ / leaf).string(); }
+  // px.st for the tiny qwen3-vl fixture's tower (patch 4, temporal 2, 3 channels: 96 values a
+  // patch): `grids` (t, h, w per image) and a smooth pattern of `phase`.
+  void write_pixels(const std::vector<int64_t>& grids, double phase) const {
+    uint64_t n = 0;
+    for (size_t i = 0; i < grids.size(); i += 3)
+      n += static_cast<uint64_t>(grids[i] * grids[i + 1] * grids[i + 2]);
+    std::vector<double> px(n * 96);
+    for (size_t i = 0; i < px.size(); ++i)
+      px[i] = std::sin(0.37 * static_cast<double>(i) + phase);
+    auto bytes = [](const auto& v) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                      v.size() * sizeof(v[0]));
+    };
+    write_safetensors(dir_ / "px.st",
+                      {{"pixel_values", DType::kF64, {n, 96}, bytes(px)},
+                       {"image_grid_thw", DType::kI64, {grids.size() / 3, 3}, bytes(grids)}},
+                      std::nullopt, OverwritePolicy::kRefuse);
+  }
 
   uint64_t seed_ = 0;
   fs::path dir_;
@@ -138,20 +156,7 @@ TEST_F(CliTraceQuantize, IgnoreListAndUnsupportedLinears) {
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
   const std::string s = std::to_string(seed_ % 1000);
   ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);
-  // Tiny fixture's tower: patch 4, temporal 2, 3 channels (96 values a patch), merge 2.
-  const std::vector<int64_t> grids = {1, 4, 4, 2, 2, 4};
-  const uint64_t n = 16 + 16;
-  std::vector<double> px(n * 96);
-  for (size_t i = 0; i < px.size(); ++i)
-    px[i] = std::sin(0.37 * static_cast<double>(i) + static_cast<double>(seed_ % 7));
-  auto bytes = [](const auto& v) {
-    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                    v.size() * sizeof(v[0]));
-  };
-  write_safetensors(dir_ / "px.st",
-                    {{"pixel_values", DType::kF64, {n, 96}, bytes(px)},
-                     {"image_grid_thw", DType::kI64, {2, 3}, bytes(grids)}},
-                    std::nullopt, OverwritePolicy::kRefuse);
+  write_pixels({1, 4, 4, 2, 2, 4}, static_cast<double>(seed_ % 7));
   auto r =
       run("trace-vision --model " + p("vl") + " --pixels " + p("px.st") + " --out " + p("v.st"));
   ASSERT_EQ(r.status, 0) << r.err;
@@ -164,7 +169,13 @@ TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
   EXPECT_NE(r.status, 0);
   EXPECT_THAT(r.err, HasSubstr("exists"));
   // A pixel file without grids; a text-only architecture.
-  write_safetensors(dir_ / "nogrid.st", {{"pixel_values", DType::kF64, {n, 96}, bytes(px)}},
+  const std::vector<double> px(16 * 96, 0.5);
+  write_safetensors(dir_ / "nogrid.st",
+                    {{"pixel_values",
+                      DType::kF64,
+                      {16, 96},
+                      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(px.data()),
+                                               px.size() * sizeof(double))}},
                     std::nullopt, OverwritePolicy::kRefuse);
   r = run("trace-vision --model " + p("vl") + " --pixels " + p("nogrid.st") + " --out " +
           p("w.st"));
@@ -181,19 +192,7 @@ TEST_F(CliTraceQuantize, TraceWithPixelsRunsTheImagePrompt) {
   ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);
   // Two images (4 x 4 and 4 x 6 patches: 4 and 6 placeholders); the tiny fixture's vocabulary
   // is 512 with image 510, vision_start 508, vision_end 509.
-  const std::vector<int64_t> grids = {1, 4, 4, 1, 4, 6};
-  const uint64_t n = 16 + 24;
-  std::vector<double> px(n * 96);
-  for (size_t i = 0; i < px.size(); ++i)
-    px[i] = std::cos(0.23 * static_cast<double>(i) + static_cast<double>(seed_ % 5));
-  auto bytes = [](const auto& v) {
-    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                    v.size() * sizeof(v[0]));
-  };
-  write_safetensors(dir_ / "px.st",
-                    {{"pixel_values", DType::kF64, {n, 96}, bytes(px)},
-                     {"image_grid_thw", DType::kI64, {2, 3}, bytes(grids)}},
-                    std::nullopt, OverwritePolicy::kRefuse);
+  write_pixels({1, 4, 4, 1, 4, 6}, static_cast<double>(seed_ % 5));
   const std::string ids = "3,14,508,510,510,510,510,509,92,508,510,510,510,510,510,510,509,7,8,9";
   const std::string common =
       "trace --model " + p("vl") + " --pixels " + p("px.st") + " --token-ids " + ids + " ";

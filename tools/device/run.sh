@@ -143,6 +143,17 @@ trace_and_compare() {
     [ $mode = patched ] && [ $prc -ne 0 ] && { rc=1; sort -g $t/cmp-$mode.log | tail -4; }
   done
 }
+# image_text_checkpoint DIR: the image-text checkpoints the images and vision stages run (the
+# qwen3-vl fixture tiny / small, transformers-saved Qwen3-VL / Qwen3.5), made when missing.
+IMAGE_TEXT_DIRS="/tmp/peer-qwen3-vl-tiny /tmp/peer-qwen3-vl-small /tmp/peer-qwen3-vl /tmp/peer-qwen3.5-vl"
+image_text_checkpoint() {
+  local d=$1
+  case $d in
+    *-tiny|*-small) [ -d $d ] || $QP make-fixture --arch qwen3-vl --size ${d##*-} --seed 7 --out $d --force > /dev/null 2>&1 ;;
+    *) [ -d $d ] || python3 tools/peers/make_hf_image_text.py --arch ${d#/tmp/peer-} --out $d > /dev/null 2>&1 ;;
+  esac
+  [ -d $d ]
+}
 if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
 for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl}; do
@@ -166,13 +177,8 @@ if want images; then
 log "image prompts against transformers: tower, placeholders, M-RoPE, deepstack (float64 patched to 1e-12; stock reported)"
 # Two images (one at the position table's size, one resampled) between text, run by the
 # checkpoint class's own forward on the transformers side.
-QP=${QP:-build-device/tools/qparity/qparity}
-for d in /tmp/peer-qwen3-vl-tiny /tmp/peer-qwen3-vl-small /tmp/peer-qwen3-vl /tmp/peer-qwen3.5-vl; do
-  case $d in
-    *-tiny|*-small) [ -d $d ] || $QP make-fixture --arch qwen3-vl --size ${d##*-} --seed 7 --out $d --force > /dev/null 2>&1 ;;
-    *) [ -d $d ] || python3 tools/peers/make_hf_image_text.py --arch ${d#/tmp/peer-} --out $d > /dev/null 2>&1 ;;
-  esac
-  [ -d $d ] || { echo "no checkpoint $d"; rc=1; continue; }
+for d in $IMAGE_TEXT_DIRS; do
+  image_text_checkpoint $d || { echo "no checkpoint $d"; rc=1; continue; }
   t=$d-images; mkdir -p $t
   arch=qwen3-vl; case $d in *qwen3.5*) arch=qwen3.5 ;; esac
   python3 tools/peers/make_image_prompt.py --model $d --pixels $t/pixels.safetensors --tokens $t/tokens.txt \
@@ -184,13 +190,8 @@ if want vision; then
 log "vision towers against transformers (float64 patched must agree to 1e-12; stock is reported)"
 # The vision towers: transformers' model.visual in float64 and `qparity trace-vision` on the same
 # pixel patches (three images: one at the table's size, one resampled, a two-frame video).
-QP=${QP:-build-device/tools/qparity/qparity}
-for d in /tmp/peer-qwen3-vl-tiny /tmp/peer-qwen3-vl-small /tmp/peer-qwen3-vl /tmp/peer-qwen3.5-vl; do
-  case $d in
-    *-tiny|*-small) [ -d $d ] || $QP make-fixture --arch qwen3-vl --size ${d##*-} --seed 7 --out $d --force > /dev/null 2>&1 ;;
-    *) [ -d $d ] || python3 tools/peers/make_hf_image_text.py --arch ${d#/tmp/peer-} --out $d > /dev/null 2>&1 ;;
-  esac
-  [ -d $d ] || { echo "no checkpoint $d"; rc=1; continue; }
+for d in $IMAGE_TEXT_DIRS; do
+  image_text_checkpoint $d || { echo "no checkpoint $d"; rc=1; continue; }
   t=$d-vision; name=$(basename $d)-vision; mkdir -p $t
   for mode in patched stock; do
     flag=""; mk="--make-pixels"; [ $mode = stock ] && { flag="--stock"; mk=""; }
