@@ -82,6 +82,9 @@ CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMo
       weight_rounding_(run_dtype),
       rope_(cfg_) {
   arith_of(run_dtype_, "run dtype");  // BF16, F16, F32 or F64; anything else throws
+  if (cfg_.mrope_section.size() == 3)
+    mrope_rows_ =
+        mrope_frequency_rows(static_cast<int64_t>(rope_.inv_freq().size()), cfg_.mrope_section);
 }
 
 void CausalLm::reset_cache() {
@@ -168,11 +171,9 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
     store(point_of(lp, point::kAttnKNorm), k, hooks);
   }
   if (pos.mrope) {
-    const std::vector<int> rows =
-        mrope_frequency_rows(static_cast<int64_t>(rope_.inv_freq().size()), cfg_.mrope_section);
-    rope_.apply_mrope(q, cfg_.num_heads, *pos.mrope, rows);
+    rope_.apply_mrope(q, cfg_.num_heads, *pos.mrope, mrope_rows_);
     store(point_of(lp, point::kAttnRopeQ), q, hooks);
-    rope_.apply_mrope(k, cfg_.num_kv_heads, *pos.mrope, rows);
+    rope_.apply_mrope(k, cfg_.num_kv_heads, *pos.mrope, mrope_rows_);
   } else {
     rope_.apply(q, cfg_.num_heads, pos.rotary);
     store(point_of(lp, point::kAttnRopeQ), q, hooks);
@@ -458,7 +459,7 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
 }
 
 ImagePrompt CausalLm::prepare_image_prompt(std::span<const int64_t> tokens,
-                                           const ImageFeatures& images) const {
+                                           ImageFeatures images) const {
   const std::string where = "image prompt";
   if (!cfg_.image_text)
     throw Error(where, cfg_.arch_name + " takes no images (an image-text checkpoint does)");
@@ -493,8 +494,8 @@ ImagePrompt CausalLm::prepare_image_prompt(std::span<const int64_t> tokens,
                            std::to_string(layers_.size()) + " layers");
   for (size_t j = 0; j < images.deepstack.size(); ++j)
     check_features(images.deepstack[j], "deepstack feature " + std::to_string(j));
-  p.embeds = images.embeds;
-  p.deepstack = images.deepstack;
+  p.embeds = std::move(images.embeds);
+  p.deepstack = std::move(images.deepstack);
   return p;
 }
 

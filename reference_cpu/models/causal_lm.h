@@ -182,8 +182,7 @@ class CausalLm {
   // forward_image_prompt in parts (the golden run, bisect's re-run): the checks, the embedding
   // ("embed" recorded), and one layer at sequence indices 0..T-1 with the prompt's rotary rows
   // and its deepstack feature after it.
-  ImagePrompt prepare_image_prompt(std::span<const int64_t> tokens,
-                                   const ImageFeatures& images) const;
+  ImagePrompt prepare_image_prompt(std::span<const int64_t> tokens, ImageFeatures images) const;
   Matrix embed_image_prompt(std::span<const int64_t> tokens, const ImagePrompt& prompt,
                             const ForwardHooks& hooks = {}) const;
   Matrix forward_layer(int64_t layer, Matrix x, const ImagePrompt& prompt,
@@ -271,6 +270,7 @@ class CausalLm {
   std::unique_ptr<LinearMethod> lm_head_;
   int64_t cached_ = 0;
   int64_t mrope_delta_ = 0;
+  std::vector<int> mrope_rows_;  // M-RoPE: the row each rotary frequency reads (mrope_section)
   std::unique_ptr<LayerWeightSource> source_;
   std::vector<bool> loaded_;  // streaming: which layers hold their weights now
 };
