@@ -573,7 +573,10 @@ void check_mx_linear(SchemeKind kind, int bits, Make make, Quant quant) {
           << to_string(d) << " " << test::seed_note(seed);
       // OCP floor rule (ideal, msmodelslim): amax / 2^E reaches 2x the element max, so block
       // maxima above it clamp (up to 1/4 off for e2m1 at 8 -> 6, 1/8 for e4m3 at 512 -> 448).
-      EXPECT_LT(test::relative_l2(m->dequantized_weight(), w), bits == 4 ? 0.25 : 0.1)
+      // e4m3: every normal element is then within 1/8 of itself (clamp 1/8, rounding 1/16), so
+      // rel_l2 < 1/8 (subnormals' absolute error, <= 2^-10 of 2^E, is negligible beside that);
+      // a seed once measured 0.101 (a bound of 0.1 was a guess).
+      EXPECT_LT(test::relative_l2(m->dequantized_weight(), w), bits == 4 ? 0.25 : 0.125)
           << to_string(d) << " " << test::relative_l2(m->dequantized_weight(), w) << " "
           << test::seed_note(seed);
     }

@@ -132,6 +132,13 @@ TEST(W8A16, DialectsDifferOnFp32Arithmetic) {
   EXPECT_EQ(w8a16_rules(Dialect::kVllm).qparams.arith, Arith::kFp32);
 }
 
+// Round trips land within half a step, plus what fp32 costs at the clamped end codes: the scale
+// is computed (fp32 dialects: two divisions and a subtraction) and stored in fp32, so
+// (max - min) / s misses 255 by up to 3 roundings of 2^-24 relative; x / s + offset and an fp32
+// read-back (|.| <= 128 steps) by 3 more: (3·255 + 3·128)·2^-24 < 2^-13 steps. Seeds have
+// measured 1.19e-5 (W8A16) and more than 1e-5 (KV int8) steps over the half.
+const double kEndCodeSlack = std::ldexp(1.0, -13);
+
 TEST(W8A16, RoundTripWithinHalfStep) {
   const uint64_t seed = test_seed();
   std::mt19937_64 rng(seed);
@@ -156,7 +163,7 @@ TEST(W8A16, RoundTripWithinHalfStep) {
             if (sym) {
               ASSERT_EQ(o[gi], 0.0);
             }
-            ASSERT_LE(std::fabs(dq(n, k) - w(n, k)), s[gi] * (0.5 + 1e-5))
+            ASSERT_LE(std::fabs(dq(n, k) - w(n, k)), s[gi] * (0.5 + kEndCodeSlack))
                 << seed_note(seed) << " g=" << g << " sym=" << sym << " n=" << n << " k=" << k;
           }
       }
@@ -851,7 +858,7 @@ TEST(KvInt8, RoundTripWithinHalfStepAndZeroChannels) {
         for (int64_t t = 0; t < 32; ++t)
           for (int64_t c = 0; c < 8; ++c)
             ASSERT_LE(std::fabs(y(t, c) - x(t, c)),
-                      km->scales(w)[static_cast<size_t>(c)] * (0.5 + 1e-5))
+                      km->scales(w)[static_cast<size_t>(c)] * (0.5 + kEndCodeSlack))
                 << seed_note(seed);
       }
       const auto* km = dynamic_cast<const KvInt8CacheMethod*>(m.get());
