@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/safetensors/checkpoint.h"
+#include "core/safetensors/language_model_names.h"
 #include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
 
@@ -68,12 +69,28 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::pa
     const std::string p = "model.layers." + std::to_string(i) + ".";
     plan.push_back({&l.input_norm, {{p + "input_layernorm.weight", {h}}}});
     plan.push_back({&l.post_norm, {{p + "post_attention_layernorm.weight", {h}}}});
-    plan.push_back({&l.qkv,
-                    {{p + "self_attn.q_proj.weight", {q, h}},
-                     {p + "self_attn.k_proj.weight", {kv, h}},
-                     {p + "self_attn.v_proj.weight", {kv, h}}}});
-    plan.push_back({&l.o_proj, {{p + "self_attn.o_proj.weight", {h, q}}}});
-    if (c.has_qk_norm) {
+    if (c.is_linear_attention_layer(i)) {
+      const LinearAttentionDims& ld = c.linear;
+      const uint64_t cd = static_cast<uint64_t>(ld.conv_dim()),
+                     vd = static_cast<uint64_t>(ld.value_dim()),
+                     hv = static_cast<uint64_t>(ld.num_value_heads);
+      const std::string la = p + "linear_attn.";
+      l.linear_attention = true;
+      plan.push_back({&l.lin_in,
+                      {{la + "in_proj_qkv.weight", {cd, h}},
+                       {la + "in_proj_z.weight", {vd, h}},
+                       {la + "in_proj_b.weight", {hv, h}},
+                       {la + "in_proj_a.weight", {hv, h}}}});
+      plan.push_back({&l.lin_out, {{la + "out_proj.weight", {h, vd}}}});
+    } else {
+      // A gated q_proj ([q | gate] rows per head) is uploaded split: q first, the gate after v.
+      plan.push_back({&l.qkv,
+                      {{p + "self_attn.q_proj.weight", {c.attn_output_gate ? 2 * q : q, h}},
+                       {p + "self_attn.k_proj.weight", {kv, h}},
+                       {p + "self_attn.v_proj.weight", {kv, h}}}});
+      plan.push_back({&l.o_proj, {{p + "self_attn.o_proj.weight", {h, q}}}});
+    }
+    if (c.has_qk_norm && !c.is_linear_attention_layer(i)) {
       plan.push_back({&l.q_norm, {{p + "self_attn.q_norm.weight", {d}}}});
       plan.push_back({&l.k_norm, {{p + "self_attn.k_norm.weight", {d}}}});
     }
@@ -102,13 +119,18 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::pa
   for (const Pending& pb : plan)
     for (const Part& part : pb.parts)
       consumed.insert(part.name);
+  for (int64_t i = 0; i < c.num_layers; ++i)  // read by attach_linear_attention (fp32)
+    if (c.is_linear_attention_layer(i))
+      for (const char* t : {"conv1d.weight", "A_log", "dt_bias", "norm.weight"})
+        consumed.insert("model.layers." + std::to_string(i) + ".linear_attn." + t);
   if (c.has_qkv_bias())  // read by attach_qkv_bias (gpu_model.h)
     for (int64_t i = 0; i < c.num_layers; ++i)
       for (const char* proj : {"q_proj", "k_proj", "v_proj"})
         consumed.insert("model.layers." + std::to_string(i) + ".self_attn." + proj + ".bias");
   for (const auto& [name, ref] : ck.tensors())
-    // An image-text checkpoint's vision tower is not the engine's: the reference runs it.
-    if (!consumed.count(name) && !(c.image_text && name.starts_with("model.visual.")))
+    // An image-text checkpoint's vision tower is not the engine's (the reference runs it), nor
+    // Qwen3.5's multi-token-prediction head.
+    if (!consumed.count(name) && !is_unused_by_text(c, name))
       throw Error(ck.root().string() + ": tensor '" + name + "'",
                   "is not used by an unquantized " + std::string(arch_name(c.arch)) +
                       " model (unexpected tensor; a quantized checkpoint needs its quantization "
@@ -138,6 +160,19 @@ std::unique_ptr<GpuModel> load_bf16_gpu_model(const Checkpoint& ck, const fs::pa
     uint64_t offset = 0;
     for (const Part& part : pb.parts) {
       const TensorRef& t = ck.at(part.name);
+      if (c.attn_output_gate && part.name.ends_with(".self_attn.q_proj.weight")) {
+        // Per head [q (d) | gate (d)] rows: q rows to the front, gate rows after k and v.
+        const auto bytes = t.bytes();
+        const size_t row = bytes.size() / part.shape[0];
+        const uint64_t gate_at = q + 2 * kv;
+        for (uint64_t head = 0; head < static_cast<uint64_t>(c.num_heads); ++head)
+          for (const bool gate : {false, true})
+            up.upload_bf16(pb.buffer->get() + ((gate ? gate_at : 0) + head * d) * h,
+                           bytes.subspan((2 * head + (gate ? 1 : 0)) * d * row, d * row),
+                           t.info->dtype, part.name);
+        offset += q * h;  // (its q rows; the gate rows lie beyond v)
+        continue;
+      }
       up.upload_bf16(pb.buffer->get() + offset, t.bytes(), t.info->dtype, part.name);
       offset += elements(part.shape);
     }

@@ -17,6 +17,27 @@
 
 namespace qparity::gpu {
 
+namespace {
+
+// Qwen3.5's attn.qkv as the reference records it (q_proj's own rows, per head [q | gate], then k
+// and v) from the engine's [q | k | v | gate] row: `qkv` maps the logical [q | k | v] columns.
+ColumnMap gated_qkv_columns(const ColumnMap& qkv, const ModelConfig& cfg) {
+  const int64_t d = cfg.head_dim, q = cfg.q_size(), qkv_n = q + 2 * cfg.kv_size();
+  const auto at = [&](int64_t c) { return qkv.empty() ? c : qkv[static_cast<size_t>(c)]; };
+  ColumnMap out;
+  for (int64_t h = 0; h < cfg.num_heads; ++h) {
+    for (int64_t j = 0; j < d; ++j)
+      out.push_back(at(h * d + j));
+    for (int64_t j = 0; j < d; ++j)
+      out.push_back(qkv_n + h * d + j);
+  }
+  for (int64_t c = q; c < qkv_n; ++c)
+    out.push_back(at(c));
+  return out;
+}
+
+}  // namespace
+
 Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions& o,
                  cudaStream_t stream, KernelTimeline& timeline, TpComm* comm)
     : model_(model), comm_(comm), cache_(cache), options_(o), stream_(stream), timeline_(timeline) {
@@ -35,9 +56,10 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   q_cols_ = rope_columns(cols.q, model_.cfg.num_heads, model_.cfg);
   k_cols_ = rope_columns(cols.k, model_.cfg.num_kv_heads, model_.cfg);
   qkv_cols_ = rope_qkv_columns(cols.qkv, model_.cfg);
+  if (model_.attn_gate) qkv_cols_ = gated_qkv_columns(qkv_cols_, model_.cfg);
   gate_up_cols_ = cols.gate_up, act_cols_ = cols.act;
   const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
-  const size_t qkv = static_cast<size_t>(c.q_size() + 2 * c.kv_size());
+  const size_t qkv = static_cast<size_t>(model_.qkv_rows());
   residual_[0] = Bf16Buffer(t * h);
   residual_[1] = Bf16Buffer(t * h);
   h_ = Bf16Buffer(t * h);
@@ -60,6 +82,17 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
                                              std::max<int64_t>(model_.cfg.num_experts_per_tok, 1)));
   quant_workspace_ = DeviceBuffer<uint8_t>(ws);
   mlp_out_ = Bf16Buffer(t * h);
+  if (model_.cfg.has_linear_attention()) {
+    const LinearAttentionDims& ld = model_.cfg.linear;
+    const size_t hv = static_cast<size_t>(ld.num_value_heads);
+    lin_in_ = Bf16Buffer(
+        t * static_cast<size_t>(ld.conv_dim() + ld.value_dim() + 2 * ld.num_value_heads));
+    lin_conv_ = Bf16Buffer(t * static_cast<size_t>(ld.conv_dim()));
+    lin_core_ = Bf16Buffer(t * static_cast<size_t>(ld.value_dim()));
+    lin_normed_ = Bf16Buffer(t * static_cast<size_t>(ld.value_dim()));
+    lin_beta_ = DeviceBuffer<float>(t * hv);
+    lin_decay_ = DeviceBuffer<float>(t * hv);
+  }
   const size_t inter = static_cast<size_t>(std::max<int64_t>(c.intermediate, 0));
   gate_up_ = Bf16Buffer(t * 2 * std::max<size_t>(inter, 1));
   act_ = Bf16Buffer(t * std::max<size_t>(inter, 1));
@@ -252,7 +285,8 @@ void Decoder::forward_final(Trace* tr) {
                    .rows = t,
                    .dim = hd,
                    .row_stride = hd,
-                   .eps = static_cast<float>(c.rms_norm_eps)},
+                   .eps = static_cast<float>(c.rms_norm_eps),
+                   .weight_offset = model_.norm_offset},
                   stream_);
   capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, hd, hd, stream_);
   head_logits(nullptr);
@@ -301,7 +335,8 @@ void Decoder::close_residual(Trace* tr, const __nv_bfloat16* weight, __nv_bfloat
                    .row_stride = hd,
                    .eps = static_cast<float>(c.rms_norm_eps),
                    .probe = probe("residual_norm"),
-                   .bias = bias},
+                   .bias = bias,
+                   .weight_offset = model_.norm_offset},
                   stream_);
   capture(tr, point_of(layer_prefix(last_layer_), point::kResidual), resid(), Elem::kBf16, in_.t,
           hd, hd, stream_);
@@ -369,14 +404,15 @@ SkinnyGemmParams Decoder::normed_linear(const __nv_bfloat16* add, const __nv_bfl
 void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t;
-  const int64_t hd = c.hidden, q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
+  const int64_t hd = c.hidden, q = c.q_size(), qkv_w = model_.qkv_rows();
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = stream_;
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
   const std::string p = layer_prefix(l);
-  // Decode-sized batches: each norm runs inside the GEMM that consumes it.
-  // A quantized qkv or gate_up runs its own kernel after a separate norm.
-  const bool fused = skinny_gemm_fits(t, hd);
+  // Decode-sized batches: each norm runs inside the GEMM that consumes it. A quantized qkv or
+  // gate_up runs its own kernel after a separate norm, as do zero-centred norms (the skinny
+  // GEMM's prologue takes a plain weight) and a Gated DeltaNet layer.
+  const bool fused = skinny_gemm_fits(t, hd) && model_.norm_offset == 0.f && !w.linear_attention;
   // An unquantized qkv with a bias keeps its fp32 sums for the bias (kernels/bias_add.h).
   const bool biased = w.qkv_bias.size() > 0 && !options_.ablate_linears;
   if (fused && !w.quantized_qkv()) {
@@ -406,27 +442,45 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
                        .dim = hd,
                        .row_stride = hd,
                        .eps = eps,
-                       .bias = w.input_norm_bias.get()},
+                       .bias = w.input_norm_bias.get(),
+                       .weight_offset = model_.norm_offset},
                       s);
     }
     last_layer_ = l;
     capture(tr, point_of(p, point::kInputNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
-    if (biased)
+    if (w.linear_attention) {
+      // (decoder_linear_attention.cpp projects h_ itself)
+    } else if (biased)
       linear(h_.get(), w.qkv.get(), qkv_f32_.get(), true, t, qkv_w, hd, nullptr, probe("qkv"));
     else if (!options_.ablate_linears)
       project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
               point_of(p, point::kQkvProj));
   }
-  if (biased) launch_bias_to_bf16(qkv_f32_.get(), w.qkv_bias.get(), qkv_.get(), t, qkv_w, s);
-  capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s, qkv_cols_);
-  attention(l, tr);
-  if (!options_.ablate_linears)
-    project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), hd, q, "o_proj", tr,
-            point_of(p, point::kOProj));
+  if (w.linear_attention) {
+    linear_attention(l, tr);
+  } else {
+    if (biased) launch_bias_to_bf16(qkv_f32_.get(), w.qkv_bias.get(), qkv_.get(), t, qkv_w, s);
+    // A gated q_proj's point is its own row order ([q | gate] per head, then k, v): qkv_cols_.
+    capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s,
+            qkv_cols_);
+    attention(l, tr);
+    if (model_.attn_gate) {  // core * sigmoid(gate): the gate rows after v
+      launch_sigmoid_gate({.x = core_.get(),
+                           .gate = qkv_.get() + c.q_size() + 2 * c.kv_size(),
+                           .gate_stride = qkv_w,
+                           .rows = t,
+                           .cols = q},
+                          s);
+      capture(tr, point_of(p, point::kAttnGated), core_.get(), Elem::kBf16, t, q, q, s, core_cols_);
+    }
+    if (!options_.ablate_linears)
+      project(w.o_proj_q.get(), w.o_proj.get(), core_.get(), attn_out_.get(), hd, q, "o_proj", tr,
+              point_of(p, point::kOProj));
+  }
   if (comm_) reduce_partial(attn_out_.get());
   capture(tr, point_of(p, point::kAttnOut), attn_out_.get(), Elem::kBf16, t, hd, hd, s);
   const int64_t in = c.intermediate;
-  if (fused && !w.moe && !w.quantized_gate_up()) {
+  if (fused && !w.moe && !w.quantized_gate_up()) {  // (fused: plain norms only)
     // post-attention add + norm, gate_up and SiLU-and-mul in one launch
     SkinnyGemmParams g =
         normed_linear(attn_out_.get(), w.post_norm.get(), w.gate_up.get(), act_.get(), 2 * in);
@@ -451,7 +505,8 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
                      .dim = hd,
                      .row_stride = hd,
                      .eps = eps,
-                     .bias = w.post_norm_bias.get()},
+                     .bias = w.post_norm_bias.get(),
+                     .weight_offset = model_.norm_offset},
                     s);
     capture(tr, point_of(p, point::kPostAttnNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
     if (w.moe) {

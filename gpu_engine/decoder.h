@@ -50,6 +50,8 @@ struct StepInputs {
   const int32_t* tiles = nullptr;
   // Decode-sized batches: token i's block-table row at token_tables + i * max_blocks_per_seq.
   const int32_t* token_tables = nullptr;
+  // Recurrent models: [count, first row, rows, ...] per sequence (engine.h recurrent_runs).
+  const int32_t* runs = nullptr;
   bool tiled_attention = false;  // a sequence with several rows: the query-tiled kernel
   int64_t attention_tiles = 0;
 };
@@ -79,7 +81,8 @@ class Decoder {
   const float* logits() const { return logits_.get(); }
   // Whether a forward of t tokens fuses the greedy argmax into its lm_head GEMM.
   bool fused_argmax(int64_t t) const {
-    return skinny_gemm_fits(t, model_.kcfg().hidden) && !options_.ablate_linears && !comm_;
+    return skinny_gemm_fits(t, model_.kcfg().hidden) && !options_.ablate_linears && !comm_ &&
+           model_.norm_offset == 0.f;  // (zero-centred norms: the final norm runs on its own)
   }
   // The fused argmax's keys of the last forward, on the host (argmax_rows() of them; 0 when the
   // last forward did not fuse it). A replayed graph copies them too: graph_replayed(t) says so.
@@ -117,6 +120,8 @@ class Decoder {
                                  const __nv_bfloat16* w, void* y, int64_t n) const;
   // decoder_attention.cpp: q/k norm, RoPE, the cache write and softmax(QK^T)V into core_.
   void attention(int64_t layer, Trace* capture);
+  // decoder_linear_attention.cpp: a Gated DeltaNet layer's token mixer on h_ into attn_out_.
+  void linear_attention(int64_t layer, Trace* capture);
   // A quantized cache's attn.k_cache / v_cache points: the batch's rows read back from the cache.
   void capture_kv_cache(int64_t layer, Trace* capture);
   // decoder_moe.cpp
@@ -149,6 +154,11 @@ class Decoder {
   __nv_bfloat16* resid() const { return residual_[cur_].get(); }
   __nv_bfloat16* resid_next() const { return residual_[1 - cur_].get(); }
   Bf16Buffer h_, qkv_, qk_normed_, core_, attn_out_, gate_up_, act_, mlp_out_;
+  // Gated DeltaNet layers: the fused input projection [t, C + HV dv + 2 HV], the conv output,
+  // the delta rule's output and the gated norm's; the gates (fp32); the per-token states when
+  // a trace wants them (allocated then).
+  Bf16Buffer lin_in_, lin_conv_, lin_core_, lin_normed_;
+  DeviceBuffer<float> lin_beta_, lin_decay_, lin_states_;
   DeviceBuffer<float> qkv_f32_;  // an unquantized biased qkv's fp32 sums [max_tokens, qkv]
   DeviceBuffer<float> logits_;
   // Tensor parallelism: the rank's logits [t, vocab shard] and the gathered [tp, t, shard].

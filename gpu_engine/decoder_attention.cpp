@@ -17,7 +17,7 @@ namespace qparity::gpu {
 void Decoder::attention(int64_t l, Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t;
-  const int64_t q = c.q_size(), kv = c.kv_size(), qkv_w = q + 2 * kv;
+  const int64_t q = c.q_size(), kv = c.kv_size(), qkv_w = model_.qkv_rows();
   const float eps = static_cast<float>(c.rms_norm_eps);
   cudaStream_t s = stream_;
   const GpuLayerWeights& w = model_.layers[static_cast<size_t>(l)];
@@ -35,7 +35,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
   const int64_t norm_dim = head_dim == c.head_dim ? 0 : head_dim;
   if (t <= kSkinnyMaxM) {  // decode-sized: norm, RoPE, cache write and attention in one launch
     DecodeAttentionParams da;
-    da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps;
+    da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps, da.norm_offset = model_.norm_offset;
     da.q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr;
     da.k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr;
     da.positions = in_.positions, da.seq = in_.slots;
@@ -79,6 +79,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
                                     .q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr,
                                     .k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr,
                                     .eps = eps,
+                                    .norm_offset = model_.norm_offset,
                                     .normed_out = want_normed ? qk_normed_.get() : nullptr,
                                     .positions = in_.positions,
                                     .inv_freq = model_.inv_freq.get(),

@@ -31,8 +31,7 @@ Engine::Engine(std::unique_ptr<GpuModel> model, const EngineOptions& o, TpComm* 
   const size_t t = static_cast<size_t>(o.max_tokens);
   // [tokens | slots | positions | prefill tiles (count, then first row and rows per tile)]
   // ... then, at a fixed offset, decode-sized batches' per-token block-table rows.
-  const size_t input_ints =
-      5 * t + 1 + static_cast<size_t>(kSkinnyMaxM * cache_->shape().max_blocks_per_seq);
+  const size_t input_ints = static_cast<size_t>(runs_offset()) + 2 * t + 1;
   inputs_ = DeviceBuffer<int32_t>(input_ints);
   QPARITY_CUDA_CHECK(
       cudaMallocHost(reinterpret_cast<void**>(&pinned_inputs_), input_ints * sizeof(int32_t)));
@@ -136,6 +135,7 @@ void Engine::prepare(const Batch& b) {
                                     std::to_string(options_.max_tokens));
   if (b.slots.size() != b.tokens.size() || b.positions.size() != b.tokens.size())
     throw Error("engine batch", "tokens, slots and positions differ in length");
+  const std::vector<int32_t> runs = recurrent_runs(b);
   for (int64_t i = 0; i < t; ++i) {
     const size_t u = static_cast<size_t>(i);
     if (b.tokens[u] < 0 || b.tokens[u] >= config().vocab)
@@ -183,7 +183,56 @@ void Engine::prepare(const Batch& b) {
                                        static_cast<size_t>(t * mb) * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_));
   }
+  if (!runs.empty()) {
+    std::copy(runs.begin(), runs.end(), pinned_inputs_ + runs_offset());
+    QPARITY_CUDA_CHECK(
+        cudaMemcpyAsync(inputs_.get() + runs_offset(), pinned_inputs_ + runs_offset(),
+                        runs.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    for (int32_t r = 0; r < runs[0]; ++r) {
+      const int32_t first = runs[static_cast<size_t>(1 + 2 * r)];
+      cache_->advance_recurrent(b.slots[static_cast<size_t>(first)],
+                                b.positions[static_cast<size_t>(first)],
+                                runs[static_cast<size_t>(2 + 2 * r)]);
+    }
+  }
   decoder_->begin(step_inputs(t));
+}
+
+std::vector<int32_t> Engine::recurrent_runs(const Batch& b) const {
+  if (!cache_->recurrent()) return {};
+  std::vector<int32_t> runs{0};
+  std::vector<bool> seen(static_cast<size_t>(options_.max_seqs), false);
+  const int64_t t = b.size();
+  for (int64_t i = 0; i < t;) {
+    const int32_t slot = b.slots[static_cast<size_t>(i)];
+    if (slot < 0 || slot >= options_.max_seqs)
+      throw Error("engine batch", "token " + std::to_string(i) + " has slot " +
+                                      std::to_string(slot) + ", outside [0, " +
+                                      std::to_string(options_.max_seqs) + ")");
+    if (seen[static_cast<size_t>(slot)])
+      throw Error(
+          "engine batch",
+          "slot " + std::to_string(slot) + "'s tokens are not consecutive rows (token " +
+              std::to_string(i) +
+              "): a recurrent (Gated DeltaNet) model takes each sequence's tokens in order");
+    seen[static_cast<size_t>(slot)] = true;
+    int64_t n = 1;
+    while (i + n < t && b.slots[static_cast<size_t>(i + n)] == slot) {
+      if (b.positions[static_cast<size_t>(i + n)] != b.positions[static_cast<size_t>(i)] + n)
+        throw Error("engine batch", "token " + std::to_string(i + n) + " of slot " +
+                                        std::to_string(slot) + " at position " +
+                                        std::to_string(b.positions[static_cast<size_t>(i + n)]) +
+                                        ", not the next position: a recurrent (Gated DeltaNet) "
+                                        "model takes each sequence's tokens in order");
+      ++n;
+    }
+    cache_->check_recurrent_run(slot, b.positions[static_cast<size_t>(i)]);
+    runs.push_back(static_cast<int32_t>(i));
+    runs.push_back(static_cast<int32_t>(n));
+    ++runs[0];
+    i += n;
+  }
+  return runs;
 }
 
 StepInputs Engine::step_inputs(int64_t t) const {
@@ -194,6 +243,7 @@ StepInputs Engine::step_inputs(int64_t t) const {
           .positions = in + 2 * t,
           .tiles = in + 3 * t,
           .token_tables = in + token_tables_offset(),
+          .runs = in + runs_offset(),
           .tiled_attention = tiled_attention_,
           .attention_tiles = attention_tiles_};
 }

@@ -163,6 +163,14 @@ class Engine {
   // Decode-sized batches: token i's block-table row at token_tables_offset() + i *
   // max_blocks_per_seq (a fixed offset: graphs capture the pointer).
   int64_t token_tables_offset() const { return 5 * options_.max_tokens + 1; }
+  // Recurrent (Gated DeltaNet) models: the batch's runs [count, first row, rows, ...] after the
+  // token tables (kernels/gated_delta_net.h).
+  int64_t runs_offset() const {
+    return token_tables_offset() + kSkinnyMaxM * cache_->shape().max_blocks_per_seq;
+  }
+  // Checks a recurrent model's batch (each slot's tokens consecutive rows at consecutive
+  // positions, continuing its state) and returns its runs; empty for other models.
+  std::vector<int32_t> recurrent_runs(const Batch& b) const;
   // The last prepared batch: query-tiled attention (a sequence with several rows), and how many
   // tiles its grid covers.
   bool tiled_attention_ = false;

@@ -43,4 +43,36 @@ void attach_qkv_bias(GpuModel& m, const Checkpoint& ck) {
   }
 }
 
+void attach_linear_attention(GpuModel& m, const Checkpoint& ck) {
+  const ModelConfig& c = m.cfg;
+  m.norm_offset = c.zero_centred_norms ? 1.f : 0.f;
+  m.attn_gate = c.attn_output_gate;
+  const LinearAttentionDims& d = c.linear;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (!c.is_linear_attention_layer(static_cast<int64_t>(i))) continue;
+    const std::string p = "model.layers." + std::to_string(i) + ".linear_attn.";
+    const auto f32 = [&](const std::string& name, const std::vector<uint64_t>& shape) {
+      const TensorRef& t = ck.at(p + name);
+      if (t.info->shape != shape) {
+        std::string dims;
+        for (size_t j = 0; j < shape.size(); ++j)
+          dims += (j ? ", " : "") + std::to_string(shape[j]);
+        throw Error(ck.origin(p + name),
+                    "expected shape [" + dims + "] from the config's linear_* sizes");
+      }
+      const std::vector<double> v =
+          reference::decode_all(t.info->dtype, t.bytes(), t.info->numel(), p + name);
+      reference::require_finite(v, ck.origin(p + name));
+      return DeviceBuffer<float>(exact_f32(v, ck.origin(p + name)));
+    };
+    const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+    GpuLayerWeights& l = m.layers[i];
+    l.conv = f32("conv1d.weight", {u(d.conv_dim()), 1, u(d.conv_kernel)});
+    l.a_log = f32("A_log", {u(d.num_value_heads)});
+    l.dt_bias = f32("dt_bias", {u(d.num_value_heads)});
+    l.lin_norm = f32("norm.weight", {u(d.value_head_dim)});
+    m.weight_bytes += l.conv.bytes() + l.a_log.bytes() + l.dt_bias.bytes() + l.lin_norm.bytes();
+  }
+}
+
 }  // namespace qparity::gpu

@@ -29,7 +29,7 @@ struct GpuLayerWeights {
   bool moe = false;
   Bf16Buffer input_norm, post_norm;  // [H]
   Bf16Buffer q_norm, k_norm;         // [head_dim] (Qwen3), else empty
-  Bf16Buffer qkv;                    // [q + 2 kv, H]
+  Bf16Buffer qkv;                    // [q + 2 kv, H] ([q + 2 kv + q, H] with attn_gate)
   // [q + 2 kv] fp32 (ChatGLM2's add_qkv_bias) for an unquantized qkv, else empty: a quantized
   // method adds its bias in its own epilogue.
   DeviceBuffer<float> qkv_bias;
@@ -50,6 +50,14 @@ struct GpuLayerWeights {
   bool quantized_gate_up() const { return gate_up_q != nullptr || post_norm_bias.size() > 0; }
   // The layer's KV-cache format and its parameters (bf16 unless the plan quantizes the cache).
   GpuKvCache kv;
+  // Qwen3.5's Gated DeltaNet layer (linear_attention: no qkv / o_proj / KV cache, the cache
+  // holds its recurrent state instead, kv_cache.h): lin_in [C + HV dv + 2 HV, H] is in_proj_qkv,
+  // in_proj_z, in_proj_b, in_proj_a stacked (one GEMM, row [q | k | v | z | b | a]); lin_out
+  // [H, HV dv] out_proj; conv [C, K], a_log, dt_bias [HV] and the gated norm's weight [dv] in
+  // fp32 (exact copies of the checkpoint's values).
+  bool linear_attention = false;
+  Bf16Buffer lin_in, lin_out;
+  DeviceBuffer<float> conv, a_log, dt_bias, lin_norm;
 };
 
 struct GpuModel {
@@ -68,6 +76,16 @@ struct GpuModel {
   std::vector<GpuLayerWeights> layers;
   DeviceBuffer<double> inv_freq;  // [head_dim / 2], fp64 from the reference's Rope
   double rope_scaling = 1.0;
+  // Added to every RMSNorm weight but the Gated DeltaNet's, in fp32: 1 for zero-centred norms
+  // (Qwen3.5's x̂ * (1 + w)), else 0.
+  float norm_offset = 0.f;
+  // Qwen3.5's gated attention: the qkv row is [q | k | v | gate] (the gate's q_size rows after
+  // v, each head's in logical order; model_loader.h splits q_proj's per-head [q | gate] rows).
+  bool attn_gate = false;
+  int64_t qkv_rows() const {
+    const ModelConfig& k = kcfg();
+    return k.q_size() + 2 * k.kv_size() + (attn_gate ? k.q_size() : 0);
+  }
   size_t weight_bytes = 0;  // device bytes of all weights
   // What the dumps record: the plan's quantized scheme ("bf16" when none; schemes joined by "+"
   // when the plan mixes several) and the dialect the GPU methods follow.
@@ -98,5 +116,9 @@ void attach_rope(GpuModel& m);
 // them and the layer's qkv is unquantized. The decoder adds them to the projection's fp32 sums
 // before its one rounding to bf16 (kernels/bias_add.h).
 void attach_qkv_bias(GpuModel& m, const Checkpoint& ck);
+// Qwen3.5: each Gated DeltaNet layer's conv1d.weight ([C, 1, K] -> [C, K]), A_log, dt_bias and
+// norm.weight as fp32 (exact: bf16, fp16 and fp32 values; NaN / Inf refused, naming the
+// tensor); norm_offset and attn_gate from the config.
+void attach_linear_attention(GpuModel& m, const Checkpoint& ck);
 
 }  // namespace qparity::gpu

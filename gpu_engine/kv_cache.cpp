@@ -18,12 +18,26 @@ PagedKvCache::PagedKvCache(const ModelConfig& cfg, const KvCacheShape& s,
                                 std::to_string(cfg.num_layers) + " layers");
   const size_t elements =
       static_cast<size_t>(s.num_blocks * s.block_size * cfg.num_kv_heads * cfg.head_dim);
+  const LinearAttentionDims& ld = cfg.linear;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    if (cfg.is_linear_attention_layer(l)) {  // no keys or values: the slot's recurrent state
+      k_.emplace_back();
+      v_.emplace_back();
+      conv_state_.emplace_back(
+          static_cast<size_t>(s.max_seqs * (ld.conv_kernel - 1) * ld.conv_dim()));
+      ssm_state_.emplace_back(static_cast<size_t>(s.max_seqs * ld.state_size()));
+      bytes_ += conv_state_.back().bytes() + ssm_state_.back().bytes();
+      continue;
+    }
     const size_t per_layer = elements * kv_element_bytes(formats_[static_cast<size_t>(l)]);
     k_.emplace_back(per_layer);
     v_.emplace_back(per_layer);
+    conv_state_.emplace_back();
+    ssm_state_.emplace_back();
     bytes_ += 2 * per_layer;
   }
+  linear_ = cfg.has_linear_attention();
+  consumed_.assign(static_cast<size_t>(s.max_seqs), 0);
   table_.assign(static_cast<size_t>(s.max_seqs * s.max_blocks_per_seq), -1);
   blocks_of_.assign(static_cast<size_t>(s.max_seqs), 0);
   // Hand out low block ids first (a fresh cache's layout is then the same run to run).
@@ -62,7 +76,23 @@ void PagedKvCache::release(int32_t slot) {
     b = -1;
   }
   have = 0;
+  consumed_[static_cast<size_t>(slot)] = 0;
   dirty_ = true;
+}
+
+void PagedKvCache::check_recurrent_run(int32_t slot, int64_t first) const {
+  if (!linear_) return;
+  const int64_t have = consumed_.at(static_cast<size_t>(slot));
+  if (first != 0 && first != have)
+    throw Error("kv cache",
+                "slot " + std::to_string(slot) + ": its recurrent (Gated DeltaNet) state holds " +
+                    std::to_string(have) + " tokens, the batch continues it at position " +
+                    std::to_string(first) + " (a recurrent state moves forward only: continue at " +
+                    std::to_string(have) + ", or restart the sequence at 0)");
+}
+
+void PagedKvCache::advance_recurrent(int32_t slot, int64_t first, int64_t count) {
+  if (linear_) consumed_.at(static_cast<size_t>(slot)) = first + count;
 }
 
 int64_t PagedKvCache::reserved(int32_t slot) const {

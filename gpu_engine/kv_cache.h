@@ -39,6 +39,18 @@ class PagedKvCache {
   // Copies the host block table to the device when it changed (stream-ordered).
   void sync(cudaStream_t stream);
 
+  // Qwen3.5's Gated DeltaNet layers hold no keys or values: per slot, the last K - 1 pre-conv
+  // rows [max_seqs, K - 1, C] (bf16) and the delta rule's state [max_seqs, HV, dk, dv] (fp32)
+  // (kernels/gated_delta_net.h); null for other layers. A recurrent state moves forward only:
+  // a slot's next run of tokens starts where the last ended (consumed), or at 0 (a new
+  // sequence); check_recurrent_run refuses anything else, naming the slot.
+  __nv_bfloat16* conv_state(int64_t layer) const {
+    return conv_state_[static_cast<size_t>(layer)].get();
+  }
+  float* ssm_state(int64_t layer) const { return ssm_state_[static_cast<size_t>(layer)].get(); }
+  bool recurrent() const { return linear_; }
+  void check_recurrent_run(int32_t slot, int64_t first) const;
+  void advance_recurrent(int32_t slot, int64_t first, int64_t count);
   void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
   void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
   KvCacheFormat format(int64_t layer) const { return formats_[static_cast<size_t>(layer)]; }
@@ -55,6 +67,10 @@ class PagedKvCache {
   KvCacheShape shape_;
   std::vector<KvCacheFormat> formats_;
   std::vector<DeviceBuffer<uint8_t>> k_, v_;  // bytes
+  std::vector<DeviceBuffer<__nv_bfloat16>> conv_state_;
+  std::vector<DeviceBuffer<float>> ssm_state_;
+  bool linear_ = false;
+  std::vector<int64_t> consumed_;   // per slot: tokens its recurrent state has taken in
   std::vector<int32_t> table_;      // [max_seqs, max_blocks_per_seq], -1 = none
   std::vector<int64_t> blocks_of_;  // per slot
   std::vector<int32_t> free_;

@@ -11,6 +11,7 @@
 #include "gpu_engine/bf16_model_loader.h"
 #include "gpu_engine/planned_model_loader.h"
 #include "gpu_engine/rope_layout.h"
+#include "gpu_engine/shape_padding.h"
 
 namespace qparity::gpu {
 
@@ -29,12 +30,21 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
   // Qwen3-VL's language model is Qwen3's decoder; on text its M-RoPE rows are equal, the 1-D
   // RoPE the engine runs. Image prompts (M-RoPE image positions, deepstack) are not in the engine.
-  if (cfg.arch == Arch::kQwen3_5)
-    throw Error(where,
-                cfg.arch_name +
-                    ": Gated DeltaNet layers, gated attention, partial RoPE and zero-centred "
-                    "norms are not in the GPU engine yet (the fp64 reference runs it)");
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
+  // Qwen3.5 (Gated DeltaNet layers, gated attention, partial RoPE, zero-centred norms) runs in
+  // bf16 on one GPU; its quantized linears and its shards are the reference's alone for now.
+  if (cfg.has_linear_attention() || cfg.attn_output_gate) {
+    if (plan_quantizes_anything(plan))
+      throw Error(where, cfg.arch_name +
+                             ": quantized Qwen3.5 checkpoints are not in the GPU engine yet (its "
+                             "bf16 checkpoints are; the fp64 reference runs every scheme)");
+    if (options.tp > 1)
+      throw Error(where, cfg.arch_name + " under tensor parallelism is not in the GPU engine yet");
+    if (kernel_shapes(cfg, where).head_dim != cfg.head_dim)
+      throw Error(where, "head_dim " + std::to_string(cfg.head_dim) +
+                             " with Qwen3.5's gated attention: the engine's zero padding of "
+                             "heads is not done for the gate (head_dim a multiple of 32 is)");
+  }
   // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h).
   auto ck =
       std::make_shared<const Checkpoint>(relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg));
@@ -77,6 +87,7 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   auto m = load_bf16_gpu_model(*ck, dir, std::move(cfg), progress);
   m->dialect = options.dialect;
   attach_qkv_bias(*m, *ck);
+  attach_linear_attention(*m, *ck);
   return as_rank(std::move(m));
 }
 

@@ -78,11 +78,15 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
     throw Error("config.json", "RoPE re-layout needs even head_dim and rotary_dim");
   const std::vector<int64_t> pos = rope_positions(cfg);
   const int64_t d = cfg.head_dim;
+  // Heads of `head_rows` rows whose first d rows are the head's q or k (a gated q_proj: per head
+  // [q (d) | gate (d)], the gate rows staying where they are).
+  int64_t head_rows = d;
   // `rows` rows of `row_bytes` each, row r moved to its head's re-laid-out position.
   const auto moved_rows = [&](std::span<const uint8_t> src, int64_t rows, size_t row_bytes) {
     std::vector<uint8_t> dst(src.size());
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t to = (r / d) * d + pos[static_cast<size_t>(r % d)];
+      const int64_t w = r % head_rows;
+      const int64_t to = (r / head_rows) * head_rows + (w < d ? pos[static_cast<size_t>(w)] : w);
       std::memcpy(dst.data() + static_cast<size_t>(to) * row_bytes,
                   src.data() + static_cast<size_t>(r) * row_bytes, row_bytes);
     }
@@ -93,11 +97,22 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
   for (const auto& [name, ref] : ck.tensors()) {
     const bool q = name.find(".self_attn.q_proj.") != std::string::npos;
     const bool k = name.find(".self_attn.k_proj.") != std::string::npos;
-    if (!q && !k) continue;
     const TensorInfo& t = *ref.info;
-    if (t.numel() == 1) continue;
-    const int64_t rows = q ? cfg.q_size() : cfg.kv_size();
     const auto src = ref.bytes();
+    // Qwen3.5's q / k norms weigh a head's dims before RoPE: their [head_dim] weights follow
+    // the dims.
+    if ((name.ends_with(".self_attn.q_norm.weight") ||
+         name.ends_with(".self_attn.k_norm.weight")) &&
+        t.shape.size() == 1 && static_cast<int64_t>(t.shape[0]) == d) {
+      head_rows = d;
+      images.push_back(moved_rows(src, d, t.nbytes() / t.shape[0]));
+      out.push_back({name, t.dtype, t.shape, std::span<const uint8_t>(images.back())});
+      continue;
+    }
+    if (!q && !k) continue;
+    if (t.numel() == 1) continue;
+    const int64_t rows = q ? cfg.q_proj_size() : cfg.kv_size();
+    head_rows = q && cfg.attn_output_gate ? 2 * d : d;
     if (t.dtype == DType::kI8 && t.shape.size() == 2 &&
         static_cast<int64_t>(t.shape[0]) * 2 == rows && name.ends_with(".weight")) {
       // msModelSlim W4A8_DYNAMIC: two int4 rows a byte along N. Unpacked, re-laid out, packed

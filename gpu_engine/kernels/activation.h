@@ -18,4 +18,16 @@ struct SiluAndMulParams {
 
 void launch_silu_and_mul(const SiluAndMulParams& p, cudaStream_t stream);
 
+// Qwen3.5's attention output gate, in place: x[j] = bf16(float(x[j]) * sigmoid(float(gate[j]))),
+// sigmoid(g) = 1 / (1 + exp(-g)), fp32, one rounding.
+struct SigmoidGateParams {
+  __nv_bfloat16* x = nullptr;           // [rows, cols], row stride cols
+  const __nv_bfloat16* gate = nullptr;  // [rows, gate_stride]: the gate in [0, cols)
+  int64_t gate_stride = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+void launch_sigmoid_gate(const SigmoidGateParams& p, cudaStream_t stream);
+
 }  // namespace qparity::gpu

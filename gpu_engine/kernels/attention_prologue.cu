@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int j = 0; j < kMaxHeadDim / 32; ++j) {
       const int64_t i = lane + 32 * j;
-      if (w && i < d) nw[j] = __bfloat162float(w[i]);
+      if (w && i < d) nw[j] = __bfloat162float(w[i]) + p.norm_offset;
     }
   }
   pdl_launch_dependents();

@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   float qw[kPerLane], kw[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    qw[j] = qw_raw.at(j);
-    kw[j] = kw_raw.at(j);
+    qw[j] = qw_raw.at(j) + p.norm_offset;
+    kw[j] = kw_raw.at(j) + p.norm_offset;
   }
   float q[kPerLane];
   {

@@ -58,6 +58,8 @@ struct DecodeAttentionParams {
   const __nv_bfloat16* q_norm = nullptr;  // [head_dim]; q_norm and k_norm both or neither
   const __nv_bfloat16* k_norm = nullptr;
   float eps = 1e-6f;
+  // Zero-centred q/k norms (Qwen3.5: x̂ * (1 + w)): 1, added to the weight in fp32.
+  float norm_offset = 0.f;
   const int32_t* positions = nullptr;  // [tokens]
   const int32_t* seq = nullptr;        // [tokens]
   const double* inv_freq = nullptr;    // [head_dim / 2]

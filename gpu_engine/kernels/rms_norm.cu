@@ -45,7 +45,7 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
     else
       h = __bfloat162float(__float2bfloat16_rn(__bfloat162float(p.x[base + i]) +
                                                __bfloat162float(p.residual[base + i])));
-    float y = __bfloat162float(p.weight[i]) * (h * r);
+    float y = (__bfloat162float(p.weight[i]) + p.weight_offset) * (h * r);
     if (p.bias) y += p.bias[i];
     p.out[base + i] = __float2bfloat16_rn(y);
   }

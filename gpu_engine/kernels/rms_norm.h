@@ -2,7 +2,7 @@
 // RMSNorm over bf16 vectors, optionally fused with the residual add before it:
 //   h   = bf16(x + residual)                      (the residual stream is a bf16 tensor)
 //   r   = 1 / sqrt(mean(float(h)^2) + eps)         (fp32 sum over the vector, fp32 rsqrt)
-//   out = bf16(float(weight) * float(h) * r [+ bias]) (fp32, one rounding)
+//   out = bf16((float(weight) [+ weight_offset]) * float(h) * r [+ bias]) (fp32, one rounding)
 // One rounding per stored tensor is the reference's emulate-mode rule (and what fused engine
 // kernels do); HF eager also rounds h * r to bf16 before the weight, one extra rounding.
 // Vectors: `rows` rows of `vectors_per_row` vectors of `dim` values, vector v of row t at
@@ -32,6 +32,9 @@ struct RmsNormParams {
   // Optional [dim] fp32 bias after the weight (msModelSlim's anti-outlier norms, smooth-quant):
   // out = bf16(float(weight) * (h * r) + bias), the bias added in fp32.
   const float* bias = nullptr;
+  // Zero-centred norms (Qwen3.5: x̂ * (1 + w)) give 1: the weight used is float(w) + offset,
+  // added in fp32 (the bf16 weight itself is never rounded again).
+  float weight_offset = 0.f;
 };
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);

@@ -193,6 +193,58 @@ TEST_F(GpuEngine, Qwen3VlTextDecoderMatchesTheReference) {
   }
 }
 
+// Qwen3.5, hybrid: Gated DeltaNet layers (kernels/gated_delta_net.h, the recurrent state in the
+// cache's slot) beside gated full attention with partial RoPE, zero-centred norms. Against the
+// reference as above (linear_attn.* points included, the per-token state too); then the slot's
+// state: one batch holding two sequences equals each alone within the policy's logits bound, and
+// a batch that does not continue a slot's state (a position skipped, a sequence's tokens split)
+// is refused by name before anything runs. (Prefill against decode steps and graph decode:
+// PrefillAndDecodeAgreeAndGraphsReplayExactly.)
+TEST_F(GpuEngine, Qwen35HybridDecoderMatchesTheReference) {
+  for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
+    expect_matches_reference(fixture("qwen3.5", size));
+  auto e = engine(fixture("qwen3.5", fixtures::FixtureSize::kTiny));
+  const int64_t t = 12, v = e->config().vocab;
+  const golden::TokenInputs in = golden::synthetic_inputs(2, t, v, 4);
+  gpu::Batch both;
+  for (int32_t s = 0; s < 2; ++s)
+    for (int32_t i = 0; i < t; ++i) {
+      both.tokens.push_back(static_cast<int32_t>(in.tokens[static_cast<size_t>(s * t + i)]));
+      both.slots.push_back(s);
+      both.positions.push_back(i);
+    }
+  e->forward(both);
+  const std::vector<float> together = e->logits_host(both.size());
+  for (int32_t s = 0; s < 2; ++s) {
+    gpu::Batch one;
+    one.tokens.assign(both.tokens.begin() + s * t, both.tokens.begin() + (s + 1) * t);
+    one.slots.assign(static_cast<size_t>(t), 3);
+    for (int32_t i = 0; i < t; ++i)
+      one.positions.push_back(i);
+    e->forward(one);  // slot 3 restarts at position 0 each time
+    const std::vector<float> alone = e->logits_host(t);
+    const std::vector<float> part(together.begin() + s * t * v, together.begin() + (s + 1) * t * v);
+    EXPECT_LE(rel_l2(alone, part, 0, alone.size()), 0x1p-9) << "sequence " << s;
+  }
+  gpu::Batch skip;  // slot 0 has taken 12 tokens
+  skip.tokens = {1};
+  skip.slots = {0};
+  skip.positions = {13};
+  EXPECT_THAT(test::error_of([&] { e->forward(skip); }),
+              AllOf(HasSubstr("slot 0"), HasSubstr("holds 12 tokens"), HasSubstr("position 13")));
+  gpu::Batch split;
+  split.tokens = {1, 2, 3};
+  split.slots = {1, 2, 1};
+  split.positions = {12, 0, 13};
+  EXPECT_THAT(test::error_of([&] { e->forward(split); }),
+              AllOf(HasSubstr("slot 1"), HasSubstr("not consecutive rows")));
+  gpu::Batch next;  // both still continue where they were
+  next.tokens = {1, 2};
+  next.slots = {0, 1};
+  next.positions = {12, 12};
+  e->forward(next);
+}
+
 // Shapes the kernels take only zero-padded (shape_padding.h): head_dim 8 (a real small trained
 // checkpoint's, hidden 32 over 4 heads) and 16 with Qwen3's q/k norm, intermediate 172 and
 // moe_intermediate 172 (K = 172 is no multiple of 8). The same judgement as the fixtures': the
@@ -296,7 +348,7 @@ TEST_F(GpuEngine, DeterministicAndBatchInvariant) {
 // (eager, then through CUDA graphs): the decode logits match the prefill's rows within the
 // policy's logits bound, and graph decode equals eager decode bit for bit.
 TEST_F(GpuEngine, PrefillAndDecodeAgreeAndGraphsReplayExactly) {
-  for (const std::string arch : {"llama", "qwen3", "qwen3-moe", "chatglm2"}) {
+  for (const std::string arch : {"llama", "qwen3", "qwen3-moe", "chatglm2", "qwen3.5"}) {
     SCOPED_TRACE(arch);
     const fs::path dir = fixture(arch, fixtures::FixtureSize::kTiny);
     auto e = engine(dir);
