@@ -686,5 +686,29 @@ TEST(GpuEngineLoader, RefusesTensorsNothingConsumes) {
   fs::remove_all(root);
 }
 
+// What the engine does not run of Qwen3.5 yet is refused by name before any weight is read (so
+// this runs without a device): a quantized checkpoint, tensor parallelism, a head_dim the
+// kernels would pad (the gate rows are not padded).
+TEST(GpuEngineLoader, RefusesWhatQwen35DoesNotRunYet) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_gpu_loader35_" + std::to_string(test::test_seed()));
+  fs::create_directories(root);
+  const fs::path q = test::tiny_checkpoint(root, "qwen3.5", "w4a16-g32", 3);
+  EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(q, nullptr); }),
+              AllOf(HasSubstr("config.json"), HasSubstr("quantized Qwen3.5")));
+  gpu::GpuLoadOptions tp;
+  tp.tp = 2;
+  EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(root / "qwen3.5.fp", nullptr, tp); }),
+              HasSubstr("under tensor parallelism is not in the GPU engine yet"));
+  fixtures::FixtureSpec spec;
+  spec.arch = fixtures::parse_fixture_arch("qwen3.5");
+  spec.seed = 3;
+  spec.hidden = 64;  // head_dim 16 over 4 heads
+  fixtures::write_fp_checkpoint(spec, root / "h16", OverwritePolicy::kRefuse);
+  EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(root / "h16", nullptr); }),
+              AllOf(HasSubstr("head_dim 16"), HasSubstr("gated attention")));
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace qparity
