@@ -9,6 +9,7 @@
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/bias_add.h"
 #include "gpu_engine/kernels/embedding.h"
+#include "gpu_engine/kernels/image_rows.h"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/rank_sum.h"
 #include "gpu_engine/kernels/rms_norm.h"
@@ -184,14 +185,30 @@ void Decoder::forward(Trace* tr) {
   const int64_t t = in_.t;
   // Decode-sized: the greedy argmax fused into the lm_head GEMM, its keys copied to the host by
   // the forward itself (graph included).
-  const bool skinny_head = fused_argmax(t);
+  // (an image prompt closes the stream after its deepstack layers: the head runs on its own)
+  const bool skinny_head = fused_argmax(t) && in_.image_count == 0;
   if (skinny_head)
     QPARITY_CUDA_CHECK(cudaMemsetAsync(argmax_keys_.get(), 0, static_cast<size_t>(t) * 8, stream_));
   embed(probe("embedding"));
   capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, t, c.hidden, c.hidden, stream_);
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    run_layer(l, tr, l > 0);
-  if (skinny_head) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    run_layer(l, tr, l > 0 && !injects_after(l - 1));
+    if (injects_after(l)) inject_deepstack(l, tr);
+  }
+  if (injects_after(c.num_layers - 1)) {  // the stream is closed: the final norm alone
+    launch_rms_norm({.x = resid(),
+                     .weight = model_.final_norm.get(),
+                     .out = h_.get(),
+                     .rows = t,
+                     .dim = c.hidden,
+                     .row_stride = c.hidden,
+                     .eps = static_cast<float>(c.rms_norm_eps),
+                     .weight_offset = model_.norm_offset},
+                    stream_);
+    capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, c.hidden, c.hidden,
+            stream_);
+    if (!options_.ablate_linears) head_logits(probe("lm_head"));
+  } else if (skinny_head) {
     // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
     // (as each layer's in its qkv GEMM): one dependent launch fewer a step.
     SkinnyGemmParams g = normed_linear(mlp_out_.get(), model_.final_norm.get(), model_.lm_head,
@@ -224,6 +241,10 @@ void Decoder::forward(Trace* tr) {
 
 void Decoder::forward_layer(int64_t layer, Trace* tr) {
   run_layer(layer, tr, false);
+  if (injects_after(layer)) {
+    inject_deepstack(layer, tr);
+    return;
+  }
   // The layer's residual output: the fused add with the next norm's weight into scratch.
   const bool last = layer + 1 >= model_.kcfg().num_layers;
   const GpuLayerWeights* nl = last ? nullptr : &model_.layers[static_cast<size_t>(layer + 1)];
@@ -238,6 +259,43 @@ void Decoder::embed(KernelProbe* kernel_probe) {
   if (comm_) ep.vocab_shard = true, ep.vocab_begin = comm_->rank() * c.vocab;
   launch_embedding(ep, stream_);
   if (comm_) reduce_partial(resid());
+  // An image prompt's placeholders take the vision features (masked_scatter): "embed" is what
+  // layer 0 reads.
+  launch_image_rows({.x = resid(),
+                     .rows = in_.image_rows,
+                     .src = in_.image_embeds,
+                     .count = in_.image_count,
+                     .hidden = c.hidden},
+                    stream_);
+}
+
+void Decoder::inject_deepstack(int64_t l, Trace* tr) {
+  const ModelConfig& c = model_.kcfg();
+  const int64_t t = in_.t, hd = c.hidden;
+  // The pending MLP output joins the stream (rms_norm's fused add; its normalized output is
+  // scratch, the next layer normalizes the injected stream itself).
+  const bool last = l + 1 >= c.num_layers;
+  const GpuLayerWeights* nl = last ? nullptr : &model_.layers[static_cast<size_t>(l + 1)];
+  launch_rms_norm({.x = mlp_out_.get(),
+                   .residual = resid(),
+                   .residual_out = resid(),
+                   .weight = last ? model_.final_norm.get() : nl->input_norm.get(),
+                   .out = h_.get(),
+                   .rows = t,
+                   .dim = hd,
+                   .row_stride = hd,
+                   .eps = static_cast<float>(c.rms_norm_eps),
+                   .weight_offset = model_.norm_offset},
+                  stream_);
+  launch_image_rows({.x = resid(),
+                     .rows = in_.image_rows,
+                     .src = in_.deepstack + l * in_.image_count * hd,
+                     .count = in_.image_count,
+                     .hidden = hd,
+                     .add = true},
+                    stream_);
+  capture(tr, point_of(layer_prefix(l), point::kResidual), resid(), Elem::kBf16, t, hd, hd,
+          stream_);
 }
 
 void Decoder::head_logits(KernelProbe* kernel_probe) {

@@ -52,6 +52,16 @@ struct StepInputs {
   const int32_t* token_tables = nullptr;
   // Recurrent models: [count, first row, rows, ...] per sequence (engine.h recurrent_runs).
   const int32_t* runs = nullptr;
+  // Image prompts (engine.h Batch): M-RoPE rows [3, t] where they differ per frequency (the
+  // attention then takes the prologue path at any size), else shifted 1-D rotary positions [t];
+  // the rows taking vision features, the features [image_count, hidden] and the deepstack
+  // features [taps, image_count, hidden] (bf16).
+  const int32_t* mrope = nullptr;
+  const int32_t* rope_positions = nullptr;
+  const int32_t* image_rows = nullptr;
+  const __nv_bfloat16* image_embeds = nullptr;
+  const __nv_bfloat16* deepstack = nullptr;
+  int64_t image_count = 0, deepstack_taps = 0;
   bool tiled_attention = false;  // a sequence with several rows: the query-tiled kernel
   int64_t attention_tiles = 0;
 };
@@ -102,6 +112,11 @@ class Decoder {
 
  private:
   void run_layer(int64_t layer, Trace* capture, bool pending_residual);
+  // Whether layer l's residual output takes a deepstack feature (image prompts).
+  bool injects_after(int64_t l) const { return in_.image_count > 0 && l < in_.deepstack_taps; }
+  // Closes layer l's pending MLP output into the residual stream, adds its deepstack feature to
+  // the image rows and captures layers.<l>.residual (the sum, what layer l + 1 reads).
+  void inject_deepstack(int64_t l, Trace* capture);
   void close_residual(Trace* capture, const __nv_bfloat16* weight, __nv_bfloat16* out,
                       const float* bias = nullptr);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.

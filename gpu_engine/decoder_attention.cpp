@@ -33,12 +33,14 @@ void Decoder::attention(int64_t l, Trace* tr) {
   const int64_t head_dim = model_.cfg.head_dim;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   const int64_t norm_dim = head_dim == c.head_dim ? 0 : head_dim;
-  if (t <= kSkinnyMaxM) {  // decode-sized: norm, RoPE, cache write and attention in one launch
+  // Decode-sized: norm, RoPE, cache write and attention in one launch (an image prompt's M-RoPE
+  // rows, different per frequency, take the prologue's path at any size).
+  if (t <= kSkinnyMaxM && !in_.mrope) {
     DecodeAttentionParams da;
     da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps, da.norm_offset = model_.norm_offset;
     da.q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr;
     da.k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr;
-    da.positions = in_.positions, da.seq = in_.slots;
+    da.positions = in_.positions, da.seq = in_.slots, da.rope_positions = in_.rope_positions;
     da.inv_freq = model_.inv_freq.get(), da.rope_scaling = model_.rope_scaling;
     da.k_cache = cache_.k(l), da.v_cache = cache_.v(l), da.block_table = cache_.block_table();
     da.kv = w.kv.quant;
@@ -82,6 +84,9 @@ void Decoder::attention(int64_t l, Trace* tr) {
                                     .norm_offset = model_.norm_offset,
                                     .normed_out = want_normed ? qk_normed_.get() : nullptr,
                                     .positions = in_.positions,
+                                    .mrope = in_.mrope,
+                                    .mrope_rows = in_.mrope ? model_.mrope_rows.get() : nullptr,
+                                    .rope_positions = in_.rope_positions,
                                     .inv_freq = model_.inv_freq.get(),
                                     .rope_scaling = model_.rope_scaling,
                                     .k_cache = cache_.k(l),

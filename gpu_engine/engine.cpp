@@ -195,7 +195,76 @@ void Engine::prepare(const Batch& b) {
                                 runs[static_cast<size_t>(2 + 2 * r)]);
     }
   }
+  prepare_images(b);
   decoder_->begin(step_inputs(t));
+}
+
+void Engine::prepare_images(const Batch& b) {
+  mrope_ = rope_shift_ = false;
+  image_count_ = deepstack_taps_ = 0;
+  if (!b.has_images()) return;
+  const ModelConfig& c = config();
+  const std::string where = "engine batch";
+  if (!c.image_text || model_->mrope_rows.size() == 0)
+    throw Error(where, c.arch_name + " takes no image prompts (rope_rows / image_rows)");
+  if (model_->tp > 1)
+    throw Error(where, "image prompts under tensor parallelism are not in the GPU engine yet");
+  const int64_t t = b.size(), hd = c.hidden, n = static_cast<int64_t>(b.image_rows.size());
+  std::vector<int32_t> ints(static_cast<size_t>(4 * t + n), 0);
+  if (!b.rope_rows.empty()) {
+    if (static_cast<int64_t>(b.rope_rows.size()) != 3 * t)
+      throw Error(where, "rope_rows holds " + std::to_string(b.rope_rows.size()) +
+                             " values; a batch of " + std::to_string(t) +
+                             " tokens needs 3 rows of them (time, height, width)");
+    for (int64_t i = 0; i < t; ++i) {
+      const auto at = [&](int64_t r) { return b.rope_rows[static_cast<size_t>(r * t + i)]; };
+      for (int64_t r = 0; r < 3; ++r)
+        if (at(r) < 0)
+          throw Error(where, "token " + std::to_string(i) + " has a negative rotary position");
+      mrope_ = mrope_ || at(1) != at(0) || at(2) != at(0);
+      rope_shift_ = rope_shift_ || at(0) != b.positions[static_cast<size_t>(i)];
+      ints[static_cast<size_t>(3 * t + i)] = at(0);
+    }
+    std::copy(b.rope_rows.begin(), b.rope_rows.end(), ints.begin());
+  }
+  const auto deepstack_taps = static_cast<int64_t>(b.deepstack.size());
+  if (deepstack_taps > c.num_layers)
+    throw Error(where, std::to_string(deepstack_taps) + " deepstack features for a decoder of " +
+                           std::to_string(c.num_layers) + " layers");
+  if (n > 0) {
+    std::vector<__nv_bfloat16> feats(static_cast<size_t>((1 + deepstack_taps) * n * hd));
+    const auto take = [&](const std::vector<double>& v, int64_t slot, const std::string& name) {
+      if (static_cast<int64_t>(v.size()) != n * hd)
+        throw Error(where, name + " holds " + std::to_string(v.size()) + " values for " +
+                               std::to_string(n) + " image rows of hidden " + std::to_string(hd));
+      for (size_t k = 0; k < v.size(); ++k) {
+        if (!std::isfinite(v[k]))
+          throw Error(where, name + ": value " + std::to_string(k) + " is not finite");
+        feats[static_cast<size_t>(slot * n * hd) + k] = __double2bfloat16(v[k]);
+      }
+    };
+    take(b.image_embeds, 0, "image_embeds");
+    for (int64_t k = 0; k < deepstack_taps; ++k)
+      take(b.deepstack[static_cast<size_t>(k)], 1 + k, "deepstack " + std::to_string(k));
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t r = b.image_rows[static_cast<size_t>(j)];
+      if (r < 0 || r >= t || (j > 0 && r <= b.image_rows[static_cast<size_t>(j - 1)]))
+        throw Error(where, "image_rows entry " + std::to_string(j) + " (" + std::to_string(r) +
+                               ") is not an ascending row of the batch's " + std::to_string(t));
+      ints[static_cast<size_t>(4 * t + j)] = r;
+    }
+    if (image_feats_.size() < feats.size())
+      image_feats_ = DeviceBuffer<__nv_bfloat16>(feats.size());
+    QPARITY_CUDA_CHECK(
+        cudaMemcpy(image_feats_.get(), feats.data(), feats.size() * 2, cudaMemcpyHostToDevice));
+  } else if (deepstack_taps > 0 || !b.image_embeds.empty()) {
+    throw Error(where, "image features without image_rows");
+  }
+  if (image_ints_.size() < ints.size()) image_ints_ = DeviceBuffer<int32_t>(ints.size());
+  QPARITY_CUDA_CHECK(
+      cudaMemcpy(image_ints_.get(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice));
+  image_count_ = n;
+  deepstack_taps_ = n > 0 ? deepstack_taps : 0;
 }
 
 std::vector<int32_t> Engine::recurrent_runs(const Batch& b) const {
@@ -237,15 +306,23 @@ std::vector<int32_t> Engine::recurrent_runs(const Batch& b) const {
 
 StepInputs Engine::step_inputs(int64_t t) const {
   const int32_t* in = inputs_.get();
-  return {.t = t,
-          .tokens = in,
-          .slots = in + t,
-          .positions = in + 2 * t,
-          .tiles = in + 3 * t,
-          .token_tables = in + token_tables_offset(),
-          .runs = in + runs_offset(),
-          .tiled_attention = tiled_attention_,
-          .attention_tiles = attention_tiles_};
+  return {
+      .t = t,
+      .tokens = in,
+      .slots = in + t,
+      .positions = in + 2 * t,
+      .tiles = in + 3 * t,
+      .token_tables = in + token_tables_offset(),
+      .runs = in + runs_offset(),
+      .mrope = mrope_ ? image_ints_.get() : nullptr,
+      .rope_positions = rope_shift_ && !mrope_ ? image_ints_.get() + 3 * t : nullptr,
+      .image_rows = image_count_ > 0 ? image_ints_.get() + 4 * t : nullptr,
+      .image_embeds = image_count_ > 0 ? image_feats_.get() : nullptr,
+      .deepstack = image_count_ > 0 ? image_feats_.get() + image_count_ * config().hidden : nullptr,
+      .image_count = image_count_,
+      .deepstack_taps = deepstack_taps_,
+      .tiled_attention = tiled_attention_,
+      .attention_tiles = attention_tiles_};
 }
 
 void Engine::run(int64_t t, Trace* tr) {
@@ -287,7 +364,8 @@ void Engine::forward_rank(const Batch& b, Trace* capture_to) {
 }
 
 void Engine::forward_graph_rank(const Batch& b) {
-  if (decoder_->any_moe() && !decoder_->moe_on_device(b.size())) {
+  // (An image batch's rotary rows and features live in buffers a graph would not follow.)
+  if ((decoder_->any_moe() && !decoder_->moe_on_device(b.size())) || b.has_images()) {
     forward_rank(b, nullptr);
     return;
   }

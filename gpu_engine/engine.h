@@ -58,7 +58,18 @@ namespace qparity::gpu {
 
 struct Batch {
   std::vector<int32_t> tokens, slots, positions;  // one entry per token
+  // Image prompts (image-text models: Qwen3-VL, Qwen3.5's image-text class). The engine has no
+  // vision tower: the reference computes what it feeds in (reference_cpu/models/causal_lm.h
+  // ImagePrompt). rope_rows [3 * t]: the M-RoPE rows (time, then height, then width) the
+  // attention rotates by (empty: the positions; a decode after an image prompt gives position +
+  // mrope_position_delta on all three). image_rows: the batch rows (ascending) whose embedding is
+  // a vision feature, image_embeds [image_rows, hidden] those features, deepstack[k]
+  // [image_rows, hidden] the feature added to those rows after layer k.
+  std::vector<int32_t> rope_rows, image_rows;
+  std::vector<double> image_embeds;
+  std::vector<std::vector<double>> deepstack;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  bool has_images() const { return !rope_rows.empty() || !image_rows.empty(); }
 };
 
 class Engine {
@@ -168,6 +179,13 @@ class Engine {
   int64_t runs_offset() const {
     return token_tables_offset() + kSkinnyMaxM * cache_->shape().max_blocks_per_seq;
   }
+  // An image batch's rotary rows and features, checked and uploaded (image_ints_, image_feats_);
+  // what step_inputs() then points the decoder at.
+  void prepare_images(const Batch& b);
+  DeviceBuffer<int32_t> image_ints_;         // [3 t mrope | t rope positions | image rows]
+  DeviceBuffer<__nv_bfloat16> image_feats_;  // [(1 + taps) * image rows, hidden]
+  bool mrope_ = false, rope_shift_ = false;  // rows differ per frequency / equal but shifted
+  int64_t image_count_ = 0, deepstack_taps_ = 0;
   // Checks a recurrent model's batch (each slot's tokens consecutive rows at consecutive
   // positions, continuing its state) and returns its runs; empty for other models.
   std::vector<int32_t> recurrent_runs(const Batch& b) const;

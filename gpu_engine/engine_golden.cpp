@@ -8,11 +8,58 @@
 
 #include "core/capture/trace.h"
 #include "core/error.h"
+#include "golden/reference_run.h"
 #include "gpu_engine/device_info.h"
+#include "reference_cpu/models/image_input.h"
 
 namespace qparity::gpu {
 
 void fill_meta(Engine& e, uint64_t seed, const std::string& input_set, golden::Golden& g);
+
+namespace {
+
+// Each sequence's image prompt (the reference's checks, M-RoPE rows, placeholder rows and
+// features) from a golden's images; empty for a text golden. The engine has no vision tower:
+// these features are the reference's, computed once.
+std::vector<reference::ImagePrompt> image_prompts(const Engine& e, const golden::GoldenImages& im,
+                                                  const std::vector<int64_t>& tokens,
+                                                  int64_t sequences, int64_t seq_len) {
+  std::vector<reference::ImagePrompt> out;
+  if (im.empty()) return out;
+  const ModelConfig& c = e.config();
+  for (int64_t s = 0; s < sequences; ++s) {
+    const std::span<const int64_t> seq(tokens.data() + s * seq_len, static_cast<size_t>(seq_len));
+    out.push_back(reference::prepare_image_prompt(c, c.num_layers, seq,
+                                                  golden::sequence_image_features(im, s)));
+  }
+  return out;
+}
+
+// Appends sequence p's image prompt to batch b, whose rows [first, first + n) hold it; rows3
+// gathers the batch's rotary rows (finish_image_batch moves them in).
+void append_image_prompt(Batch& b, std::vector<int32_t> (&rows3)[3],
+                         const reference::ImagePrompt& p, int64_t first, int64_t n) {
+  const std::vector<int64_t>* rows[3] = {&p.positions.t, &p.positions.h, &p.positions.w};
+  for (int r = 0; r < 3; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      rows3[r].push_back(static_cast<int32_t>((*rows[r])[static_cast<size_t>(i)]));
+  for (int64_t row : p.rows)
+    b.image_rows.push_back(static_cast<int32_t>(first + row));
+  b.image_embeds.insert(b.image_embeds.end(), p.embeds.data.begin(), p.embeds.data.end());
+  if (b.deepstack.size() < p.deepstack.size()) b.deepstack.resize(p.deepstack.size());
+  for (size_t k = 0; k < p.deepstack.size(); ++k)
+    b.deepstack[k].insert(b.deepstack[k].end(), p.deepstack[k].data.begin(),
+                          p.deepstack[k].data.end());
+}
+
+void finish_image_batch(Batch& b, std::vector<int32_t> (&rows3)[3]) {
+  for (auto& r : rows3) {
+    b.rope_rows.insert(b.rope_rows.end(), r.begin(), r.end());
+    r.clear();
+  }
+}
+
+}  // namespace
 
 std::string device_name() {
   std::string why;
@@ -24,14 +71,20 @@ std::string device_name() {
 // Sequences per forward: as many whole sequences as fit in max_tokens.
 golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std::string& capture,
                              bool want_points, std::ostream* progress) {
-  if (!in.pixels.grids.empty())
-    throw Error("engine run",
-                "image prompts (M-RoPE image positions, deepstack) are not in the "
-                "GPU engine yet: the fp64 reference runs them");
   golden::Golden g;
   g.sequences = in.sequences;
   g.seq_len = in.seq_len;
   g.tokens = in.tokens;
+  if (!in.pixels.grids.empty()) {
+    // The images' features from the reference's vision tower (fp64), recorded as a golden's.
+    const ModelConfig& c = e.config();
+    if (!c.image_text)
+      throw Error("engine run", c.arch_name + " takes no images (an image-text checkpoint does)");
+    g.images =
+        golden::image_golden_inputs(reference::load_vision_tower(e.model().dir.string(), c), c, in);
+  }
+  const std::vector<reference::ImagePrompt> prompts =
+      image_prompts(e, g.images, in.tokens, in.sequences, in.seq_len);
   g.targets = golden::next_token_targets(in);
   const int64_t per = std::clamp<int64_t>(e.options().max_tokens / std::max<int64_t>(in.seq_len, 1),
                                           1, e.options().max_seqs);
@@ -44,13 +97,18 @@ golden::Golden engine_golden(Engine& e, const golden::TokenInputs& in, const std
   for (int64_t s0 = 0; s0 < in.sequences; s0 += per) {
     const int64_t n = std::min(per, in.sequences - s0);
     Batch b;
-    for (int64_t s = 0; s < n; ++s)
+    std::vector<int32_t> rows3[3];
+    for (int64_t s = 0; s < n; ++s) {
+      if (!prompts.empty())
+        append_image_prompt(b, rows3, prompts[static_cast<size_t>(s0 + s)], b.size(), in.seq_len);
       for (int64_t i = 0; i < in.seq_len; ++i) {
         b.tokens.push_back(
             static_cast<int32_t>(in.tokens[static_cast<size_t>((s0 + s) * in.seq_len + i)]));
         b.slots.push_back(static_cast<int32_t>(s));
         b.positions.push_back(static_cast<int32_t>(i));
       }
+    }
+    if (!prompts.empty()) finish_image_batch(b, rows3);
     e.forward(b, want_points ? &trace : nullptr);
     const std::vector<float> l = e.logits_host(b.size());
     g.logits.data.insert(g.logits.data.end(), l.begin(), l.end());
@@ -106,10 +164,6 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
                                    const std::string& capture, std::ostream* progress) {
   const ModelConfig& c = e.config();
   const int64_t s_count = ref.sequences(), t = ref.seq_len();
-  if (ref.has_images())
-    throw Error(ref.path().string(),
-                "a golden of image prompts: M-RoPE image positions and "
-                "deepstack are not in the GPU engine yet");
   if (t > e.options().max_tokens || t > e.options().max_context)
     throw Error(ref.path().string(), "sequences of " + std::to_string(t) +
                                          " tokens exceed the engine's max_tokens / context");
@@ -119,14 +173,20 @@ golden::Golden engine_golden_local(Engine& e, const golden::GoldenReader& ref,
   g.tokens = ref.tokens();
   g.targets = ref.targets();
   g.logits.cols = c.vocab;
+  if (ref.has_images()) g.images = ref.images();
+  const std::vector<reference::ImagePrompt> prompts =
+      image_prompts(e, g.images, g.tokens, s_count, t);
   Trace trace(capture);
   const auto batch_of = [&](int64_t s) {
     Batch b;
+    std::vector<int32_t> rows3[3];
+    if (!prompts.empty()) append_image_prompt(b, rows3, prompts[static_cast<size_t>(s)], 0, t);
     for (int64_t i = 0; i < t; ++i) {
       b.tokens.push_back(static_cast<int32_t>(g.tokens[static_cast<size_t>(s * t + i)]));
       b.slots.push_back(0);
       b.positions.push_back(static_cast<int32_t>(i));
     }
+    if (!prompts.empty()) finish_image_batch(b, rows3);
     return b;
   };
   const auto input_rows = [&](const golden::Array2D& a, int64_t s) {
@@ -175,14 +235,21 @@ std::vector<LayerPointStats> engine_rerun_layer(Engine& e, const golden::GoldenR
                 "lacks points/" + input + ", the input of layer " + std::to_string(layer));
   const golden::Array2D x = ref.point(input);
   const int64_t t = ref.seq_len();
+  // An image golden's layers rotate by its M-RoPE rows and add its deepstack features.
+  const std::vector<reference::ImagePrompt> prompts =
+      ref.has_images() ? image_prompts(e, ref.images(), ref.tokens(), ref.sequences(), t)
+                       : std::vector<reference::ImagePrompt>{};
   Trace trace("layers." + std::to_string(layer) + ".*");
   for (int64_t s = 0; s < ref.sequences(); ++s) {
     Batch b;
+    std::vector<int32_t> rows3[3];
+    if (!prompts.empty()) append_image_prompt(b, rows3, prompts[static_cast<size_t>(s)], 0, t);
     for (int64_t i = 0; i < t; ++i) {
       b.tokens.push_back(0);  // the layer starts from x: token ids are not read
       b.slots.push_back(0);
       b.positions.push_back(static_cast<int32_t>(i));
     }
+    if (!prompts.empty()) finish_image_batch(b, rows3);
     const auto first = x.data.begin() + s * t * x.cols;
     e.forward_layer(layer, std::vector<double>(first, first + t * x.cols), b, &trace);
     e.release(0);

@@ -75,6 +75,9 @@ struct GpuModel {
   const __nv_bfloat16* lm_head = nullptr;  // embed when tied, else lm_head_own
   std::vector<GpuLayerWeights> layers;
   DeviceBuffer<double> inv_freq;  // [head_dim / 2], fp64 from the reference's Rope
+  // Image-text models: the M-RoPE row (0 time, 1 height, 2 width) each of inv_freq's
+  // frequencies reads (reference_cpu/layers/mrope.h; 0 past the rotary ones); else empty.
+  DeviceBuffer<int32_t> mrope_rows;
   double rope_scaling = 1.0;
   // Added to every RMSNorm weight but the Gated DeltaNet's, in fp32: 1 for zero-centred norms
   // (Qwen3.5's x̂ * (1 + w)), else 0.

@@ -29,7 +29,7 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   if (cfg.hidden_act != "silu")
     throw Error(where, "hidden_act '" + cfg.hidden_act + "': the GPU engine implements silu");
   // Qwen3-VL's language model is Qwen3's decoder; on text its M-RoPE rows are equal, the 1-D
-  // RoPE the engine runs. Image prompts (M-RoPE image positions, deepstack) are not in the engine.
+  // RoPE. Image prompts take the reference's vision features and M-RoPE rows (engine.h Batch).
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
   // Qwen3.5 (Gated DeltaNet layers, gated attention, partial RoPE, zero-centred norms) runs in
   // bf16 on one GPU; its quantized linears and its shards are the reference's alone for now.

@@ -156,6 +156,13 @@ void pad_for_kernels(GpuModel& m) {
         cudaMemcpy(f.data(), m.inv_freq.get(), f.size() * sizeof(double), cudaMemcpyDeviceToHost));
     f.resize(static_cast<size_t>(hp / 2), 0.0);
     m.inv_freq = DeviceBuffer<double>(f);
+    if (m.mrope_rows.size() > 0) {  // the padding's zero frequencies read any row: row 0
+      std::vector<int32_t> r(m.mrope_rows.size());
+      QPARITY_CUDA_CHECK(cudaMemcpy(r.data(), m.mrope_rows.get(), r.size() * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost));
+      r.resize(static_cast<size_t>(hp / 2), 0);
+      m.mrope_rows = DeviceBuffer<int32_t>(r);
+    }
   }
   m.padded = k;
 }

@@ -35,7 +35,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < kMaxHeadDim / 64; ++j) {
       const int64_t i = lane + 32 * j;
       if (i < half) {
-        sincos(static_cast<double>(pos) * p.inv_freq[i], &sn[j], &c[j]);
+        const int32_t at = p.mrope            ? p.mrope[p.mrope_rows[i] * p.tokens + t]
+                           : p.rope_positions ? p.rope_positions[t]
+                                              : pos;
+        sincos(static_cast<double>(at) * p.inv_freq[i], &sn[j], &c[j]);
         c[j] *= p.rope_scaling;
         sn[j] *= p.rope_scaling;
       }
@@ -104,6 +107,7 @@ void launch_attention_prologue(const AttentionPrologueParams& p, cudaStream_t st
   require(p.qkv && p.positions && p.inv_freq && p.k_cache && p.v_cache && p.block_table && p.seq, k,
           "qkv, positions, inv_freq, the caches, block_table and seq are required");
   require(!p.q_norm == !p.k_norm, k, "q_norm and k_norm come together");
+  require(!p.mrope == !p.mrope_rows, k, "mrope and mrope_rows come together");
   require(p.head_dim > 0 && p.head_dim % 2 == 0 && p.head_dim <= kMaxHeadDim, k,
           "head_dim " + std::to_string(p.head_dim) + " must be even and in [2, 256]");
   require(p.tokens >= 0 && p.num_heads > 0 && p.num_kv_heads > 0, k,

@@ -33,7 +33,14 @@ struct AttentionPrologueParams {
   // Zero-centred q/k norms (Qwen3.5: x̂ * (1 + w)): 1, added to the weight in fp32.
   float norm_offset = 0.f;
   __nv_bfloat16* normed_out = nullptr;  // optional [tokens, (num_heads + num_kv_heads) * head_dim]
-  const int32_t* positions = nullptr;   // [tokens]
+  const int32_t* positions = nullptr;   // [tokens]: the cache slot (and causality)
+  // Rotary positions, when they are not the sequence positions (Qwen3-VL's image prompts):
+  // mrope [3, tokens] (time, height, width rows) with mrope_rows [head_dim / 2] the row each
+  // frequency reads (reference_cpu/layers/mrope.h); else rope_positions [tokens] (a decode after
+  // an image prompt: position + mrope_position_delta); else the positions.
+  const int32_t* mrope = nullptr;
+  const int32_t* mrope_rows = nullptr;
+  const int32_t* rope_positions = nullptr;
   const double* inv_freq = nullptr;     // [head_dim / 2]
   double rope_scaling = 1.0;
   void* k_cache = nullptr;  // elements of kv.format

@@ -111,6 +111,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
   // from its token's qkv row, never from the cache).
   const int32_t tseq = lane < ntok ? p.seq[lane] : -1;
   const int32_t tpos = lane < ntok ? p.positions[lane] : 0;
+  const int32_t trot = lane < ntok ? (p.rope_positions ? p.rope_positions[lane] : tpos) : 0;
+  const int32_t rot_last = p.rope_positions ? p.rope_positions[i] : last;
   const int32_t* row = p.token_table ? p.token_table + i * p.max_blocks_per_seq
                                      : p.block_table + static_cast<int64_t>(s) * mbps;
   // The table entries of a step's keys [base, base + kKeys), entry u for key base + u (a bound
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     double sn, cs;
-    sincos(static_cast<double>(last) * inv_freq[j], &sn, &cs);
+    sincos(static_cast<double>(rot_last) * inv_freq[j], &sn, &cs);
     rope_cs[warp][0][(lane & 15) * kPerLane + j] = cs * p.rope_scaling;
     rope_cs[warp][1][(lane & 15) * kPerLane + j] = sn * p.rope_scaling;
   }
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) decode_attention_kernel(Decode
         if (pos_j == last)
           rj = rope;
         else  // another token of this sequence in the batch (a short prefill): its own angles
-          rj.angles(pos_j, p.inv_freq, p.rope_scaling, lane);
+          rj.angles(__shfl_sync(0xffffffffu, trot, j), p.inv_freq, p.rope_scaling, lane);
         PackedRow<kPerLane> normed = kv[u];  // the raw k slice load_new fetched
         norm_rope(kw, norm, p.eps, p.norm_dim > 0 ? p.norm_dim : d, rj, lane, normed, kv[u]);
         const bool own = j == i && h == kv_h * group;  // token i's own K/V: one block writes it

@@ -61,6 +61,10 @@ struct DecodeAttentionParams {
   // Zero-centred q/k norms (Qwen3.5: x̂ * (1 + w)): 1, added to the weight in fp32.
   float norm_offset = 0.f;
   const int32_t* positions = nullptr;  // [tokens]
+  // Optional [tokens]: rotary positions where they are not the positions (a decode after an
+  // image prompt: position + mrope_position_delta, the three M-RoPE rows equal). An image
+  // prompt's own rows differ per frequency: attention_prologue takes those.
+  const int32_t* rope_positions = nullptr;
   const int32_t* seq = nullptr;        // [tokens]
   const double* inv_freq = nullptr;    // [head_dim / 2]
   double rope_scaling = 1.0;

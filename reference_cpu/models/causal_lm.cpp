@@ -460,12 +460,18 @@ Matrix CausalLm::forward(std::span<const int64_t> tokens, const ForwardHooks& ho
 
 ImagePrompt CausalLm::prepare_image_prompt(std::span<const int64_t> tokens,
                                            ImageFeatures images) const {
+  return reference::prepare_image_prompt(cfg_, static_cast<int64_t>(layers_.size()), tokens,
+                                         std::move(images));
+}
+
+ImagePrompt prepare_image_prompt(const ModelConfig& cfg, int64_t num_layers,
+                                 std::span<const int64_t> tokens, ImageFeatures images) {
   const std::string where = "image prompt";
-  if (!cfg_.image_text)
-    throw Error(where, cfg_.arch_name + " takes no images (an image-text checkpoint does)");
-  if (cfg_.image_token_id < 0 || cfg_.vision_start_token_id < 0)
+  if (!cfg.image_text)
+    throw Error(where, cfg.arch_name + " takes no images (an image-text checkpoint does)");
+  if (cfg.image_token_id < 0 || cfg.vision_start_token_id < 0)
     throw Error(where, "config.json names no image_token_id / vision_start_token_id");
-  if (cfg_.mrope_section.size() != 3)
+  if (cfg.mrope_section.size() != 3)
     throw Error(where, "config.json's rope_parameters has no mrope_section (t, h, w)");
   if (images.merge <= 0) throw Error(where, "the vision tower's merge size must be positive");
   for (size_t g = 0; g < images.grids.size(); ++g)
@@ -475,23 +481,23 @@ ImagePrompt CausalLm::prepare_image_prompt(std::span<const int64_t> tokens,
                              " frames: videos (timestamped frames) are not implemented, images "
                              "have t = 1");
   ImagePrompt p;
-  p.positions = mrope_positions(tokens, cfg_.image_token_id, images.grids, images.merge,
-                                cfg_.vision_start_token_id);
+  p.positions = mrope_positions(tokens, cfg.image_token_id, images.grids, images.merge,
+                                cfg.vision_start_token_id);
   for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] == cfg_.image_token_id) p.rows.push_back(static_cast<int64_t>(i));
+    if (tokens[i] == cfg.image_token_id) p.rows.push_back(static_cast<int64_t>(i));
   auto check_features = [&](const Matrix& m, const std::string& name) {
-    if (m.rows != static_cast<int64_t>(p.rows.size()) || m.cols != cfg_.hidden)
+    if (m.rows != static_cast<int64_t>(p.rows.size()) || m.cols != cfg.hidden)
       throw Error(where, name + ": [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) +
                              "] for a prompt of " + std::to_string(p.rows.size()) +
-                             " image placeholders and hidden " + std::to_string(cfg_.hidden));
+                             " image placeholders and hidden " + std::to_string(cfg.hidden));
     for (double v : m.data)
       if (!std::isfinite(v)) throw Error(where, name + ": NaN or Inf");
   };
   check_features(images.embeds, "image embeddings");
-  if (images.deepstack.size() > layers_.size())
+  if (static_cast<int64_t>(images.deepstack.size()) > num_layers)
     throw Error(where, std::to_string(images.deepstack.size()) +
-                           " deepstack features for a decoder of " +
-                           std::to_string(layers_.size()) + " layers");
+                           " deepstack features for a decoder of " + std::to_string(num_layers) +
+                           " layers");
   for (size_t j = 0; j < images.deepstack.size(); ++j)
     check_features(images.deepstack[j], "deepstack feature " + std::to_string(j));
   p.embeds = std::move(images.embeds);

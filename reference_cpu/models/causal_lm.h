@@ -129,6 +129,11 @@ struct ImagePrompt {
   std::vector<Matrix> deepstack;  // [rows, hidden] each: after layers 0, 1, ...
 };
 
+// The checks and positions of CausalLm::prepare_image_prompt for a decoder of cfg with
+// num_layers layers, without the model (the GPU engine, which takes the reference's features).
+ImagePrompt prepare_image_prompt(const ModelConfig& cfg, int64_t num_layers,
+                                 std::span<const int64_t> tokens, ImageFeatures images);
+
 // Streaming (model_loader's layer streaming): builds one decoder layer's weights when the model
 // needs them and frees them after, so that a model larger than memory runs one layer at a time.
 class LayerWeightSource {

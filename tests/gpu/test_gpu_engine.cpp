@@ -20,6 +20,7 @@
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "golden/compare.h"
+#include "golden/reference_run.h"
 #include "gpu_engine/engine.h"
 #include "gpu_engine/engine_golden.h"
 #include "gpu_engine/kernels/decode_attention.h"
@@ -27,6 +28,7 @@
 #include "gpu_engine/kernels/skinny_gemm.h"
 #include "gpu_engine/model_loader.h"
 #include "gpu_test.h"
+#include "reference_cpu/models/image_input.h"
 
 namespace qparity {
 namespace {
@@ -176,21 +178,144 @@ TEST_F(GpuEngine, ChatGlm2AndMistralMatchTheReference) {
 }
 
 // Qwen3-VL's language model on text (the image-text checkpoint's wrapper names; its vision tower
-// is not the engine's): Qwen3's decoder, and M-RoPE with three equal rows is the 1-D RoPE. Image
-// prompts are refused by name.
+// is not the engine's): Qwen3's decoder, and M-RoPE with three equal rows is the 1-D RoPE.
 TEST_F(GpuEngine, Qwen3VlTextDecoderMatchesTheReference) {
   for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
     expect_matches_reference(fixture("qwen3-vl", size));
-  auto e = engine(fixture("qwen3-vl", fixtures::FixtureSize::kTiny));
-  golden::TokenInputs in = golden::synthetic_inputs(1, 8, 64, 3);
-  in.pixels.grids = {{1, 4, 4}};
-  in.pixels.pixels = Matrix(16, 96);
-  try {
-    gpu::engine_golden(*e, in, "*", true, nullptr);
-    ADD_FAILURE() << "an image prompt ran on the engine";
-  } catch (const Error& err) {
-    EXPECT_THAT(err.what(), HasSubstr("image prompts (M-RoPE image positions, deepstack)"));
+}
+
+// Two sequences of 24 tokens: the first with a 4 x 4 image (4 placeholders after 2 text
+// tokens), the second with a 4 x 6 one (6) and a 4 x 4 one (4); text after them.
+golden::TokenInputs image_prompt_inputs(const ModelConfig& cfg, int64_t patch_dim) {
+  const int64_t img = cfg.image_token_id, vs = cfg.vision_start_token_id, ve = vs + 1;
+  golden::TokenInputs in;
+  in.sequences = 2;
+  in.seq_len = 24;
+  in.tokens = {3,  14, vs, img, img, img, img, ve, 92, 7,  8,   9,   10,  11,  12,  13,
+               14, 15, 16, 17,  18,  19,  20,  21, 5,  vs, img, img, img, img, img, img,
+               ve, 20, vs, img, img, img, img, ve, 21, 22, 23,  24,  25,  26,  27,  28};
+  in.description = "image prompts";
+  in.pixels.grids = {{1, 4, 4}, {1, 4, 6}, {1, 4, 4}};
+  in.pixels.pixels = Matrix(56, patch_dim);
+  for (size_t i = 0; i < in.pixels.pixels.data.size(); ++i)
+    in.pixels.pixels.data[i] = std::sin(0.29 * static_cast<double>(i));
+  return in;
+}
+
+// An image prompt's rows [0, n) of a batch (slot `slot`): tokens, rotary rows, features.
+gpu::Batch image_batch(const std::vector<int64_t>& tokens, const reference::ImagePrompt& p,
+                       int64_t n, int32_t slot) {
+  gpu::Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(tokens[static_cast<size_t>(i)]));
+    b.slots.push_back(slot);
+    b.positions.push_back(static_cast<int32_t>(i));
   }
+  for (const auto* row : {&p.positions.t, &p.positions.h, &p.positions.w})
+    for (int64_t i = 0; i < n; ++i)
+      b.rope_rows.push_back(static_cast<int32_t>((*row)[static_cast<size_t>(i)]));
+  for (int64_t r : p.rows)
+    b.image_rows.push_back(static_cast<int32_t>(r));
+  b.image_embeds = p.embeds.data;
+  for (const Matrix& d : p.deepstack)
+    b.deepstack.push_back(d.data);
+  return b;
+}
+
+// Image prompts on the engine, which has no vision tower: the reference's tower features (fp64,
+// computed once) are fed in. The placeholders take the features, attention rotates by the
+// interleaved M-RoPE rows (the prologue path at any batch size), the deepstack features join the
+// image rows after the first layers, and layers.<k>.residual is the sum. Against the reference's
+// image golden (golden make --pixels): layer-local every point within the bf16 policy, free run
+// by top-1. Then decode after a prompt: steps rotating at position + mrope_position_delta give
+// the full forward's logits within the policy's bound; a text model refuses image rows by name.
+TEST_F(GpuEngine, Qwen3VlImagePromptsMatchTheReference) {
+  const golden::Policy policy =
+      golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies/bf16.json");
+  for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall}) {
+    const fs::path dir = fixture("qwen3-vl", size);
+    SCOPED_TRACE(dir.filename().string());
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    const reference::Qwen3VlVisionTower tower = reference::load_vision_tower(dir.string(), cfg);
+    const golden::TokenInputs in = image_prompt_inputs(cfg, tower.config().patch_dim());
+    golden::ReferenceRunOptions ro;
+    ro.mode = reference::PrecisionMode::kEmulate;
+    const fs::path gfile = root_ / (dir.filename().string() + ".images.ref.h5");
+    golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
+                         OverwritePolicy::kReplace);
+    const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
+    auto e = engine(dir);
+    const fs::path lfile = root_ / (dir.filename().string() + ".images.local.h5");
+    golden::write_golden(lfile, gpu::engine_golden_local(*e, ref, "*", nullptr),
+                         OverwritePolicy::kReplace);
+    golden::CompareOptions co;
+    co.policy = &policy;
+    const golden::CompareReport r =
+        golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+    EXPECT_TRUE(r.pass) << golden::to_text(r);
+    EXPECT_TRUE(r.missing_in_candidate.empty()) << r.missing_in_candidate.front();
+    double worst = 0;
+    std::string where;
+    for (const auto& p : r.points)
+      if (p.stats.rel_l2 > worst) worst = p.stats.rel_l2, where = p.name;
+    const fs::path cfile = root_ / (dir.filename().string() + ".images.engine.h5");
+    golden::write_golden(cfile, gpu::engine_golden(*e, in, "*", true, nullptr),
+                         OverwritePolicy::kReplace);
+    const golden::CompareReport fr =
+        golden::compare_goldens(ref, golden::GoldenReader::open(cfile), {});
+    EXPECT_GE(fr.e2e.top1.lo, 0.75) << golden::to_text(fr);
+    std::cout << dir.filename().string() << " image prompts: layer-local worst " << where
+              << " rel_l2 " << worst << "; free run top-1 " << fr.e2e.top1.value << ", mean KLD "
+              << fr.e2e.kld_mean.value << ", logits rel_l2 " << fr.points.back().stats.rel_l2
+              << "\n";
+
+    // Sequence 1 whole, against its first 16 tokens (both images) and 8 decode steps (the tiny
+    // fixture, as PrefillAndDecodeAgreeAndGraphsReplayExactly: the small one's logits carry
+    // bf16 noise the size of that bound, 6e-3 against the reference). Rotating the steps at
+    // the bare position instead (delta 0) must do worse.
+    if (size != fixtures::FixtureSize::kTiny) continue;
+    const std::vector<int64_t> seq(in.tokens.begin() + 24, in.tokens.end());
+    const golden::GoldenImages gi = ref.images();
+    const reference::ImagePrompt whole = reference::prepare_image_prompt(
+        cfg, cfg.num_layers, seq, golden::sequence_image_features(gi, 1));
+    const reference::ImagePrompt prompt = reference::prepare_image_prompt(
+        cfg, cfg.num_layers, std::span<const int64_t>(seq.data(), 16),
+        golden::sequence_image_features(gi, 1));
+    ASSERT_NE(prompt.positions.delta, 0) << "the images must shift the rotary positions";
+    e->forward(image_batch(seq, whole, 24, 0));
+    const int64_t v = cfg.vocab;
+    const std::vector<float> want = e->logits_host(24);
+    e->release(0);
+    double err[2] = {0, 0};  // worst step: with the delta, without
+    for (const bool shifted : {true, false}) {
+      e->forward(image_batch(seq, prompt, 16, 1));
+      for (int32_t i = 16; i < 24; ++i) {
+        gpu::Batch step;
+        step.tokens = {static_cast<int32_t>(seq[static_cast<size_t>(i)])};
+        step.slots = {1};
+        step.positions = {i};
+        const auto at = static_cast<int32_t>(i + (shifted ? prompt.positions.delta : 0));
+        step.rope_rows = {at, at, at};
+        e->forward(step);
+        const std::vector<float> got = e->logits_host(1);
+        const std::vector<float> row(want.begin() + i * v, want.begin() + (i + 1) * v);
+        err[shifted ? 0 : 1] = std::max(err[shifted ? 0 : 1], rel_l2(got, row, 0, got.size()));
+      }
+      e->release(1);
+    }
+    std::cout << "decode after the image prompt (delta " << prompt.positions.delta
+              << "): worst step rel_l2 " << err[0] << "; without the delta " << err[1] << "\n";
+    EXPECT_LE(err[0], 0x1p-9);
+    EXPECT_GT(err[1], 4 * err[0]) << "the rotary shift is not exercised";
+  }
+  auto text = engine(fixture("qwen3", fixtures::FixtureSize::kTiny));
+  gpu::Batch b;
+  b.tokens = {1, 2};
+  b.slots = {0, 0};
+  b.positions = {0, 1};
+  b.image_rows = {1};
+  b.image_embeds.assign(static_cast<size_t>(text->config().hidden), 0.5);
+  EXPECT_THAT(test::error_of([&] { text->forward(b); }), HasSubstr("takes no image prompts"));
 }
 
 // Qwen3.5, hybrid: Gated DeltaNet layers (kernels/gated_delta_net.h, the recurrent state in the
