@@ -1,5 +1,6 @@
-// The fused greedy argmax's 64-bit key (skinny_gemm.h), host side: needs no device, so it runs in
-// CI too. Its order must be launch_argmax's order on every float.
+// The engine's host-side logic, which needs no device, so it runs in CI too: the fused greedy
+// argmax's 64-bit key (skinny_gemm.h), whose order must be launch_argmax's on every float; the
+// q / k row re-layout for partial RoPE (rope_layout.h) on Qwen3.5's gated q_proj and q/k norms.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,12 @@
 #include <limits>
 #include <vector>
 
+#include "../unit/test_seed.h"
+#include "core/config/model_config.h"
+#include "core/safetensors/chatglm_names.h"
+#include "fixtures/fixture_model.h"
 #include "gpu_engine/kernels/skinny_gemm.h"
+#include "gpu_engine/rope_layout.h"
 
 namespace qparity {
 namespace {
@@ -68,6 +74,58 @@ TEST(FusedArgmaxKey, ValueBitsAreMonotoneOverTheFloatLine) {
     else
       ASSERT_LT(a, b) << line[i - 1] << " vs " << line[i];
   }
+}
+
+// Qwen3.5: RoPE on the first rotary_dim = head_dim / 4 dims (rotate-half pairs), run on the
+// kernels' (i, i + head_dim / 2) pairs by re-laying each head's q / k rows out. q_proj's rows are
+// per head [q (d) | gate (d)]: only the q rows move, the gate rows stay; the q / k norm weights
+// ([d], applied before RoPE) move with the dims. Checked row by row against rope_positions.
+TEST(RopeRelayout, GatedQProjMovesItsQRowsAndTheNormWeightsFollow) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_relayout_" + std::to_string(test::test_seed()));
+  fixtures::FixtureSpec spec;
+  spec.arch = fixtures::parse_fixture_arch("qwen3.5");
+  spec.seed = 5;
+  fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kReplace);
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  ASSERT_TRUE(cfg.attn_output_gate);
+  ASSERT_TRUE(gpu::needs_rope_relayout(cfg)) << "partial rotary";
+  const Checkpoint raw = open_model_checkpoint(dir, cfg);
+  const Checkpoint out = gpu::relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg);
+  const std::vector<int64_t> pos = gpu::rope_positions(cfg);
+  const int64_t d = cfg.head_dim;
+  int64_t layer = 0;
+  while (cfg.is_linear_attention_layer(layer))
+    ++layer;
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const auto rows_of = [](const Checkpoint& ck, const std::string& name) {
+    const auto b = ck.at(name).bytes();
+    return std::vector<uint8_t>(b.begin(), b.end());
+  };
+  {
+    const auto in = rows_of(raw, p + "q_proj.weight"), re = rows_of(out, p + "q_proj.weight");
+    const size_t row = in.size() / static_cast<size_t>(2 * cfg.q_size());
+    int64_t moved = 0;
+    for (int64_t r = 0; r < 2 * cfg.q_size(); ++r) {
+      const int64_t w = r % (2 * d);
+      const int64_t to = r - w + (w < d ? pos[static_cast<size_t>(w)] : w);
+      moved += to != r;
+      EXPECT_TRUE(
+          std::equal(in.begin() + r * row, in.begin() + (r + 1) * row, re.begin() + to * row))
+          << "q_proj row " << r;
+    }
+    EXPECT_GT(moved, 0);
+  }
+  for (const char* norm : {"q_norm.weight", "k_norm.weight"}) {
+    const auto in = rows_of(raw, p + norm), re = rows_of(out, p + norm);
+    const size_t e = in.size() / static_cast<size_t>(d);
+    for (int64_t j = 0; j < d; ++j)
+      EXPECT_TRUE(std::equal(in.begin() + j * e, in.begin() + (j + 1) * e,
+                             re.begin() + pos[static_cast<size_t>(j)] * e))
+          << norm << " dim " << j;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
