@@ -5,6 +5,11 @@
 //   embed -> per layer [input_norm -> attention block (decoder_attention.cpp: qkv, q/k norm,
 //   RoPE, cache write, softmax(QK^T)V, o_proj) -> residual add -> post_attention_norm -> MLP
 //   block (gate_up, SiLU-and-mul, down) or MoE block (decoder_moe.cpp)] -> final norm -> lm_head.
+// Qwen3.5: a linear_attention layer's token mixer is the Gated DeltaNet block
+// (decoder_linear_attention.cpp, its state in the cache's slot); full attention multiplies its
+// output by sigmoid(gate) before o_proj; the norms add 1 to their weights (zero-centred).
+// Image prompts (engine.h Batch): the placeholders' embeddings replaced by vision features, M-RoPE
+// rows in attention, and after layers 0..k-1 the stream closed and deepstack features added.
 // Each linear is the layer's GpuLinearMethod when the plan quantizes it, else a bf16 GEMM (the
 // skinny GEMM with its norm fused in for decode-sized batches, cuBLASLt otherwise). Precision,
 // determinism and batch invariance: engine.h.

@@ -30,6 +30,10 @@
 // (core/parallel/tp_gather.h); points with no whole-model counterpart are listed in
 // tp_absent_points().
 //
+// Recurrent layers (Qwen3.5's Gated DeltaNet) keep a per-slot state in the cache instead of keys
+// and values: a slot's tokens must then arrive in order (kv_cache.h). Image prompts come with the
+// reference's vision features and M-RoPE rows (Batch), and run eagerly.
+//
 // Capture: with a Trace, every capture point it wants (ARCHITECTURE.md's names, plus
 // layers.i.moe.expert_out) is copied to the host as doubles, in execution order: dumps in the
 // golden schema come from the same forward that serves.

@@ -5,6 +5,7 @@
 // sequence slot's positions to blocks (row s: block of positions [j * block_size, (j+1) *
 // block_size)). Blocks come from one free list shared by all slots, so sequences of different
 // lengths share the pool (continuous batching); release() returns a finished sequence's blocks.
+// A Gated DeltaNet layer (Qwen3.5) has no K / V pools: its slot holds the recurrent state.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 

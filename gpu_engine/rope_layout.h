@@ -10,10 +10,11 @@
 //                             cos 0 = 1, sin 0 = 0, so x * 1 + y * 0 = x, exact
 // by permuting the q_proj / k_proj output rows (weights, biases, per-channel scales, the C8
 // key scales and offsets, packed codes: every tensor whose first dimension is the output rows)
-// when the checkpoint is loaded. q.k is a sum over a head's dims, the same products in another
-// order: attention reads the same scores. V and the attention output are untouched. Captures
-// of q / k points read the logical columns back (the positions below), so dumps never see the
-// re-layout.
+// when the checkpoint is loaded. A gated q_proj (Qwen3.5: per head [q (d) | gate (d)] rows)
+// moves its q rows only; q / k norm weights ([head_dim], applied before RoPE) move with the dims.
+// q.k is a sum over a head's dims, the same products in another order: attention reads the same
+// scores. V and the attention output are untouched. Captures of q / k points read the logical
+// columns back (the positions below), so dumps never see the re-layout.
 #include <cstdint>
 #include <vector>
 

@@ -3,6 +3,8 @@
 //   the GPU engine over token sequences (each from an empty cache; as many per forward as fit),
 //   teacher-forced: per-sequence NLL / perplexity on stdout, and with --dump every capture point
 //   in the golden schema, so compare / bisect / report read it like any golden.
+//   --pixels FILE (image-text checkpoints): the prompts' images, their features from the
+//   reference's vision tower fed in (the engine has none).
 //   With --local GOLDEN: a layer-local dump (every layer on the golden's own inputs), what the
 //   per-point gates of a policy judge; a free run is judged end to end.
 // `qparity engine layer --model DIR --golden FILE --layer N [--policy P]`: re-runs one layer on
@@ -40,6 +42,7 @@
 #endif
 #include "core/safetensors/safetensors_writer.h"
 #include "golden/tp_report.h"
+#include "reference_cpu/models/image_input.h"
 #include "tools/qparity/cli_support.h"
 
 namespace qparity::cli {
@@ -76,7 +79,7 @@ std::unique_ptr<gpu::Engine> make_engine(const std::string& model, int64_t max_t
 
 struct RunOptions {
   TextInput text;
-  std::string model, tokens, token_ids, dump, capture = "*", local, dialect = "vllm";
+  std::string model, tokens, token_ids, dump, capture = "*", local, dialect = "vllm", pixels;
   int64_t synthetic = 0, seq_len = 0, max_tokens = 2048;
   uint64_t seed = 1;
   int tp = 1;
@@ -89,6 +92,8 @@ void run(const RunOptions& o) {
     throw UsageError("engine run", "--local GOLDEN runs that golden's tokens: give no other input");
   if (!o.local.empty() && o.dump.empty())
     throw UsageError("engine run", "--local needs --dump FILE");
+  if (!o.local.empty() && !o.pixels.empty())
+    throw UsageError("engine run", "--local GOLDEN runs that golden's images: give no --pixels");
   if (!o.dump.empty()) check_output_file(o.dump, o.force);  // before the run, not after it
   const ModelConfig cfg = load_model_config(fs::path(o.model) / "config.json");
   check_capture_globs(o.capture,
@@ -97,6 +102,11 @@ void run(const RunOptions& o) {
   if (o.local.empty())
     in = token_inputs("engine run", o.tokens, o.token_ids, o.synthetic, o.seq_len, cfg.vocab,
                       o.seed, {o.text.file, o.model, o.text.stride});
+  if (!o.pixels.empty()) {  // as golden make --pixels: the placeholder runs take them in order
+    if (!cfg.image_text)
+      throw Error("--pixels", cfg.arch_name + " takes no images (an image-text checkpoint does)");
+    in->pixels = reference::read_pixel_file(o.pixels);
+  }
   require_gpu();
   auto e = make_engine(o.model, o.max_tokens, 8, 4096, o.dialect, o.tp);
   if (!o.local.empty()) {
@@ -371,6 +381,10 @@ void add_engine_command(CLI::App& app, int& rc) {
   r->add_option("--dump", ro->dump, "golden-schema output file");
   r->add_option("--local", ro->local,
                 "layer-local run: every layer on this golden's own inputs (its tokens too)");
+  r->add_option("--pixels", ro->pixels,
+                "image-text checkpoints: a pixel file (pixel_values, image_grid_thw) whose images "
+                "the sequences' placeholder runs take in order; the reference's vision tower "
+                "computes their features, fed to the engine");
   r->add_option("--capture", ro->capture, "capture-point globs")->capture_default_str();
   r->add_option("--dialect", ro->dialect,
                 "the engine the GPU methods imitate bit for bit: vllm | sglang")
