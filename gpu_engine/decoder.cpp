@@ -196,17 +196,7 @@ void Decoder::forward(Trace* tr) {
     if (injects_after(l)) inject_deepstack(l, tr);
   }
   if (injects_after(c.num_layers - 1)) {  // the stream is closed: the final norm alone
-    launch_rms_norm({.x = resid(),
-                     .weight = model_.final_norm.get(),
-                     .out = h_.get(),
-                     .rows = t,
-                     .dim = c.hidden,
-                     .row_stride = c.hidden,
-                     .eps = static_cast<float>(c.rms_norm_eps),
-                     .weight_offset = model_.norm_offset},
-                    stream_);
-    capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, c.hidden, c.hidden,
-            stream_);
+    final_norm(tr);
     if (!options_.ablate_linears) head_logits(probe("lm_head"));
   } else if (skinny_head) {
     // Decode-sized: the last residual add and the final norm run in the lm_head GEMM's prologue
@@ -272,21 +262,13 @@ void Decoder::embed(KernelProbe* kernel_probe) {
 void Decoder::inject_deepstack(int64_t l, Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t, hd = c.hidden;
-  // The pending MLP output joins the stream (rms_norm's fused add; its normalized output is
-  // scratch, the next layer normalizes the injected stream itself).
+  // The pending MLP output joins the stream (close_residual's fused add, not captured yet; its
+  // normalized output is scratch: the next layer normalizes the injected stream itself).
   const bool last = l + 1 >= c.num_layers;
-  const GpuLayerWeights* nl = last ? nullptr : &model_.layers[static_cast<size_t>(l + 1)];
-  launch_rms_norm({.x = mlp_out_.get(),
-                   .residual = resid(),
-                   .residual_out = resid(),
-                   .weight = last ? model_.final_norm.get() : nl->input_norm.get(),
-                   .out = h_.get(),
-                   .rows = t,
-                   .dim = hd,
-                   .row_stride = hd,
-                   .eps = static_cast<float>(c.rms_norm_eps),
-                   .weight_offset = model_.norm_offset},
-                  stream_);
+  close_residual(
+      nullptr,
+      last ? model_.final_norm.get() : model_.layers[static_cast<size_t>(l + 1)].input_norm.get(),
+      h_.get());
   launch_image_rows({.x = resid(),
                      .rows = in_.image_rows,
                      .src = in_.deepstack + l * in_.image_count * hd,
@@ -334,7 +316,7 @@ void Decoder::forward_embed(Trace* tr) {
   capture(tr, std::string(point::kEmbed), resid(), Elem::kBf16, in_.t, c.hidden, c.hidden, stream_);
 }
 
-void Decoder::forward_final(Trace* tr) {
+void Decoder::final_norm(Trace* tr) {
   const ModelConfig& c = model_.kcfg();
   const int64_t t = in_.t, hd = c.hidden;
   launch_rms_norm({.x = resid(),
@@ -347,6 +329,11 @@ void Decoder::forward_final(Trace* tr) {
                    .weight_offset = model_.norm_offset},
                   stream_);
   capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, hd, hd, stream_);
+}
+
+void Decoder::forward_final(Trace* tr) {
+  const int64_t t = in_.t;
+  final_norm(tr);
   head_logits(nullptr);
   const int64_t v = model_.whole().vocab;
   capture(tr, std::string(point::kLogits), logits_.get(), Elem::kF32, t, v, v, stream_);

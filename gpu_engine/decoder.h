@@ -122,6 +122,8 @@ class Decoder {
   // Closes layer l's pending MLP output into the residual stream, adds its deepstack feature to
   // the image rows and captures layers.<l>.residual (the sum, what layer l + 1 reads).
   void inject_deepstack(int64_t l, Trace* capture);
+  // final_norm on the closed stream in residual() into h_ (captures final_norm).
+  void final_norm(Trace* capture);
   void close_residual(Trace* capture, const __nv_bfloat16* weight, __nv_bfloat16* out,
                       const float* bias = nullptr);
   // A linear on t tokens: the skinny GEMM for decode-sized batches, cuBLASLt otherwise.

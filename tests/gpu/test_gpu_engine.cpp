@@ -94,31 +94,15 @@ class GpuEngine : public test::GpuTest {
     auto e = engine(dir);
     const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
     // Layer-local: every point within the policy.
-    const fs::path lfile = root_ / (dir.filename().string() + ".engine-local.h5");
-    golden::write_golden(lfile, gpu::engine_golden_local(*e, ref, "*", nullptr),
-                         OverwritePolicy::kReplace);
-    golden::CompareOptions co;
-    co.policy = &policy;
-    const golden::CompareReport r =
-        golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-    EXPECT_TRUE(r.pass) << golden::to_text(r);
-    EXPECT_TRUE(r.missing_in_candidate.empty())
-        << "the engine dumps every point the reference does; first missing: "
-        << r.missing_in_candidate.front();
+    const golden::CompareReport r = layer_local(*e, ref, policy, dir.filename().string());
     {  // Decode-sized forwards (8 sequences of kSkinnyMaxM tokens, one forward each): the
       // fused skinny-GEMM path, every point within the policy.
+      SCOPED_TRACE("decode-sized batch");
       const golden::TokenInputs small = golden::synthetic_inputs(8, gpu::kSkinnyMaxM, cfg.vocab, 6);
       const fs::path sg = root_ / (dir.filename().string() + ".ref8.h5");
-      const fs::path sl = root_ / (dir.filename().string() + ".engine-local8.h5");
       golden::write_golden(sg, golden::run_reference(dir, small, ro, nullptr),
                            OverwritePolicy::kReplace);
-      const golden::GoldenReader sref = golden::GoldenReader::open(sg);
-      golden::write_golden(sl, gpu::engine_golden_local(*e, sref, "*", nullptr),
-                           OverwritePolicy::kReplace);
-      const golden::CompareReport sr =
-          golden::compare_goldens(sref, golden::GoldenReader::open(sl), co);
-      EXPECT_TRUE(sr.pass) << "decode-sized batch\n" << golden::to_text(sr);
-      EXPECT_TRUE(sr.missing_in_candidate.empty()) << sr.missing_in_candidate.front();
+      layer_local(*e, golden::GoldenReader::open(sg), policy, dir.filename().string() + "8");
     }
     // Free run: judged end to end by top-1 agreement (Wilson lower bound, the policy's gate);
     // its KLD and per-point error are printed: they grow with depth as the model amplifies
@@ -143,6 +127,23 @@ class GpuEngine : public test::GpuTest {
         worst = p.stats.rel_l2, where = p.name;
     std::cout << dir.filename().string() << " layer-local: worst point " << where << " rel_l2 "
               << worst << " (" << r.policy_section << ")\n";
+  }
+
+  // The engine's layer-local dump of `ref` (written beside it) judged by `policy`: every point
+  // within it, every point the reference has dumped.
+  static golden::CompareReport layer_local(gpu::Engine& e, const golden::GoldenReader& ref,
+                                           const golden::Policy& policy, const std::string& tag) {
+    const fs::path lfile = root_ / (tag + ".engine-local.h5");
+    golden::write_golden(lfile, gpu::engine_golden_local(e, ref, "*", nullptr),
+                         OverwritePolicy::kReplace);
+    golden::CompareOptions co;
+    co.policy = &policy;
+    golden::CompareReport r = golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+    EXPECT_TRUE(r.pass) << golden::to_text(r);
+    EXPECT_TRUE(r.missing_in_candidate.empty())
+        << "the engine dumps every point the reference does; first missing: "
+        << r.missing_in_candidate.front();
+    return r;
   }
 
   static inline fs::path root_;
@@ -245,15 +246,8 @@ TEST_F(GpuEngine, Qwen3VlImagePromptsMatchTheReference) {
                          OverwritePolicy::kReplace);
     const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
     auto e = engine(dir);
-    const fs::path lfile = root_ / (dir.filename().string() + ".images.local.h5");
-    golden::write_golden(lfile, gpu::engine_golden_local(*e, ref, "*", nullptr),
-                         OverwritePolicy::kReplace);
-    golden::CompareOptions co;
-    co.policy = &policy;
     const golden::CompareReport r =
-        golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-    EXPECT_TRUE(r.pass) << golden::to_text(r);
-    EXPECT_TRUE(r.missing_in_candidate.empty()) << r.missing_in_candidate.front();
+        layer_local(*e, ref, policy, dir.filename().string() + ".images");
     double worst = 0;
     std::string where;
     for (const auto& p : r.points)
