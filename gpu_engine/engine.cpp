@@ -128,7 +128,7 @@ Engine::~Engine() {
   if (pinned_inputs_) cudaFreeHost(pinned_inputs_);
 }
 
-void Engine::prepare(const Batch& b) {
+void Engine::prepare(const Batch& b, bool advances_state) {
   const int64_t t = b.size();
   if (t == 0 || t > options_.max_tokens)
     throw Error("engine batch", std::to_string(t) + " tokens; a forward takes 1.." +
@@ -188,14 +188,18 @@ void Engine::prepare(const Batch& b) {
     QPARITY_CUDA_CHECK(
         cudaMemcpyAsync(inputs_.get() + runs_offset(), pinned_inputs_ + runs_offset(),
                         runs.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    for (int32_t r = 0; r < runs[0]; ++r) {
+  }
+  prepare_images(b);
+  // The batch is valid: the slots' recurrent states will have taken its tokens. (A layer or the
+  // head run alone moves no whole-model state forward: a re-run of each layer on the same
+  // positions stays allowed.)
+  if (advances_state)
+    for (int32_t r = 0; !runs.empty() && r < runs[0]; ++r) {
       const int32_t first = runs[static_cast<size_t>(1 + 2 * r)];
       cache_->advance_recurrent(b.slots[static_cast<size_t>(first)],
                                 b.positions[static_cast<size_t>(first)],
                                 runs[static_cast<size_t>(2 + 2 * r)]);
     }
-  }
-  prepare_images(b);
   decoder_->begin(step_inputs(t));
 }
 
@@ -255,14 +259,14 @@ void Engine::prepare_images(const Batch& b) {
     }
     if (image_feats_.size() < feats.size())
       image_feats_ = DeviceBuffer<__nv_bfloat16>(feats.size());
-    QPARITY_CUDA_CHECK(
-        cudaMemcpy(image_feats_.get(), feats.data(), feats.size() * 2, cudaMemcpyHostToDevice));
+    QPARITY_CUDA_CHECK(cudaMemcpyAsync(image_feats_.get(), feats.data(), feats.size() * 2,
+                                       cudaMemcpyHostToDevice, stream_));
   } else if (deepstack_taps > 0 || !b.image_embeds.empty()) {
     throw Error(where, "image features without image_rows");
   }
   if (image_ints_.size() < ints.size()) image_ints_ = DeviceBuffer<int32_t>(ints.size());
-  QPARITY_CUDA_CHECK(
-      cudaMemcpy(image_ints_.get(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice));
+  QPARITY_CUDA_CHECK(cudaMemcpyAsync(image_ints_.get(), ints.data(), ints.size() * 4,
+                                     cudaMemcpyHostToDevice, stream_));
   image_count_ = n;
   deepstack_taps_ = n > 0 ? deepstack_taps : 0;
 }
@@ -411,6 +415,9 @@ void Engine::replay_graph_rank(int64_t t, int64_t times) {
   for (int64_t i = 0; i < times; ++i)
     QPARITY_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Each replay fed the same tokens to the recurrent states again: no slot's state is what its
+  // sequence left any more.
+  cache_->invalidate_recurrent();
 }
 
 void Engine::forward_layer_rank(int64_t layer, const std::vector<double>& input, const Batch& b,
@@ -431,7 +438,7 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
     throw Error(what, "the input has " + std::to_string(input.size()) +
                           " values, the batch needs " + std::to_string(b.size()) + " x " +
                           std::to_string(hd));
-  prepare(b);
+  prepare(b, false);
   std::vector<__nv_bfloat16> x(input.size());
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(input[i]))
@@ -443,7 +450,7 @@ void Engine::upload_input(const std::vector<double>& input, const Batch& b, cons
 }
 
 void Engine::forward_embed_rank(const Batch& b, Trace* capture_to) {
-  prepare(b);
+  prepare(b, false);
   decoder_->forward_embed(capture_to);
   QPARITY_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }

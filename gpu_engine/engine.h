@@ -115,7 +115,8 @@ class Engine {
   void forward_graph(const Batch& b);
   // Replays the graph forward_graph() captured for batch size t, `times` times back to back with
   // no host work between (the same inputs: each replay recomputes the last step of that size, bit
-  // for bit), then synchronizes. What a step costs on the device alone (bench_engine); throws if
+  // for bit; a recurrent model's slots take the tokens again, so each must then restart at 0),
+  // then synchronizes. What a step costs on the device alone (bench_engine); throws if
   // no graph of that size was captured.
   void replay_graph(int64_t t, int64_t times);
 
@@ -147,7 +148,9 @@ class Engine {
 
  private:
   // Checks the batch, reserves its cache blocks, uploads it, and hands it to the decoder.
-  void prepare(const Batch& b);
+  // advances_state: a whole forward (the slots' recurrent states take the batch's tokens); a layer,
+  // the embedding or the head alone checks the batch but moves no slot's state forward.
+  void prepare(const Batch& b, bool advances_state = true);
   // The prepared batch as the decoder reads it (device pointers into inputs_).
   StepInputs step_inputs(int64_t t) const;
   void upload_input(const std::vector<double>& input, const Batch& b, const char* what);

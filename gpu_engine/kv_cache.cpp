@@ -83,12 +83,20 @@ void PagedKvCache::release(int32_t slot) {
 void PagedKvCache::check_recurrent_run(int32_t slot, int64_t first) const {
   if (!linear_) return;
   const int64_t have = consumed_.at(static_cast<size_t>(slot));
+  if (first != 0 && have < 0)
+    throw Error("kv cache", "slot " + std::to_string(slot) +
+                                ": its recurrent (Gated DeltaNet) state was fed the same tokens "
+                                "again by graph replays (replay_graph); restart the sequence at 0");
   if (first != 0 && first != have)
     throw Error("kv cache",
                 "slot " + std::to_string(slot) + ": its recurrent (Gated DeltaNet) state holds " +
                     std::to_string(have) + " tokens, the batch continues it at position " +
                     std::to_string(first) + " (a recurrent state moves forward only: continue at " +
                     std::to_string(have) + ", or restart the sequence at 0)");
+}
+
+void PagedKvCache::invalidate_recurrent() {
+  if (linear_) std::fill(consumed_.begin(), consumed_.end(), -1);
 }
 
 void PagedKvCache::advance_recurrent(int32_t slot, int64_t first, int64_t count) {

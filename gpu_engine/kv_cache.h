@@ -52,6 +52,8 @@ class PagedKvCache {
   bool recurrent() const { return linear_; }
   void check_recurrent_run(int32_t slot, int64_t first) const;
   void advance_recurrent(int32_t slot, int64_t first, int64_t count);
+  // After graph replays (the same tokens fed again): every slot must restart at 0.
+  void invalidate_recurrent();
   void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
   void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
   KvCacheFormat format(int64_t layer) const { return formats_[static_cast<size_t>(layer)]; }

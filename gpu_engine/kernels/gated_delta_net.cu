@@ -40,7 +40,10 @@ __global__ void gdn_conv_kernel(GdnConvParams p) {
   const int64_t ch = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
   if (ch >= p.channels) return;
   const int32_t slot = p.slots[i], pos = p.positions[i];
-  int d = 0;  // earlier rows of this token's run, up to taps - 1
+  // Earlier rows of this token's run, up to taps - 1: matched by slot alone, which is sound
+  // because the host refuses a batch whose slot tokens are not one run at consecutive positions
+  // (engine.cpp recurrent_runs).
+  int d = 0;
   while (d < p.taps - 1 && i - d - 1 >= 0 && p.slots[i - d - 1] == slot)
     ++d;
   float acc = 0.f;

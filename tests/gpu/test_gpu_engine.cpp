@@ -316,9 +316,9 @@ TEST_F(GpuEngine, Qwen3VlImagePromptsMatchTheReference) {
 // cache's slot) beside gated full attention with partial RoPE, zero-centred norms. Against the
 // reference as above (linear_attn.* points included, the per-token state too); then the slot's
 // state: one batch holding two sequences equals each alone within the policy's logits bound, and
-// a batch that does not continue a slot's state (a position skipped, a sequence's tokens split)
-// is refused by name before anything runs. (Prefill against decode steps and graph decode:
-// PrefillAndDecodeAgreeAndGraphsReplayExactly.)
+// a batch that does not continue a slot's state (a position skipped, a sequence's tokens split,
+// a state that graph replays fed again) is refused by name before anything runs. (Prefill against
+// decode steps and graph decode: PrefillAndDecodeAgreeAndGraphsReplayExactly.)
 TEST_F(GpuEngine, Qwen35HybridDecoderMatchesTheReference) {
   for (const auto size : {fixtures::FixtureSize::kTiny, fixtures::FixtureSize::kSmall})
     expect_matches_reference(fixture("qwen3.5", size));
@@ -361,6 +361,14 @@ TEST_F(GpuEngine, Qwen35HybridDecoderMatchesTheReference) {
   next.tokens = {1, 2};
   next.slots = {0, 1};
   next.positions = {12, 12};
+  e->forward(next);
+  // Graph replays feed the same tokens to the states again: every slot must then restart.
+  next.positions = {13, 13};
+  e->forward_graph(next);
+  e->replay_graph(2, 3);
+  next.positions = {14, 14};
+  EXPECT_THAT(test::error_of([&] { e->forward(next); }), HasSubstr("graph replays"));
+  next.positions = {0, 0};
   e->forward(next);
 }
 
