@@ -57,7 +57,7 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   q_cols_ = rope_columns(cols.q, model_.cfg.num_heads, model_.cfg);
   k_cols_ = rope_columns(cols.k, model_.cfg.num_kv_heads, model_.cfg);
   qkv_cols_ = rope_qkv_columns(cols.qkv, model_.cfg);
-  if (model_.attn_gate) qkv_cols_ = gated_qkv_columns(qkv_cols_, model_.cfg);
+  if (model_.attn_gate()) qkv_cols_ = gated_qkv_columns(qkv_cols_, model_.cfg);
   gate_up_cols_ = cols.gate_up, act_cols_ = cols.act;
   const size_t t = static_cast<size_t>(o.max_tokens), h = static_cast<size_t>(c.hidden);
   const size_t qkv = static_cast<size_t>(model_.qkv_rows());
@@ -326,7 +326,7 @@ void Decoder::final_norm(Trace* tr) {
                    .dim = hd,
                    .row_stride = hd,
                    .eps = static_cast<float>(c.rms_norm_eps),
-                   .weight_offset = model_.norm_offset},
+                   .weight_offset = model_.norm_offset()},
                   stream_);
   capture(tr, std::string(point::kFinalNorm), h_.get(), Elem::kBf16, t, hd, hd, stream_);
 }
@@ -381,7 +381,7 @@ void Decoder::close_residual(Trace* tr, const __nv_bfloat16* weight, __nv_bfloat
                    .eps = static_cast<float>(c.rms_norm_eps),
                    .probe = probe("residual_norm"),
                    .bias = bias,
-                   .weight_offset = model_.norm_offset},
+                   .weight_offset = model_.norm_offset()},
                   stream_);
   capture(tr, point_of(layer_prefix(last_layer_), point::kResidual), resid(), Elem::kBf16, in_.t,
           hd, hd, stream_);
@@ -457,7 +457,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
   // Decode-sized batches: each norm runs inside the GEMM that consumes it. A quantized qkv or
   // gate_up runs its own kernel after a separate norm, as do zero-centred norms (the skinny
   // GEMM's prologue takes a plain weight) and a Gated DeltaNet layer.
-  const bool fused = skinny_gemm_fits(t, hd) && model_.norm_offset == 0.f && !w.linear_attention;
+  const bool fused = skinny_gemm_fits(t, hd) && model_.norm_offset() == 0.f && !w.linear_attention;
   // An unquantized qkv with a bias keeps its fp32 sums for the bias (kernels/bias_add.h).
   const bool biased = w.qkv_bias.size() > 0 && !options_.ablate_linears;
   if (fused && !w.quantized_qkv()) {
@@ -488,7 +488,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
                        .row_stride = hd,
                        .eps = eps,
                        .bias = w.input_norm_bias.get(),
-                       .weight_offset = model_.norm_offset},
+                       .weight_offset = model_.norm_offset()},
                       s);
     }
     last_layer_ = l;
@@ -509,7 +509,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
     capture(tr, point_of(p, point::kAttnQkv), qkv_.get(), Elem::kBf16, t, qkv_w, qkv_w, s,
             qkv_cols_);
     attention(l, tr);
-    if (model_.attn_gate) {  // core * sigmoid(gate): the gate rows after v
+    if (model_.attn_gate()) {  // core * sigmoid(gate): the gate rows after v
       launch_sigmoid_gate({.x = core_.get(),
                            .gate = qkv_.get() + c.q_size() + 2 * c.kv_size(),
                            .gate_stride = qkv_w,
@@ -551,7 +551,7 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
                      .row_stride = hd,
                      .eps = eps,
                      .bias = w.post_norm_bias.get(),
-                     .weight_offset = model_.norm_offset},
+                     .weight_offset = model_.norm_offset()},
                     s);
     capture(tr, point_of(p, point::kPostAttnNorm), h_.get(), Elem::kBf16, t, hd, hd, s);
     if (w.moe) {

@@ -97,7 +97,7 @@ class Decoder {
   // Whether a forward of t tokens fuses the greedy argmax into its lm_head GEMM.
   bool fused_argmax(int64_t t) const {
     return skinny_gemm_fits(t, model_.kcfg().hidden) && !options_.ablate_linears && !comm_ &&
-           model_.norm_offset == 0.f;  // (zero-centred norms: the final norm runs on its own)
+           model_.norm_offset() == 0.f;  // (zero-centred norms: the final norm runs on its own)
   }
   // The fused argmax's keys of the last forward, on the host (argmax_rows() of them; 0 when the
   // last forward did not fuse it). A replayed graph copies them too: graph_replayed(t) says so.

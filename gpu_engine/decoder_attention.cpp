@@ -37,7 +37,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
   // rows, different per frequency, take the prologue's path at any size).
   if (t <= kSkinnyMaxM && !in_.mrope) {
     DecodeAttentionParams da;
-    da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps, da.norm_offset = model_.norm_offset;
+    da.qkv = qp, da.qkv_stride = qkv_w, da.eps = eps, da.norm_offset = model_.norm_offset();
     da.q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr;
     da.k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr;
     da.positions = in_.positions, da.seq = in_.slots, da.rope_positions = in_.rope_positions;
@@ -81,7 +81,7 @@ void Decoder::attention(int64_t l, Trace* tr) {
                                     .q_norm = c.has_qk_norm ? w.q_norm.get() : nullptr,
                                     .k_norm = c.has_qk_norm ? w.k_norm.get() : nullptr,
                                     .eps = eps,
-                                    .norm_offset = model_.norm_offset,
+                                    .norm_offset = model_.norm_offset(),
                                     .normed_out = want_normed ? qk_normed_.get() : nullptr,
                                     .positions = in_.positions,
                                     .mrope = in_.mrope,

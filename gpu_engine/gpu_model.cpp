@@ -53,8 +53,6 @@ void attach_qkv_bias(GpuModel& m, const Checkpoint& ck) {
 
 void attach_linear_attention(GpuModel& m, const Checkpoint& ck) {
   const ModelConfig& c = m.cfg;
-  m.norm_offset = c.zero_centred_norms ? 1.f : 0.f;
-  m.attn_gate = c.attn_output_gate;
   const LinearAttentionDims& d = c.linear;
   for (size_t i = 0; i < m.layers.size(); ++i) {
     if (!c.is_linear_attention_layer(static_cast<int64_t>(i))) continue;

@@ -81,13 +81,14 @@ struct GpuModel {
   double rope_scaling = 1.0;
   // Added to every RMSNorm weight but the Gated DeltaNet's, in fp32: 1 for zero-centred norms
   // (Qwen3.5's x̂ * (1 + w)), else 0.
-  float norm_offset = 0.f;
+  float norm_offset() const { return cfg.zero_centred_norms ? 1.f : 0.f; }
   // Qwen3.5's gated attention: the qkv row is [q | k | v | gate] (the gate's q_size rows after
-  // v, each head's in logical order; model_loader.h splits q_proj's per-head [q | gate] rows).
-  bool attn_gate = false;
+  // v, each head's in logical order; bf16_model_loader.cpp splits q_proj's per-head [q | gate]
+  // rows).
+  bool attn_gate() const { return cfg.attn_output_gate; }
   int64_t qkv_rows() const {
     const ModelConfig& k = kcfg();
-    return k.q_size() + 2 * k.kv_size() + (attn_gate ? k.q_size() : 0);
+    return k.q_size() + 2 * k.kv_size() + (attn_gate() ? k.q_size() : 0);
   }
   size_t weight_bytes = 0;  // device bytes of all weights
   // What the dumps record: the plan's quantized scheme ("bf16" when none; schemes joined by "+"
@@ -121,7 +122,7 @@ void attach_rope(GpuModel& m);
 void attach_qkv_bias(GpuModel& m, const Checkpoint& ck);
 // Qwen3.5: each Gated DeltaNet layer's conv1d.weight ([C, 1, K] -> [C, K]), A_log, dt_bias and
 // norm.weight as fp32 (exact: bf16, fp16 and fp32 values; NaN / Inf refused, naming the
-// tensor); norm_offset and attn_gate from the config.
+// tensor).
 void attach_linear_attention(GpuModel& m, const Checkpoint& ck);
 
 }  // namespace qparity::gpu
