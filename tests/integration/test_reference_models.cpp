@@ -307,6 +307,9 @@ TEST_F(ReferenceModels, LoaderErrorsNameTheTensor) {
               HasSubstr("model.layers.0.self_attn.o_proj.weight: dtype I16"));
 }
 
+// The measured rel_l2 of emulate against exact logits for the seed-7 Qwen3 fixture (below).
+constexpr double kSeed7EmulateShift = 4.888e-3;
+
 TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
   auto a = load_model(fp("qwen3-moe"));
   auto b = load_model(fp("qwen3-moe"));
@@ -322,15 +325,26 @@ TEST_F(ReferenceModels, DeterministicAndEmulateRoundsActivations) {
   const Matrix exact = a->forward(t);
   const Matrix emul = e->forward(t, hooks);
   EXPECT_GT(test::relative_l2(emul, exact), 0.0);
-  // How far bf16 storage moves the logits is bounded on a dense model only: in a MoE model a
-  // rounding can flip a router decision, which changes a token's output discontinuously (the
-  // tiny MoE fixture moved 5.7e-2 on one seed of 40).
+  // How far bf16 storage moves the logits, on a dense model (in a MoE model a rounding can flip
+  // a router decision, which changes a token's output discontinuously). No bound holds for every
+  // random model (how much it amplifies the roundings is its own: stress runs measured up to
+  // 0.13 on some seeds against a 5e-2 guess), so a fixed fixture (seed 7) and fixed tokens, whose
+  // number is known, carry the check: emulate must move it, by the measured amount to 10%.
   {
-    auto dense = load_model(fp("qwen3"));
-    auto dense_emul = load_model(fp("qwen3"), o);
-    const double d = test::relative_l2(dense_emul->forward(t), dense->forward(t));
-    EXPECT_GT(d, 0.0);
-    EXPECT_LT(d, 5e-2);
+    const fs::path dir = root_ / "qwen3-seed7";
+    if (!fs::exists(dir)) {
+      fixtures::FixtureSpec spec;
+      spec.arch = fixtures::parse_fixture_arch("qwen3");
+      spec.seed = 7;
+      fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kRefuse);
+    }
+    auto dense = load_model(dir);
+    auto dense_emul = load_model(dir, o);
+    std::vector<int64_t> fixed;
+    for (int64_t i = 0; i < 7; ++i)
+      fixed.push_back((i * 7919 + 3) % dense->config().vocab);
+    const double d = test::relative_l2(dense_emul->forward(fixed), dense->forward(fixed));
+    EXPECT_NEAR(d, kSeed7EmulateShift, 0.1 * kSeed7EmulateShift);
   }
   for (const char* p : {"layers.0.residual", "layers.0.attn.core", "final_norm"})
     for (double v : trace.at(p).data)
