@@ -24,6 +24,11 @@
 #   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
 #   validate  `qparity validate` on the embedded fixtures (QP_SCHEMES: a scheme list, default
 #             all), its engine rows and failures printed; the reports stay on the device
+#   imagetext `validate --model` on generated Qwen3.5 and Qwen3-VL small fixtures (their engine
+#             rows), then an image prompt through the CLI: golden make --pixels, engine run
+#             --pixels (free run) and --local (layer-local) reported by the bf16 engine policy,
+#             engine layer on the deepstack layers, bisect with re-runs; the reports come back
+#             as one archive
 # Built on Debian 12 (glibc 2.36, libstdc++ of g++ 12, libhdf5_serial.so.103), the binaries run on
 # the device image (Ubuntu 24.04: newer glibc and libstdc++, the same HDF5 soname). At most 8
 # files come back from $OUT, so each stage writes one log.
@@ -151,6 +156,48 @@ run)
         > "$OUT/validate.log" 2>&1 || rc=1
       grep -E 'engine vs reference|no engine row|^qparity validate: FAIL' "$OUT/validate.log"
       ;;
+    imagetext)
+      w=/tmp/qparity-imagetext
+      log=$OUT/imagetext.log
+      rm -rf "$w" && mkdir -p "$w/reports"
+      # run NAME CMD...: the command's output to the log, its exit status printed (3 = a FAIL row).
+      run() {
+        local name=$1
+        shift
+        echo "--- $name: $*" >> "$log"
+        timeout 240 "$@" >> "$log" 2>&1
+        local st=$?
+        echo "$name: exit $st"
+        [ $st -eq 0 ] || [ $st -eq 3 ] || rc=1
+      }
+      for arch in qwen3.5 qwen3-vl; do
+        run "make-fixture $arch" "$B/qparity" make-fixture --arch $arch --size small --seed 3 \
+          --out "$w/$arch"
+        run "validate $arch" "$B/qparity" validate --model "$w/$arch" --out "$w/reports/validate"
+      done
+      grep -E 'engine vs reference|no engine row|skipped' "$log"
+      vl=$w/qwen3-vl
+      run "image prompt" python3 tools/peers/make_image_prompt.py --model "$vl" \
+        --pixels "$w/pixels.safetensors" --tokens "$w/tokens.txt"
+      ids=$(cat "$w/tokens.txt")
+      run "golden make --pixels" "$B/qparity" golden make --model "$vl" --token-ids "$ids" \
+        --pixels "$w/pixels.safetensors" --mode emulate --dialect vllm --out "$w/golden.h5"
+      run "engine run --pixels" "$B/qparity" engine run --model "$vl" --token-ids "$ids" \
+        --pixels "$w/pixels.safetensors" --dump "$w/free.h5"
+      run "report free run" "$B/qparity" report "$w/golden.h5" "$w/free.h5" --role engine \
+        --out "$w/reports/image-free"
+      run "engine run --local" "$B/qparity" engine run --model "$vl" --local "$w/golden.h5" \
+        --dump "$w/local.h5"
+      run "report layer-local" "$B/qparity" report "$w/golden.h5" "$w/local.h5" --role engine \
+        --out "$w/reports/image-local"
+      for layer in 0 1 2; do
+        run "engine layer $layer" "$B/qparity" engine layer --model "$vl" --golden "$w/golden.h5" \
+          --layer $layer
+      done
+      run "bisect free run" "$B/qparity" bisect "$w/golden.h5" "$w/free.h5" --model "$vl"
+      grep -E 'verdict|PASS|FAIL|KLD|top-1|worst|LOCAL|INHERITED' "$log" | grep -v '^qparity validate: \[' | tail -60
+      tar czf "$OUT/imagetext-reports.tgz" -C "$w" reports
+      ;;
     moebench)
       # Qwen3-30B-A3B shape, experts bf16 / fp8-block / w4a16-g32, decode batch 1 and 16.
       timeout 540 "$B/bench_engine" --models qwen3-30b-a3b --no-linears --batches 1,16 \
@@ -170,7 +217,7 @@ run)
   exit $rc
   ;;
 *)
-  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|moebench|qsanitize|esanitize|qbench|kv|validate ...]" >&2
+  echo "usage: prebuilt.sh pack [BUILD_DIR] | run [tp|tests|sanitize|ab|bench|moebench|qsanitize|esanitize|qbench|kv|validate|imagetext ...]" >&2
   exit 2
   ;;
 esac
