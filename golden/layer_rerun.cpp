@@ -4,7 +4,7 @@
 #include "core/capture/capture_points.h"
 
 #include "core/capture/trace.h"
-#include "golden/reference_run.h"  // sequence_image_features
+#include "golden/reference_run.h"  // sequence_image_features, record_activation_codes
 
 namespace qparity::golden {
 
@@ -47,6 +47,12 @@ LayerRerun rerun_layer_point(reference::CausalLm& model, const GoldenReader& gol
     Trace trace(experts ? point + "," + ids_point : point);
     reference::ForwardHooks hooks;
     hooks.trace = &trace;
+    // Activation-code points (x_values / x_scales) come through their own hook, as in the
+    // golden's run (reference_run.cpp).
+    hooks.on_activation_codes = [&trace](const std::string& name,
+                                         const reference::QuantizedMatrix& q) {
+      record_activation_codes(trace, name, q);
+    };
     if (images.empty()) {
       model.forward_layer(layer, std::move(x), pos, hooks);
     } else {

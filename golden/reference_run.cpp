@@ -179,23 +179,8 @@ bool saturated_code(int64_t stored, double lattice) {
   return false;
 }
 
-namespace {
-
-// Counts one linear's activation codes into the golden's statistics and records the dense
-// linears' codes as points (what an engine's quantization kernel must match bit for bit);
-// expert stacks (a routed subset of tokens each) and KV caches are counted, not recorded.
-void observe_codes(Golden& g, Trace& trace, const std::string& name,
-                   const reference::QuantizedMatrix& q) {
-  auto it = std::find_if(g.activation_stats.begin(), g.activation_stats.end(),
-                         [&](const ActivationCodeStats& a) { return a.name == name; });
-  if (it == g.activation_stats.end())
-    it = g.activation_stats.insert(g.activation_stats.end(), ActivationCodeStats{name});
-  std::vector<int64_t> row(static_cast<size_t>(q.cols));
-  for (int64_t r = 0; r < q.rows; ++r) {
-    q.stored_row(r, row);
-    for (int64_t c : row)
-      it->saturated += saturated_code(c, q.lattice);
-  }
+void record_activation_codes(Trace& trace, const std::string& name,
+                             const reference::QuantizedMatrix& q) {
   const std::string values = point_of(name, point::kXValues),
                     scales = point_of(name, point::kXScales);
   if (is_activation_code_point(values) && trace.wants(values)) {
@@ -214,6 +199,26 @@ void observe_codes(Golden& g, Trace& trace, const std::string& name,
         sc(r, c) = q.scales(std::min(r / q.block_rows, q.scales.rows - 1), c);
     trace.record(scales, sc);
   }
+}
+
+namespace {
+
+// Counts one linear's activation codes into the golden's statistics and records the dense
+// linears' codes as points (what an engine's quantization kernel must match bit for bit);
+// expert stacks (a routed subset of tokens each) and KV caches are counted, not recorded.
+void observe_codes(Golden& g, Trace& trace, const std::string& name,
+                   const reference::QuantizedMatrix& q) {
+  auto it = std::find_if(g.activation_stats.begin(), g.activation_stats.end(),
+                         [&](const ActivationCodeStats& a) { return a.name == name; });
+  if (it == g.activation_stats.end())
+    it = g.activation_stats.insert(g.activation_stats.end(), ActivationCodeStats{name});
+  std::vector<int64_t> row(static_cast<size_t>(q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) {
+    q.stored_row(r, row);
+    for (int64_t c : row)
+      it->saturated += saturated_code(c, q.lattice);
+  }
+  record_activation_codes(trace, name, q);
   it->codes += q.rows * q.cols;
   it->scales += static_cast<int64_t>(q.scales.data.size());
   for (double sc : q.scales.data)

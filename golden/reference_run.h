@@ -102,6 +102,13 @@ std::string plan_scheme(const QuantPlan& plan);
 // -128/127, e4m3 (lattice 2^-9) +-448, e2m1 (lattice 0.5) +-6.
 bool saturated_code(int64_t stored, double lattice);
 
+// A dense linear's activation codes as the golden's points, where `trace` wants them:
+// `<name>.x_values` (code x lattice, [T, K]) and `<name>.x_scales` (one row per token). Expert
+// stacks and KV caches are not points (is_activation_code_point). A reference run records them
+// through ForwardHooks::on_activation_codes, the golden's run and the layer re-runs alike.
+void record_activation_codes(Trace& trace, const std::string& name,
+                             const reference::QuantizedMatrix& q);
+
 // sha256 of config.json's bytes, and of the checkpoint's tensors (for each, sorted by name: the
 // name, dtype, shape and bytes), so a golden names exactly the weights it came from.
 std::string config_hash(const std::filesystem::path& model_dir);

@@ -333,6 +333,31 @@ TEST_F(PlantedFaults, OffByOneGroupIndexFailsAtTheLinearItFeeds) {
   }
 }
 
+// The layer re-run that bisect's decision table rests on records activation-code points too
+// (they reach a run through their own hook): on the golden's inputs the reference reproduces
+// each layer's x_values / x_scales exactly, int8 and fp8 codes alike. Before the fix a free run
+// whose first failing point was an x_values point stopped bisect with "no capture point".
+TEST_F(PlantedFaults, LayerRerunReproducesActivationCodePoints) {
+  for (const std::string scheme : {"w8a8-int8-dyn", "fp8-channel"}) {
+    SCOPED_TRACE(scheme);
+    const fs::path ckpt = test::tiny_checkpoint(root_, "llama", scheme, 11);
+    const fs::path gfile = root_ / (scheme + ".codes.golden.h5");
+    write_golden(gfile, golden_of(ckpt), OverwritePolicy::kReplace);
+    const auto golden = GoldenReader::open(gfile);
+    reference::LoadOptions lo;
+    lo.mode = reference::PrecisionMode::kEmulate;
+    auto model = reference::load_model(ckpt, lo);
+    for (const std::string point :
+         {"layers.0.attn.qkv_proj.x_values", "layers.1.attn.o_proj.x_scales",
+          "layers.1.mlp.down_proj.x_values"}) {
+      ASSERT_TRUE(golden.has_point(point)) << point;
+      const LayerRerun r = rerun_layer_point(*model, golden, point, nullptr);
+      ASSERT_TRUE(r.available) << point << ": " << r.why_not;
+      EXPECT_EQ(r.stats.max_abs, 0.0) << point;
+    }
+  }
+}
+
 // Saturation is counted on the stored codes at each format's largest magnitude.
 TEST(ActivationSaturation, CountsTheFormatsExtremeCodes) {
   EXPECT_TRUE(saturated_code(127, 1.0));
