@@ -8,6 +8,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/activation.h"
 #include "gpu_engine/kernels/bias_add.h"
+#include "gpu_engine/kernels/column_gather.h"
 #include "gpu_engine/kernels/embedding.h"
 #include "gpu_engine/kernels/image_rows.h"
 #include "gpu_engine/kernels/paged_attention.h"
@@ -65,6 +66,7 @@ Decoder::Decoder(const GpuModel& model, PagedKvCache& cache, const EngineOptions
   residual_[1] = Bf16Buffer(t * h);
   h_ = Bf16Buffer(t * h);
   qkv_ = Bf16Buffer(t * qkv);
+  if (model_.qkv_sources.size() > 0) qkv_raw_ = Bf16Buffer(t * qkv);
   for (const GpuLayerWeights& l : model_.layers)
     if (l.qkv_bias.size() > 0) qkv_f32_ = DeviceBuffer<float>(t * qkv);
   qk_normed_ = Bf16Buffer(t * static_cast<size_t>(c.q_size() + c.kv_size()));
@@ -497,9 +499,21 @@ void Decoder::run_layer(int64_t l, Trace* tr, bool pending_residual) {
       // (decoder_linear_attention.cpp projects h_ itself)
     } else if (biased)
       linear(h_.get(), w.qkv.get(), qkv_f32_.get(), true, t, qkv_w, hd, nullptr, probe("qkv"));
-    else if (!options_.ablate_linears)
-      project(w.qkv_q.get(), w.qkv.get(), h_.get(), qkv_.get(), qkv_w, hd, "qkv", tr,
-              point_of(p, point::kQkvProj));
+    else if (!options_.ablate_linears) {
+      // A quantized qkv in the checkpoint's row order (Qwen3.5) is gathered into the kernels' row.
+      const bool gather = w.qkv_q && model_.qkv_sources.size() > 0;
+      project(w.qkv_q.get(), w.qkv.get(), h_.get(), gather ? qkv_raw_.get() : qkv_.get(), qkv_w, hd,
+              "qkv", tr, point_of(p, point::kQkvProj));
+      if (gather)
+        launch_column_gather({.src = qkv_raw_.get(),
+                              .dst = qkv_.get(),
+                              .sources = model_.qkv_sources.get(),
+                              .rows = t,
+                              .cols = qkv_w,
+                              .src_stride = qkv_w,
+                              .dst_stride = qkv_w},
+                             s);
+    }
   }
   if (w.linear_attention) {
     linear_attention(l, tr);

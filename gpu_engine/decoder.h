@@ -181,6 +181,7 @@ class Decoder {
   // a trace wants them (allocated then).
   Bf16Buffer lin_in_, lin_conv_, lin_core_, lin_normed_;
   DeviceBuffer<float> lin_beta_, lin_decay_, lin_states_;
+  Bf16Buffer qkv_raw_;           // a gathered quantized qkv's own output (GpuModel::qkv_sources)
   DeviceBuffer<float> qkv_f32_;  // an unquantized biased qkv's fp32 sums [max_tokens, qkv]
   DeviceBuffer<float> logits_;
   // Tensor parallelism: the rank's logits [t, vocab shard] and the gathered [tp, t, shard].

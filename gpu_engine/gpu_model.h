@@ -86,6 +86,11 @@ struct GpuModel {
   // v, each head's in logical order; bf16_model_loader.cpp splits q_proj's per-head [q | gate]
   // rows).
   bool attn_gate() const { return cfg.attn_output_gate; }
+  // A quantized qkv method whose output is in the checkpoint's row order (Qwen3.5: q_proj's per
+  // head [q | gate], q / k not re-laid out for RoPE): for each column of the kernels' qkv row,
+  // the method's output column (rope_layout.h kernel_qkv_sources); empty when the methods'
+  // rows are already the kernels'.
+  DeviceBuffer<int32_t> qkv_sources;
   int64_t qkv_rows() const {
     const ModelConfig& k = kcfg();
     return k.q_size() + 2 * k.kv_size() + (attn_gate() ? k.q_size() : 0);

@@ -31,13 +31,9 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   // Qwen3-VL's language model is Qwen3's decoder; on text its M-RoPE rows are equal, the 1-D
   // RoPE. Image prompts take the reference's vision features and M-RoPE rows (engine.h Batch).
   QuantPlan plan = build_quant_plan(cfg, dir, options.override_scheme);
-  // Qwen3.5 (Gated DeltaNet layers, gated attention, partial RoPE, zero-centred norms) runs in
-  // bf16 on one GPU; its quantized linears and its shards are the reference's alone for now.
+  // Qwen3.5 (Gated DeltaNet layers, gated attention, partial RoPE, zero-centred norms) runs on
+  // one GPU; its shards are the reference's alone for now.
   if (cfg.has_linear_attention() || cfg.attn_output_gate) {
-    if (plan_quantizes_anything(plan))
-      throw Error(where, cfg.arch_name +
-                             ": quantized Qwen3.5 checkpoints are not in the GPU engine yet (its "
-                             "bf16 checkpoints are; the fp64 reference runs every scheme)");
     if (options.tp > 1)
       throw Error(where, cfg.arch_name + " under tensor parallelism is not in the GPU engine yet");
     if (kernel_shapes(cfg, where).head_dim != cfg.head_dim)
@@ -45,9 +41,12 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
                              " with Qwen3.5's gated attention: the engine's zero padding of "
                              "heads is not done for the gate (head_dim a multiple of 32 is)");
   }
-  // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h).
-  auto ck =
-      std::make_shared<const Checkpoint>(relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg));
+  // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h);
+  // a quantized Qwen3.5's q / k rows stay as its methods want them, their output gathered into
+  // the kernels' row instead (planned_model_loader.cpp).
+  const bool gather_qkv = cfg.attn_output_gate && plan_quantizes_anything(plan);
+  auto ck = std::make_shared<const Checkpoint>(
+      relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg, !gather_qkv));
   std::optional<ModelConfig> whole;
   if (options.tp > 1) {
     // The rank's shard in memory, then loaded as a checkpoint of the rank's shapes; its plan is
@@ -82,6 +81,7 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
     }
     auto m = load_planned_gpu_model(ck, dir, std::move(cfg), std::move(plan), o, progress);
     attach_qkv_bias(*m, *ck);
+    attach_linear_attention(*m, *ck);
     return as_rank(std::move(m));
   }
   auto m = load_bf16_gpu_model(*ck, dir, std::move(cfg), progress);

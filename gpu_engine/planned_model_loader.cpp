@@ -9,6 +9,7 @@
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/quant/upload_util.h"
+#include "gpu_engine/rope_layout.h"
 #include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
 #include "reference_cpu/models/model_loader.h"
@@ -44,6 +45,12 @@ void check_gpu_can_run(const QuantPlan& plan) {
     switch (e.role) {
       case ModuleRole::kLinear: {
         if (!e.quantized() || e.expert >= 0) break;  // experts: judged as their stack
+        if (e.prefix.find(".linear_attn.") != std::string::npos)
+          throw Error(e.prefix, "scheme " + scheme + why_entry +
+                                    ": quantized Gated DeltaNet projections are not on the GPU "
+                                    "yet (producers leave them unquantized: llm-compressor's "
+                                    "Qwen3.5 recipes ignore linear_attn); the engine never runs "
+                                    "a quantized layer as bf16");
         if (e.prefix == "lm_head")
           throw Error(e.prefix, "scheme " + scheme + why_entry +
                                     ": a quantized lm_head is not on the GPU yet; the engine "
@@ -105,6 +112,23 @@ Bf16Buffer norm_buffer(const reference::NormWeights& w, const std::string& prefi
   return b;
 }
 
+// Qwen3.5's zero-centred norm weight as the checkpoint holds it: the kernels add the 1 in fp32
+// (GpuModel::norm_offset), where the host model holds 1 + w.
+Bf16Buffer checkpoint_norm(const Checkpoint& ck, const reference::NormWeights& host,
+                           const std::string& prefix) {
+  const std::string name = prefix + ".weight";
+  if (!host.bias.empty())
+    throw Error(prefix + ".bias", "a bias on a zero-centred norm is not on the GPU");
+  const TensorRef& t = ck.at(name);
+  if (t.info->shape != std::vector<uint64_t>{host.weight.size()})
+    throw Error(ck.origin(name), "expected shape [" + std::to_string(host.weight.size()) + "]");
+  Bf16Buffer b(host.weight.size());
+  StagedUploader up;
+  up.upload_bf16(b.get(), t.bytes(), t.info->dtype, name);
+  up.finish();
+  return b;
+}
+
 bool is_bf16_method(const reference::LinearMethod& lm) {
   return lm.config().scheme.kind == SchemeKind::kBf16;
 }
@@ -120,6 +144,28 @@ Bf16Buffer dense_buffer(const reference::LinearMethod& lm, size_t& bytes) {
   return b;
 }
 
+// Unquantized methods' weights stacked by rows into one buffer (Qwen3.5's Gated DeltaNet input
+// projections: [qkvz | ba] as the bf16 loader's lin_in).
+Bf16Buffer dense_rows_buffer(std::initializer_list<const reference::LinearMethod*> parts,
+                             size_t& bytes) {
+  size_t n = 0;
+  for (const reference::LinearMethod* lm : parts) {
+    if (!is_bf16_method(*lm))
+      throw Error(lm->shape().prefix,
+                  "a quantized Gated DeltaNet projection is not on the GPU yet");
+    n += static_cast<size_t>(lm->shape().out_features() * lm->shape().in_features);
+  }
+  Bf16Buffer b(n);
+  size_t at = 0;
+  for (const reference::LinearMethod* lm : parts) {
+    const std::vector<double>& w = lm->dequantized_weight(0).data;
+    upload_values(b, w, at);
+    at += w.size();
+  }
+  bytes += b.bytes();
+  return b;
+}
+
 // One dense-layer linear: bf16 buffer or GPU method.
 void place(const reference::LinearMethod& lm, Bf16Buffer& dense,
            std::unique_ptr<GpuLinearMethod>& quant, const GpuMethodOptions& o, size_t& bytes) {
@@ -129,6 +175,29 @@ void place(const reference::LinearMethod& lm, Bf16Buffer& dense,
   }
   quant = make_gpu_linear_method(lm, o);
   bytes += quant->device_bytes();
+}
+
+// Qwen3.5's gated attention, q / k rows in the checkpoint's order (model_loader.cpp leaves them
+// for a quantized plan): an unquantized qkv's rows moved into the kernels' [q | k | v | gate]
+// row here; a quantized method's output gathered into it by the decoder (qkv_sources).
+void place_gated_qkv(const reference::LinearMethod& lm, const ModelConfig& c, GpuLayerWeights& l,
+                     GpuModel& m, const GpuMethodOptions& o) {
+  const std::vector<int32_t> sources = kernel_qkv_sources(c);
+  if (is_bf16_method(lm)) {
+    const std::vector<double> w = lm.dequantized_weight(0).data;
+    const size_t k = static_cast<size_t>(lm.shape().in_features);
+    std::vector<double> rows(sources.size() * k);
+    for (size_t r = 0; r < sources.size(); ++r)
+      std::copy_n(w.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(sources[r]) * k), k,
+                  rows.begin() + static_cast<std::ptrdiff_t>(r * k));
+    l.qkv = Bf16Buffer(rows.size());
+    upload_values(l.qkv, rows);
+    m.weight_bytes += l.qkv.bytes();
+    return;
+  }
+  l.qkv_q = make_gpu_linear_method(lm, o);
+  m.weight_bytes += l.qkv_q->device_bytes();
+  if (m.qkv_sources.size() == 0) m.qkv_sources = DeviceBuffer<int32_t>(sources);
 }
 
 }  // namespace
@@ -163,7 +232,13 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
     up.finish();
     m->weight_bytes += m->embed.bytes();
   }
-  m->final_norm = norm_buffer(host->final_norm(), "model.norm");
+  // Zero-centred norms (Qwen3.5) from the checkpoint, the others from the host model (where
+  // smooth-quant folds left their weight and bias).
+  const auto norm = [&](const reference::NormWeights& w, const std::string& prefix,
+                        DeviceBuffer<float>* bias) {
+    return c.zero_centred_norms ? checkpoint_norm(*ck, w, prefix) : norm_buffer(w, prefix, bias);
+  };
+  m->final_norm = norm(host->final_norm(), "model.norm", nullptr);
   const bool tied = c.tie_word_embeddings && !ck->contains("lm_head.weight");
   if (tied) {
     m->lm_head = m->embed.get();
@@ -173,6 +248,7 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
   }
   // A quantized linear is never padded (its layout is its kernel's): refused before any upload.
   for (const reference::DecoderLayer& hl : host->layers()) {
+    if (hl.linear_attn) continue;  // (Qwen3.5: never padded, model_loader.cpp)
     require_unpadded(c, hl.index, "self_attn.qkv_proj", !is_bf16_method(*hl.attn.qkv));
     require_unpadded(c, hl.index, "self_attn.o_proj", !is_bf16_method(*hl.attn.o_proj));
     if (hl.mlp) {
@@ -187,13 +263,24 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
   for (const reference::DecoderLayer& hl : host->layers()) {
     GpuLayerWeights& l = m->layers[static_cast<size_t>(hl.index)];
     const std::string p = "model.layers." + std::to_string(hl.index);
-    l.input_norm = norm_buffer(hl.input_norm, p + ".input_layernorm", &l.input_norm_bias);
-    l.post_norm =
-        norm_buffer(hl.post_attention_norm, p + ".post_attention_layernorm", &l.post_norm_bias);
-    if (hl.attn.q_norm) l.q_norm = norm_buffer(*hl.attn.q_norm, p + ".self_attn.q_norm");
-    if (hl.attn.k_norm) l.k_norm = norm_buffer(*hl.attn.k_norm, p + ".self_attn.k_norm");
-    place(*hl.attn.qkv, l.qkv, l.qkv_q, options.methods, m->weight_bytes);
-    place(*hl.attn.o_proj, l.o_proj, l.o_proj_q, options.methods, m->weight_bytes);
+    l.input_norm = norm(hl.input_norm, p + ".input_layernorm", &l.input_norm_bias);
+    l.post_norm = norm(hl.post_attention_norm, p + ".post_attention_layernorm", &l.post_norm_bias);
+    if (hl.linear_attn) {
+      // Qwen3.5's Gated DeltaNet: its projections unquantized (check_gpu_can_run), lin_in as the
+      // bf16 loader stacks it; conv, A_log, dt_bias and the gated norm: attach_linear_attention.
+      const reference::LinearAttentionBlock& la = *hl.linear_attn;
+      l.linear_attention = true;
+      l.lin_in = dense_rows_buffer({la.qkvz.get(), la.ba.get()}, m->weight_bytes);
+      l.lin_out = dense_rows_buffer({la.out_proj.get()}, m->weight_bytes);
+    } else {
+      if (hl.attn.q_norm) l.q_norm = norm(*hl.attn.q_norm, p + ".self_attn.q_norm", nullptr);
+      if (hl.attn.k_norm) l.k_norm = norm(*hl.attn.k_norm, p + ".self_attn.k_norm", nullptr);
+      if (c.attn_output_gate)
+        place_gated_qkv(*hl.attn.qkv, c, l, *m, options.methods);
+      else
+        place(*hl.attn.qkv, l.qkv, l.qkv_q, options.methods, m->weight_bytes);
+      place(*hl.attn.o_proj, l.o_proj, l.o_proj_q, options.methods, m->weight_bytes);
+    }
     l.moe = hl.moe.has_value();
     if (l.moe) {
       l.router = dense_buffer(*hl.moe->router, m->weight_bytes);
@@ -220,8 +307,9 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
   pad_for_kernels(*m);
   // The caches' parameters in the kernels' (possibly padded) head layout.
   for (const reference::DecoderLayer& hl : host->layers())
-    m->layers[static_cast<size_t>(hl.index)].kv =
-        upload_kv_cache(*hl.attn.kv, m->kcfg().head_dim);
+    if (!hl.linear_attn)  // (a Gated DeltaNet layer's cache slot holds its recurrent state)
+      m->layers[static_cast<size_t>(hl.index)].kv =
+          upload_kv_cache(*hl.attn.kv, m->kcfg().head_dim);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   if (progress)
     *progress << "qparity engine: " << (m->weight_bytes >> 20) << " MiB of weights (" << m->scheme

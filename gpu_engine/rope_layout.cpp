@@ -72,7 +72,32 @@ ColumnMap rope_qkv_columns(const ColumnMap& padded_qkv, const ModelConfig& cfg) 
   return out;
 }
 
-Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
+std::vector<int32_t> kernel_qkv_sources(const ModelConfig& cfg) {
+  const std::vector<int64_t> pos = rope_positions(cfg);
+  const int64_t d = cfg.head_dim, q = cfg.q_size(), kv = cfg.kv_size();
+  const int64_t q_rows = cfg.attn_output_gate ? 2 * q : q;  // q_proj's own rows
+  // inv[p]: the logical dim a head holds at physical position p.
+  std::vector<int64_t> inv(static_cast<size_t>(d));
+  for (int64_t j = 0; j < d; ++j)
+    inv[static_cast<size_t>(pos[static_cast<size_t>(j)])] = j;
+  const int64_t q_head_rows = cfg.attn_output_gate ? 2 * d : d;
+  std::vector<int32_t> src;
+  for (int64_t h = 0; h < cfg.num_heads; ++h)
+    for (int64_t p = 0; p < d; ++p)
+      src.push_back(static_cast<int32_t>(h * q_head_rows + inv[static_cast<size_t>(p)]));
+  for (int64_t h = 0; h < cfg.num_kv_heads; ++h)
+    for (int64_t p = 0; p < d; ++p)
+      src.push_back(static_cast<int32_t>(q_rows + h * d + inv[static_cast<size_t>(p)]));
+  for (int64_t c = 0; c < kv; ++c)
+    src.push_back(static_cast<int32_t>(q_rows + kv + c));
+  if (cfg.attn_output_gate)
+    for (int64_t h = 0; h < cfg.num_heads; ++h)
+      for (int64_t j = 0; j < d; ++j)
+        src.push_back(static_cast<int32_t>(h * 2 * d + d + j));
+  return src;
+}
+
+Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg, bool move_projection_rows) {
   if (!needs_rope_relayout(cfg)) return ck;
   if (cfg.head_dim % 2 != 0 || (cfg.rotary_dim % 2 != 0) || (cfg.head_dim - cfg.rotary_dim) % 2)
     throw Error("config.json", "RoPE re-layout needs even head_dim and rotary_dim");
@@ -110,7 +135,7 @@ Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg) {
       continue;
     }
     if (!q && !k) continue;
-    if (t.numel() == 1) continue;
+    if (t.numel() == 1 || !move_projection_rows) continue;
     const int64_t rows = q ? cfg.q_proj_size() : cfg.kv_size();
     head_rows = q && cfg.attn_output_gate ? 2 * d : d;
     if (t.dtype == DType::kI8 && t.shape.size() == 2 &&

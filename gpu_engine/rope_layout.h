@@ -34,8 +34,19 @@ std::vector<double> rotate_half_inv_freq(const ModelConfig& cfg);
 // rows re-laid out (per head, rope_positions), and msModelSlim W4A8_DYNAMIC's weight (I8
 // [rows/2, K], int4 row pairs) unpacked, re-laid out and packed again; one-value tensors
 // unchanged; anything else of q or k (block scales, whose blocks would mix heads) an Error
-// naming the tensor.
-Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg);
+// naming the tensor. With `move_projection_rows` false only the q / k norm weights move: the
+// projection's output columns are then gathered into the kernels' row after the GEMM
+// (kernel_qkv_sources), which takes every scheme's layout, block scales included.
+Checkpoint relayout_rope_rows(Checkpoint ck, const ModelConfig& cfg,
+                              bool move_projection_rows = true);
+
+// Qwen3.5's quantized qkv: for each column of the kernels' [q | k | v | gate] row (q and k heads
+// re-laid out for RoPE as above), the column of the fused projection's own output, q_proj's per
+// head [q (d) | gate (d)] rows then k_proj's and v_proj's, in the checkpoint's order. The
+// bf16 loader reaches the same row by moving weight rows; a quantized method's rows (packed
+// codes, block scales) are left as its kernel wants them and its output gathered instead.
+// Unpadded models only (a quantized linear is never padded).
+std::vector<int32_t> kernel_qkv_sources(const ModelConfig& cfg);
 
 // Capture column maps for q (or k) heads as the kernels hold them: logical column h * d + j at
 // padded[h * d + rope_positions[j]] (padded: shape_padding.h's map, empty when unpadded); empty

@@ -128,5 +128,69 @@ TEST(RopeRelayout, GatedQProjMovesItsQRowsAndTheNormWeightsFollow) {
   fs::remove_all(dir);
 }
 
+// A quantized Qwen3.5's q / k rows stay in the checkpoint's order and the decoder gathers its
+// qkv output into the kernels' row by kernel_qkv_sources; the bf16 loader moves weight rows
+// instead (relayout_rope_rows, then q_proj's per-head [q | gate] split, gate rows after v). Both
+// must give every kernel column the same checkpoint row: checked byte for byte on the rows.
+TEST(RopeRelayout, QuantizedQwen35GathersTheRowsTheBf16LoaderMoves) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("qparity_relayout_gather_" + std::to_string(test::test_seed()));
+  fixtures::FixtureSpec spec;
+  spec.arch = fixtures::parse_fixture_arch("qwen3.5");
+  spec.seed = 5;
+  fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kReplace);
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  const Checkpoint raw = open_model_checkpoint(dir, cfg);
+  const Checkpoint moved = gpu::relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg);
+  const Checkpoint norms_only =
+      gpu::relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg, false);
+  int64_t layer = 0;
+  while (cfg.is_linear_attention_layer(layer))
+    ++layer;
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const auto bytes_of = [](const Checkpoint& ck, const std::string& name) {
+    const auto b = ck.at(name).bytes();
+    return std::vector<uint8_t>(b.begin(), b.end());
+  };
+  // Rows of [q_proj | k_proj | v_proj] (the fused projection's output order).
+  const auto fused_rows = [&](const Checkpoint& ck) {
+    std::vector<uint8_t> all;
+    for (const char* proj : {"q_proj.weight", "k_proj.weight", "v_proj.weight"}) {
+      const auto b = bytes_of(ck, p + proj);
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+  };
+  const int64_t d = cfg.head_dim, q = cfg.q_size(), kv = cfg.kv_size();
+  const std::vector<uint8_t> raw_rows = fused_rows(raw), moved_rows = fused_rows(moved);
+  EXPECT_EQ(fused_rows(norms_only), raw_rows) << "projection rows stay in the checkpoint's order";
+  for (const char* norm : {"q_norm.weight", "k_norm.weight"})
+    EXPECT_EQ(bytes_of(norms_only, p + norm), bytes_of(moved, p + norm)) << norm << " still moves";
+  const size_t row = raw_rows.size() / static_cast<size_t>(2 * q + 2 * kv);
+  // The bf16 loader's row r of [q | k | v | gate] (bf16_model_loader.cpp), in `moved`.
+  const auto bf16_row = [&](int64_t r) {
+    int64_t from = 0;
+    if (r < q)
+      from = (r / d) * 2 * d + r % d;
+    else if (r < q + 2 * kv)
+      from = q + r;  // k and v follow q_proj's 2q rows
+    else
+      from = ((r - q - 2 * kv) / d) * 2 * d + d + (r - q - 2 * kv) % d;
+    return moved_rows.begin() + from * static_cast<int64_t>(row);
+  };
+  const std::vector<int32_t> sources = gpu::kernel_qkv_sources(cfg);
+  ASSERT_EQ(static_cast<int64_t>(sources.size()), 2 * q + 2 * kv);
+  int64_t reordered = 0;
+  for (int64_t r = 0; r < 2 * q + 2 * kv; ++r) {
+    const auto src = raw_rows.begin() + sources[static_cast<size_t>(r)] * static_cast<int64_t>(row);
+    EXPECT_TRUE(std::equal(src, src + static_cast<int64_t>(row), bf16_row(r)))
+        << "kernel row " << r;
+    reordered += sources[static_cast<size_t>(r)] != r;
+  }
+  EXPECT_GT(reordered, 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace qparity

@@ -814,15 +814,27 @@ TEST(GpuEngineLoader, RefusesTensorsNothingConsumes) {
 }
 
 // What the engine does not run of Qwen3.5 yet is refused by name before any weight is read (so
-// this runs without a device): a quantized checkpoint, tensor parallelism, a head_dim the
-// kernels would pad (the gate rows are not padded).
+// this runs without a device): quantized Gated DeltaNet projections, tensor parallelism, a head_dim
+// the kernels would pad (the gate rows are not padded).
 TEST(GpuEngineLoader, RefusesWhatQwen35DoesNotRunYet) {
   const fs::path root =
       fs::temp_directory_path() / ("qparity_gpu_loader35_" + std::to_string(test::test_seed()));
   fs::create_directories(root);
+  // A checkpoint whose config quantizes the Gated DeltaNet's projections (producers ignore them):
+  // refused naming the first one, before anything reaches the device.
   const fs::path q = test::tiny_checkpoint(root, "qwen3.5", "w4a16-g32", 3);
+  {
+    Json config = read_json_file(q / "config.json");
+    Json& ignore = config["quantization_config"]["ignore"];
+    const auto before = ignore.size();
+    ignore.erase(std::remove(ignore.begin(), ignore.end(), Json("re:.*linear_attn.*")),
+                 ignore.end());
+    ASSERT_EQ(ignore.size() + 1, before) << "the producer's ignore entry for linear_attn";
+    std::ofstream(q / "config.json") << config.dump(2);
+  }
   EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(q, nullptr); }),
-              AllOf(HasSubstr("config.json"), HasSubstr("quantized Qwen3.5")));
+              AllOf(HasSubstr("model.layers.0.linear_attn."),
+                    HasSubstr("quantized Gated DeltaNet projections are not on the GPU")));
   gpu::GpuLoadOptions tp;
   tp.tp = 2;
   EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(root / "qwen3.5.fp", nullptr, tp); }),

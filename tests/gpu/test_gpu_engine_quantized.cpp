@@ -83,79 +83,107 @@ std::pair<double, std::string> worst_point(const golden::CompareReport& r) {
   return w;
 }
 
+// One scheme's engine rows on one architecture's tiny fixture: layer-local dumps at a
+// prefill-sized and a decode-sized batch judged by the scheme's engine policy, the activation
+// codes dumped, free runs bit-identical and within the end-to-end top-1 gate.
+void expect_scheme_rows(const fs::path& root, const std::string& arch, const std::string& scheme) {
+  SCOPED_TRACE(arch + " " + scheme);
+  const golden::Policy policy =
+      golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
+  golden::CompareOptions co;
+  co.policy = &policy;
+  const fs::path dir = quantized_fixture(root, arch, scheme);
+  const ModelConfig cfg = load_model_config(dir / "config.json");
+  gpu::EngineOptions eo;
+  eo.max_tokens = 256;
+  eo.max_seqs = 8;
+  eo.max_context = 64;
+  auto model = gpu::load_gpu_model(dir, nullptr);
+  EXPECT_EQ(model->scheme, scheme);
+  int64_t attn_layer = 0;  // (Qwen3.5: the first full-attention layer)
+  while (cfg.is_linear_attention_layer(attn_layer))
+    ++attn_layer;
+  const gpu::GpuLayerWeights& l0 = model->layers[static_cast<size_t>(attn_layer)];
+  if (scheme == "smoothquant") {  // bf16 linears beside the folded norms' weight and bias
+    EXPECT_GT(l0.input_norm_bias.size(), 0u) << "the folded norm bias runs";
+  } else if (scheme.rfind("kv-", 0) != 0) {
+    EXPECT_TRUE(l0.o_proj_q != nullptr) << "o_proj runs quantized";
+  }
+  // Qwen3.5's quantized qkv in the checkpoint's rows, gathered into the kernels' row.
+  if (cfg.attn_output_gate) {
+    EXPECT_EQ(model->qkv_sources.size() > 0, l0.qkv_q != nullptr);
+    std::cout << arch << " " << scheme << ": qkv "
+              << (l0.qkv_q ? "quantized, gathered" : "bf16, rows moved at load") << "\n";
+  }
+  gpu::Engine e(std::move(model), eo);
+  golden::ReferenceRunOptions ro;
+  ro.mode = reference::PrecisionMode::kEmulate;
+  ro.dialect = Dialect::kVllm;  // the engine's default dialect
+  for (const int64_t seq_len : {int64_t{32}, gpu::kSkinnyMaxM}) {
+    SCOPED_TRACE("seq_len " + std::to_string(seq_len));
+    const golden::TokenInputs in = golden::synthetic_inputs(3, seq_len, cfg.vocab, 5);
+    const std::string base = arch + "." + scheme + "." + std::to_string(seq_len);
+    const fs::path gfile = root / (base + ".ref.h5"), lfile = root / (base + ".local.h5"),
+                   ffile = root / (base + ".free.h5");
+    golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
+                         OverwritePolicy::kReplace);
+    const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
+    golden::Golden local = gpu::engine_golden_local(e, ref, "*", nullptr);
+    EXPECT_EQ(local.meta.scheme, scheme);
+    golden::write_golden(lfile, local, OverwritePolicy::kReplace);
+    const golden::CompareReport r =
+        golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+    // e2m1 codes are 2^-2..2^-1 apart: an inherited bf16 flip moves whole fp4 steps.
+    expect_pass_or_code_flips(r, scheme == "mxfp4", base);
+    const auto [worst, where] = worst_point(r);
+    std::cout << base << ": layer-local worst rel_l2 " << worst << " at " << where;
+    int64_t codes = 0, mismatches = 0, code_points = 0;
+    for (const auto& p : r.points)
+      if (is_activation_code_point(p.name)) {
+        ++code_points;
+        codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
+        mismatches += p.stats.mismatches;
+      }
+    if (scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn" || scheme.rfind("fp8", 0) == 0 ||
+        scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
+      EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
+      std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
+                << " in " << code_points << " points";
+    }
+    // Free run, twice: bit-identical, and top-1 within the policy's end-to-end gate.
+    const golden::Golden f1 = gpu::engine_golden(e, in, "*", true, nullptr);
+    const golden::Golden f2 = gpu::engine_golden(e, in, "*", true, nullptr);
+    EXPECT_EQ(f1.logits.data, f2.logits.data) << "reruns must be bit-identical";
+    golden::write_golden(ffile, f1, OverwritePolicy::kReplace);
+    const golden::CompareReport fr =
+        golden::compare_goldens(ref, golden::GoldenReader::open(ffile), {});
+    EXPECT_GE(fr.e2e.top1.lo, 0.75) << golden::to_text(fr);
+    std::cout << "; free run mean KLD " << fr.e2e.kld_mean.value << ", top-1 " << fr.e2e.top1.value
+              << "\n";
+  }
+}
+
 class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
   for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-static", "w8a8s",
                                    "smoothquant", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
-                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
-    const golden::Policy policy =
-        golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
-    golden::CompareOptions co;
-    co.policy = &policy;
-    for (const std::string arch : {"llama", "qwen3", "qwen3-moe"}) {
-      SCOPED_TRACE(arch + " " + scheme);
-      const fs::path dir = quantized_fixture(root, arch, scheme);
-      const ModelConfig cfg = load_model_config(dir / "config.json");
-      gpu::EngineOptions eo;
-      eo.max_tokens = 256;
-      eo.max_seqs = 8;
-      eo.max_context = 64;
-      auto model = gpu::load_gpu_model(dir, nullptr);
-      EXPECT_EQ(model->scheme, scheme);
-      if (scheme == "smoothquant")  // bf16 linears beside the folded norms' weight and bias
-        EXPECT_GT(model->layers[0].input_norm_bias.size(), 0u) << "the folded norm bias runs";
-      else
-        EXPECT_TRUE(model->layers[0].o_proj_q != nullptr) << "o_proj runs quantized";
-      gpu::Engine e(std::move(model), eo);
-      golden::ReferenceRunOptions ro;
-      ro.mode = reference::PrecisionMode::kEmulate;
-      ro.dialect = Dialect::kVllm;  // the engine's default dialect
-      for (const int64_t seq_len : {int64_t{32}, gpu::kSkinnyMaxM}) {
-        SCOPED_TRACE("seq_len " + std::to_string(seq_len));
-        const golden::TokenInputs in = golden::synthetic_inputs(3, seq_len, cfg.vocab, 5);
-        const std::string base = arch + "." + scheme + "." + std::to_string(seq_len);
-        const fs::path gfile = root / (base + ".ref.h5"), lfile = root / (base + ".local.h5"),
-                       ffile = root / (base + ".free.h5");
-        golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
-                             OverwritePolicy::kReplace);
-        const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
-        golden::Golden local = gpu::engine_golden_local(e, ref, "*", nullptr);
-        EXPECT_EQ(local.meta.scheme, scheme);
-        golden::write_golden(lfile, local, OverwritePolicy::kReplace);
-        const golden::CompareReport r =
-            golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
-        // e2m1 codes are 2^-2..2^-1 apart: an inherited bf16 flip moves whole fp4 steps.
-        expect_pass_or_code_flips(r, scheme == "mxfp4", base);
-        const auto [worst, where] = worst_point(r);
-        std::cout << base << ": layer-local worst rel_l2 " << worst << " at " << where;
-        int64_t codes = 0, mismatches = 0, code_points = 0;
-        for (const auto& p : r.points)
-          if (is_activation_code_point(p.name)) {
-            ++code_points;
-            codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
-            mismatches += p.stats.mismatches;
-          }
-        if (scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn" || scheme.rfind("fp8", 0) == 0 ||
-            scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
-          EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
-          std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
-                    << " in " << code_points << " points";
-        }
-        // Free run, twice: bit-identical, and top-1 within the policy's end-to-end gate.
-        const golden::Golden f1 = gpu::engine_golden(e, in, "*", true, nullptr);
-        const golden::Golden f2 = gpu::engine_golden(e, in, "*", true, nullptr);
-        EXPECT_EQ(f1.logits.data, f2.logits.data) << "reruns must be bit-identical";
-        golden::write_golden(ffile, f1, OverwritePolicy::kReplace);
-        const golden::CompareReport fr =
-            golden::compare_goldens(ref, golden::GoldenReader::open(ffile), {});
-        EXPECT_GE(fr.e2e.top1.lo, 0.75) << golden::to_text(fr);
-        std::cout << "; free run mean KLD " << fr.e2e.kld_mean.value << ", top-1 "
-                  << fr.e2e.top1.value << "\n";
-      }
-    }
-  }
+                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+    for (const std::string arch : {"llama", "qwen3", "qwen3-moe"})
+      expect_scheme_rows(root, arch, scheme);
+  fs::remove_all(root);
+}
+
+// Qwen3.5 (hybrid Gated DeltaNet) in the schemes its producers write (compressed-tensors, the
+// Gated DeltaNet's projections left unquantized): the full-attention layers' quantized qkv in
+// the checkpoint's rows, gathered into the kernels' [q | k | v | gate] row (rope_layout.h
+// kernel_qkv_sources), an unquantized one (kv-fp8) moved row by row at load.
+TEST_F(GpuEngineQuantized, Qwen35CompressedTensorsSchemesMatchTheReference) {
+  const fs::path root = test_root("qwen35");
+  for (const std::string scheme : {"w8a8-int8-dyn", "w4a16-g32", "fp8-tensor", "fp8-channel",
+                                   "fp8-block", "mxfp8", "mxfp4", "nvfp4", "kv-fp8"})
+    expect_scheme_rows(root, "qwen3.5", scheme);
   fs::remove_all(root);
 }
 

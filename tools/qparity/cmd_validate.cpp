@@ -393,12 +393,6 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
   std::vector<std::string> schemes = {"bf16"};
   for (const auto& scheme : t.schemes) {
     const SchemeId id = parse_scheme_id(scheme);
-    if (cfg.has_linear_attention() || cfg.attn_output_gate) {  // (gpu_engine/model_loader.cpp)
-      std::cerr << "qparity validate: " << t.name << " " << scheme
-                << ": no engine row (quantized Qwen3.5 is not in the GPU engine yet; its bf16 "
-                   "row is)\n";
-      continue;
-    }
     if (const auto no = no_producer(cfg, scheme, Dialect::kVllm)) {
       std::cerr << "qparity validate: " << t.name << " " << scheme << ": no engine row (" << *no
                 << ")\n";
