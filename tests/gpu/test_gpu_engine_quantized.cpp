@@ -37,6 +37,16 @@ fs::path test_root(const std::string& what) {
   return r;
 }
 
+// The engine the fixtures' rows run on: prefill batches of up to 256 tokens, 8 sequences of up
+// to 64 positions.
+gpu::EngineOptions fixture_engine_options() {
+  gpu::EngineOptions eo;
+  eo.max_tokens = 256;
+  eo.max_seqs = 8;
+  eo.max_context = 64;
+  return eo;
+}
+
 // The tiny fixture of `arch` quantized into `scheme`; MoE experts stay bf16 unless `experts`.
 fs::path quantized_fixture(const fs::path& root, const std::string& arch, const std::string& scheme,
                            bool experts = false) {
@@ -94,10 +104,7 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
   co.policy = &policy;
   const fs::path dir = quantized_fixture(root, arch, scheme);
   const ModelConfig cfg = load_model_config(dir / "config.json");
-  gpu::EngineOptions eo;
-  eo.max_tokens = 256;
-  eo.max_seqs = 8;
-  eo.max_context = 64;
+  const gpu::EngineOptions eo = fixture_engine_options();
   auto model = gpu::load_gpu_model(dir, nullptr);
   EXPECT_EQ(model->scheme, scheme);
   int64_t attn_layer = 0;  // (Qwen3.5: the first full-attention layer)
@@ -273,10 +280,7 @@ TEST_F(GpuEngineQuantized, ChatGlm2MsModelSlimSchemesMatchTheReference) {
     co.policy = &policy;
     const fs::path dir = quantized_fixture(root, "chatglm2", scheme);
     const ModelConfig cfg = load_model_config(dir / "config.json");
-    gpu::EngineOptions eo;
-    eo.max_tokens = 256;
-    eo.max_seqs = 8;
-    eo.max_context = 64;
+    const gpu::EngineOptions eo = fixture_engine_options();
     auto model = gpu::load_gpu_model(dir, nullptr);
     EXPECT_EQ(model->scheme, scheme);
     // The bias is the quantized method's (its epilogue) or, for a bf16 qkv, the decoder's.
@@ -319,10 +323,7 @@ TEST_F(GpuEngineQuantized, QuantizedKvCachesMatchTheReferenceOnAllArchitectures)
       EXPECT_EQ(model->layers[0].kv.quant.format, scheme == "kv-int8"
                                                       ? gpu::KvCacheFormat::kInt8
                                                       : gpu::KvCacheFormat::kFp8E4m3);
-      gpu::EngineOptions eo;
-      eo.max_tokens = 256;
-      eo.max_seqs = 8;
-      eo.max_context = 64;
+      const gpu::EngineOptions eo = fixture_engine_options();
       gpu::Engine e(std::move(model), eo);
       golden::ReferenceRunOptions ro;
       ro.mode = reference::PrecisionMode::kEmulate;
@@ -442,10 +443,7 @@ TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
       continue;
     }
     EXPECT_EQ(model->layers[0].w13_q.size(), static_cast<size_t>(cfg.num_experts));
-    gpu::EngineOptions eo;
-    eo.max_tokens = 256;
-    eo.max_seqs = 8;
-    eo.max_context = 64;
+    const gpu::EngineOptions eo = fixture_engine_options();
     gpu::Engine e(std::move(model), eo);
     // Decode-sized batches run the stacks as grouped launches on the device (the 3 x 4 tokens
     // below, and the free run's decode steps); nvfp4 / mxfp4 (packed), w8a8-int8-dyn and
