@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 
 #include "../unit/error_of.h"
 #include "../unit/quant_test_util.h"
@@ -24,6 +26,10 @@ namespace qparity::reference {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Measured on the fixed fixture of FormatErrorsOnAFixedFixture (logits rel L2 against bf16).
+constexpr double kFixedFp8Block = 0.06126;
+constexpr double kFixedW4a16 = 0.2515;
 
 class Qwen3_5Reference : public testing::Test {
  protected:
@@ -45,13 +51,17 @@ class Qwen3_5Reference : public testing::Test {
       t.push_back((i * 7919 + static_cast<int64_t>(seed_ % 97)) % vocab);
     return t;
   }
-  static fs::path quantized(const std::string& scheme) {
-    const fs::path out = root_ / scheme;
+  // `from` (default: the suite's fixture) quantized into `scheme`, calibrated on tokens of
+  // `seed` (default: the suite's).
+  static fs::path quantized(const std::string& scheme, const fs::path& from = {},
+                            std::optional<uint64_t> seed = std::nullopt) {
+    const fs::path in = from.empty() ? fp() : from;
+    const fs::path out = root_ / (in.filename().string() + "." + scheme);
     if (fs::exists(out)) return out;
-    const ModelConfig cfg = load_model_config(fp() / "config.json");
+    const ModelConfig cfg = load_model_config(in / "config.json");
     fixtures::quantize_checkpoint(
-        fp(), parse_scheme_id(scheme), Dialect::kIdeal, out,
-        fixtures::calibrate_checkpoint(fp(), synthetic_tokens(16, cfg.vocab, seed_)),
+        in, parse_scheme_id(scheme), Dialect::kIdeal, out,
+        fixtures::calibrate_checkpoint(in, synthetic_tokens(16, cfg.vocab, seed.value_or(seed_))),
         OverwritePolicy::kRefuse, nullptr);
     return out;
   }
@@ -151,7 +161,6 @@ TEST_F(Qwen3_5Reference, WeightSchemesLeaveTheGatedDeltaNetUnquantized) {
   auto ref = load_model(fp());
   const auto t = tokens(6, ref->config().vocab);
   const Matrix base = ref->forward(t);
-  std::vector<double> errors;
   for (const std::string scheme : {"fp8-block", "w4a16-g32"}) {
     const fs::path dir = quantized(scheme);
     const auto f = SafetensorsFile::open(dir / "model.safetensors");
@@ -170,14 +179,34 @@ TEST_F(Qwen3_5Reference, WeightSchemesLeaveTheGatedDeltaNetUnquantized) {
         EXPECT_FALSE(e.quantized()) << scheme << " " << e.prefix;
       }
     }
-    const Matrix logits = m->forward(t);
-    errors.push_back(test::relative_l2(logits, base));
-    EXPECT_GT(errors.back(), 0.0) << scheme;
+    EXPECT_GT(test::relative_l2(m->forward(t), base), 0.0) << scheme;
   }
-  // Random weights amplify the format's error layer after layer, but 8-bit codes with 128-wide
-  // blocks stay below 4-bit groups of 32 (measured on the tiny fixture: 0.75 for w4a16-g32).
-  EXPECT_LT(errors[0], errors[1]);
-  EXPECT_LT(errors[1], 1.5);
+}
+
+// How far each format moves the logits is the random model's own amplification (a bound that
+// held for every seed would say nothing: a stress run found w4a16-g32 at 1.58 against a 1.5
+// guess), so it is checked on one fixed fixture (seed 7, fixed tokens): 8-bit codes with
+// 128-wide blocks below 4-bit groups of 32, each at its measured value to 10%.
+TEST_F(Qwen3_5Reference, FormatErrorsOnAFixedFixture) {
+  fixtures::FixtureSpec spec;
+  spec.arch = Arch::kQwen3_5;
+  spec.seed = 7;
+  const fs::path fixed = root_ / "fixed7";
+  if (!fs::exists(fixed)) fixtures::write_fp_checkpoint(spec, fixed, OverwritePolicy::kRefuse);
+  auto ref = load_model(fixed);
+  std::vector<int64_t> t;
+  for (int64_t i = 0; i < 6; ++i)
+    t.push_back((i * 7919 + 7) % ref->config().vocab);
+  const Matrix base = ref->forward(t);
+  const double fp8_block =
+      test::relative_l2(load_model(quantized("fp8-block", fixed, 7))->forward(t), base);
+  const double w4a16 =
+      test::relative_l2(load_model(quantized("w4a16-g32", fixed, 7))->forward(t), base);
+  EXPECT_LT(fp8_block, w4a16);
+  EXPECT_NEAR(fp8_block, kFixedFp8Block, 0.1 * kFixedFp8Block);
+  EXPECT_NEAR(w4a16, kFixedW4a16, 0.1 * kFixedW4a16);
+  std::cout << "fixed fixture logits rel L2: fp8-block " << fp8_block << ", w4a16-g32 " << w4a16
+            << "\n";
 }
 
 TEST_F(Qwen3_5Reference, LoaderNamesAMissingOrMisshapenGatedDeltaNetTensor) {
