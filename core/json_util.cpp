@@ -2,32 +2,76 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace qparity {
 
 Json read_json_file(const std::filesystem::path& path) {
-  // A FIFO or device would block or never end: only regular files are read.
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw Error(path.string(), "not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string(), "cannot open file");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw Error(path.string(), "read error");
-  return parse_json_text(buf.str(), path.string());
+  // A FIFO or device would block or never end: only regular files are read (input_file.h).
+  return parse_json_text(read_input_file(path, "JSON file"), path.string());
 }
 
 Json parse_json_text(std::string_view text, const std::string& where) {
+  // Duplicate keys are refused at any depth: nlohmann (like Python's json) keeps the last value,
+  // so a policy gate written twice, loosened the second time, would be taken silently.
+  struct Open {
+    std::set<std::string> keys;
+    std::string path;  // "engine.default.points[]"
+  };
+  std::vector<Open> open;
+  std::vector<bool> in_array;  // per open container: an array (its elements' paths get "[]")
+  std::string last_key, duplicate, duplicate_in;
+  auto child_path = [&]() {
+    const std::string parent = open.empty() ? "" : open.back().path;
+    if (!in_array.empty() && in_array.back()) return parent + "[]";
+    if (open.empty()) return std::string();
+    return parent.empty() ? last_key : parent + "." + last_key;
+  };
+  auto cb = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        open.push_back({{}, child_path()});
+        in_array.push_back(false);
+        break;
+      case Json::parse_event_t::array_start:
+        open.push_back({{}, child_path()});
+        in_array.push_back(true);
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!open.empty()) open.pop_back();
+        if (!in_array.empty()) in_array.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        last_key = parsed.get_ref<const std::string&>();
+        if (!open.empty() && !open.back().keys.insert(last_key).second && duplicate.empty()) {
+          duplicate = last_key;
+          duplicate_in = open.back().path;
+        }
+        break;
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  Json j;
   try {
-    return Json::parse(text.begin(), text.end());
+    j = Json::parse(text.begin(), text.end(), cb);
   } catch (const Json::exception& e) {
     // parse_error, and out_of_range for numbers beyond double (found by fuzzing: "1e616").
     throw Error(where, "invalid JSON: " + json_error_text(e));
   }
+  if (!duplicate.empty())
+    throw Error(where, "duplicate key '" + duplicate + "'" +
+                           (duplicate_in.empty() ? std::string(" at the top level")
+                                                 : " in '" + duplicate_in + "'") +
+                           " (JSON readers disagree on which value wins; give each key once)");
+  return j;
 }
 
 std::string json_error_text(const Json::exception& e) {

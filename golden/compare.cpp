@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/capture/capture_points.h"
@@ -122,9 +123,34 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       throw Error(r.candidate_file, "ran other images than " + r.golden_file +
                                         " (images/: grids, sequences or pixels differ)");
   }
+  // Which checkpoint each ran. The engine role compares two runs of one checkpoint: a candidate
+  // that records another is refused (unless allowed, and then said); the format role compares a
+  // quantized checkpoint with the unquantized one, another checkpoint by construction.
+  for (const auto& [what, gh, ch] :
+       {std::tuple{"checkpoint_hash", g.meta().checkpoint_hash, c.meta().checkpoint_hash},
+        std::tuple{"model_config_hash", g.meta().model_config_hash, c.meta().model_config_hash}}) {
+    if (gh.empty() || ch.empty() || gh == ch) continue;
+    const std::string said = std::string(what) + ": the candidate records " + ch.substr(0, 16) +
+                             "..., the golden " + gh.substr(0, 16) + "...";
+    if (o.role == PolicyRole::kEngine && !o.allow_other_checkpoint)
+      throw Error(r.candidate_file,
+                  said +
+                      ": the candidate ran another checkpoint than the golden (compare a "
+                      "golden of the checkpoint it ran; --allow-other-checkpoint to compare "
+                      "anyway)");
+    // The format role compares a quantized checkpoint with the unquantized one: another
+    // checkpoint by construction, nothing to say.
+    if (o.role == PolicyRole::kEngine) r.warnings.push_back(said + " (--allow-other-checkpoint)");
+    break;
+  }
   static const PolicySection kNoGates;  // judges NaN/Inf only
   const PolicySection* section = nullptr;
   if (o.policy) {
+    // A policy derived for another scheme judges this pair: said, never silent (its gates were
+    // derived from that scheme's step sizes).
+    if (o.policy->scheme != c.meta().scheme)
+      r.warnings.push_back("the policy " + o.policy->file + " is derived for scheme '" +
+                           o.policy->scheme + "', the candidate ran '" + c.meta().scheme + "'");
     std::string key;
     const std::string dev = o.device ? *o.device : device_key(c.meta().device);
     section = &policy_section(*o.policy, o.role, dev, &key);
@@ -323,9 +349,16 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
     judged = judged || r.budget_verdict.gated;
     add_e2e(r.budget_verdict, "budget: ");
   }
-  r.verdict = !r.failures.empty() ? Judgement::kFail
-              : judged            ? Judgement::kPass
-                                  : Judgement::kNotJudged;
+  // A gate the data cannot decide makes an otherwise clean comparison NOT JUDGED (said why).
+  std::vector<std::string> undecided;
+  for (const Verdict* v :
+       {section ? &r.e2e_verdict : nullptr, r.has_budget ? &r.budget_verdict : nullptr})
+    if (v) undecided.insert(undecided.end(), v->undecided.begin(), v->undecided.end());
+  for (const auto& u : undecided)
+    r.warnings.push_back("not judged: " + u);
+  r.verdict = !r.failures.empty()           ? Judgement::kFail
+              : judged && undecided.empty() ? Judgement::kPass
+                                            : Judgement::kNotJudged;
   r.pass = r.verdict == Judgement::kPass;
   return r;
 }
@@ -497,7 +530,12 @@ std::string to_text(const CompareReport& r) {
                                          : "outside (not judged)";
     for (const auto& f : p.verdict.failures)
       verdict += "  " + f;
-    if (static_cast<int64_t>(i) == r.first_failing) verdict += "   <- first failure";
+    // In a free run the point gates do not judge: the point is the largest deviation shown,
+    // not a failure (the run is judged end to end).
+    if (static_cast<int64_t>(i) == r.first_failing)
+      verdict += r.point_gates_judge ? "   <- first failure"
+                                     : "   <- first outside the point gates (not judged in a "
+                                       "free run)";
     const int64_t bad =
         p.stats.nan_candidate + p.stats.inf_candidate + p.stats.nan_golden + p.stats.inf_golden;
     const std::string nonfinite = bad == 0 ? "-" : std::to_string(bad);
@@ -546,8 +584,7 @@ std::string to_text(const CompareReport& r) {
   for (const auto& f : r.e2e_verdict.failures)
     o << "  FAIL " << f << "\n";
   if (r.has_budget) {
-    o << "budget (" << r.budget_source << "): " << (r.budget_verdict.pass ? "within" : "EXCEEDED")
-      << "\n";
+    o << "budget (" << r.budget_source << "): " << budget_check_text(r.budget_verdict) << "\n";
     for (const auto& f : r.budget_verdict.failures)
       o << "  FAIL " << f << "\n";
   }

@@ -100,6 +100,9 @@ struct CompareOptions {
   // Format role: the acceptance budget (end-to-end gates) replacing the policy's "budget".
   std::optional<EndToEndGate> budget;
   std::string budget_source;  // what stated it ("--budget kld=0.05")
+  // Engine role: golden and candidate must have run one checkpoint (their recorded hashes, where
+  // both record one); true lets another through, said in the report's warnings.
+  bool allow_other_checkpoint = false;
 };
 
 // The inputs must be identical (same tokens, same sequence split) and the files must share at

@@ -9,6 +9,7 @@
 
 #include "core/capture/capture_points.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/json_util.h"
 #include "core/quant/scheme_registry.h"
 
@@ -110,8 +111,9 @@ PolicySection parse_section(const Json& j, const std::string& where) {
     only_keys(e, {"max_kld_upper", "min_top1_lower", "max_dln_ppl_upper", "why"}, w);
     s.end_to_end.max_kld_upper = opt_bound(e, "max_kld_upper", w);
     s.end_to_end.min_top1_lower = opt_number(e, "min_top1_lower", w, 0, 1, "[0, 1]");
-    s.end_to_end.max_dln_ppl_upper =
-        opt_number(e, "max_dln_ppl_upper", w, -INFINITY, INFINITY, "the finite numbers");
+    // >= 0 as every other bound (README): a negative one would demand the quantized model beat
+    // the unquantized one's perplexity.
+    s.end_to_end.max_dln_ppl_upper = opt_bound(e, "max_dln_ppl_upper", w);
     s.end_to_end.why = opt_string(e, "why", w);
     if (!s.has_end_to_end_gate())
       throw Error(w, "gates nothing: give max_kld_upper, min_top1_lower or max_dln_ppl_upper");
@@ -169,12 +171,7 @@ std::string short_number(double v) {
 }
 
 Policy parse_policy(const std::string& text, const std::string& file) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(file, std::string("not valid JSON: ") + e.what());
-  }
+  const Json j = parse_json_text(text, file);  // duplicate keys refused by name
   if (!j.is_object()) throw Error(file, "a policy is a JSON object");
   only_keys(j, {"scheme", "engine", "format", "budget", "comment"}, file);
   Policy p;
@@ -206,15 +203,7 @@ Policy parse_policy(const std::string& text, const std::string& file) {
 }
 
 Policy load_policy(const std::filesystem::path& file) {
-  if (!std::filesystem::is_regular_file(file))
-    throw Error(file.string(), std::filesystem::exists(file)
-                                   ? "is not a regular file (a policy is a JSON file)"
-                                   : "no such policy file");
-  std::ifstream f(file);
-  if (!f) throw Error(file.string(), "cannot read the policy file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_policy(ss.str(), file.string());
+  return parse_policy(read_input_file(file, "policy file"), file.string());
 }
 
 std::string device_key(const std::string& device) {
@@ -300,6 +289,11 @@ Verdict judge_point(const PolicySection& s, const std::string& point, const Poin
   return v;
 }
 
+std::string budget_check_text(const Verdict& v) {
+  if (!v.failures.empty()) return "EXCEEDED";
+  return v.undecided.empty() ? "within" : "undecided";
+}
+
 Verdict judge_end_to_end(const PolicySection& s, const EndToEnd& e) {
   Verdict v;
   v.gate = "end_to_end";
@@ -309,7 +303,16 @@ Verdict judge_end_to_end(const PolicySection& s, const EndToEnd& e) {
   if (g.max_kld_upper && !(e.kld_mean.hi <= *g.max_kld_upper))
     v.failures.push_back("mean KLD upper bound " + short_number(e.kld_mean.hi) + " > " +
                          short_number(*g.max_kld_upper));
-  if (g.min_top1_lower && !(e.top1.lo >= *g.min_top1_lower))
+  // With n positions even n/n agreement has a Wilson lower bound below 1: under the threshold
+  // the gate cannot pass whatever the data, so it decides only a clear failure (the upper bound
+  // below the threshold) and otherwise says it cannot judge.
+  const double best_lower = e.positions > 0 ? wilson_interval(e.positions, e.positions).lo : 0.0;
+  if (g.min_top1_lower && e.positions > 0 && best_lower < *g.min_top1_lower &&
+      e.top1.hi >= *g.min_top1_lower)
+    v.undecided.push_back("top-1 agreement: too few positions to judge (" +
+                          std::to_string(e.positions) + ": even full agreement has a lower bound " +
+                          short_number(best_lower) + " < " + short_number(*g.min_top1_lower) + ")");
+  else if (g.min_top1_lower && !(e.top1.lo >= *g.min_top1_lower))
     v.failures.push_back("top-1 agreement lower bound " + short_number(e.top1.lo) + " < " +
                          short_number(*g.min_top1_lower));
   if (g.max_dln_ppl_upper && e.scored == 0)

@@ -102,7 +102,13 @@ struct Verdict {
   std::string gate;                    // the matching glob, or "end_to_end"
   std::optional<double> limit_rel_l2;  // the matching gate's max_rel_l2 (reports draw it)
   std::vector<std::string> failures;   // "rel_l2 3.1e-3 > 5e-4"
+  // Gates the data cannot decide (too few positions for the bound to reach the threshold even
+  // at full agreement): the comparison is then NOT JUDGED, never FAIL for identical data.
+  std::vector<std::string> undecided;
 };
+
+// "EXCEEDED" (a gate failed), "undecided" (too few positions for a gate), or "within".
+std::string budget_check_text(const Verdict& v);
 
 Verdict judge_point(const PolicySection& s, const std::string& point, const PointStats& st);
 Verdict judge_end_to_end(const PolicySection& s, const EndToEnd& e);

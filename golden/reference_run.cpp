@@ -11,6 +11,7 @@
 #include "core/capture/capture_points.h"
 #include "core/capture/trace.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/memory_budget.h"
 #include "core/safetensors/checkpoint.h"
 #include "core/sha256.h"
@@ -69,15 +70,7 @@ TokenInputs text_inputs(std::string text, int64_t seq_len, const std::string& wh
 
 TokenInputs file_inputs(const fs::path& file, int64_t seq_len) {
   std::stringstream ss;
-  if (file == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    if (fs::exists(file) && fs::is_directory(file))
-      throw Error(file.string(), "is a directory, not a token file");
-    std::ifstream f(file);
-    if (!f) throw Error(file.string(), "cannot read the token file");
-    ss << f.rdbuf();
-  }
+  ss << read_input_file(file, "token file");
   const std::string name = file == "-" ? "stdin" : file.filename().string();
   return text_inputs(ss.str(), seq_len, file == "-" ? "stdin" : file.string(), "file:" + name);
 }
@@ -86,15 +79,7 @@ TokenInputs tokenized_text_inputs(const fs::path& text_file, const fs::path& mod
                                   int64_t seq_len, int64_t stride, int64_t max_sequences) {
   const std::string where = text_file == "-" ? "stdin" : text_file.string();
   std::stringstream ss;
-  if (text_file == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    if (fs::exists(text_file) && fs::is_directory(text_file))
-      throw Error(where, "is a directory, not a text file");
-    std::ifstream f(text_file, std::ios::binary);
-    if (!f) throw Error(where, "cannot read the text file");
-    ss << f.rdbuf();
-  }
+  ss << read_input_file(text_file, "text file");
   const Tokenizer tok = Tokenizer::load(model_dir);
   std::vector<int64_t> ids;
   try {
@@ -472,10 +457,8 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
 }
 
 std::string config_hash(const fs::path& model_dir) {
-  std::ifstream f(model_dir / "config.json", std::ios::binary);
-  if (!f) throw Error((model_dir / "config.json").string(), "cannot read");
   std::stringstream ss;
-  ss << f.rdbuf();
+  ss << read_input_file(model_dir / "config.json", "config file");
   Sha256 h;
   h.update(ss.str());
   return h.hex();

@@ -1,9 +1,14 @@
 #include "golden/report.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <tuple>
 #include "core/capture/capture_points.h"
@@ -235,6 +240,24 @@ bool math_failures(const CompareReport& r) {
 
 }  // namespace
 
+namespace {
+
+// The candidate dump's bytes, hashed: what tells two dumps of one engine on one device apart
+// (a report row's identity). "" when the file is gone.
+std::string file_sha256(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (path.empty() || !f) return "";
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.update(std::string_view(buf.data(), static_cast<size_t>(f.gcount())));
+  }
+  return h.hex();
+}
+
+}  // namespace
+
 Json report_json(const CompareReport& r, const std::string& role) {
   const EndToEnd& e = r.e2e;
   double logits_rel = NAN, worst_rel = -1;
@@ -292,11 +315,11 @@ Json report_json(const CompareReport& r, const std::string& role) {
       {"declared_absent_points", r.declared_absent.size()},
       {"engine", r.candidate.producer},
       {"engine_version", r.candidate.producer_version},
+      {"candidate_sha256", file_sha256(r.candidate_file)},
       {"math_check", role == "format" && !r.policy_file.empty()
                          ? Json(math_failures(r) ? "FAIL" : "ok")
                          : Json(nullptr)},
-      {"budget_check",
-       r.has_budget ? Json(r.budget_verdict.pass ? "within" : "EXCEEDED") : Json(nullptr)},
+      {"budget_check", r.has_budget ? Json(budget_check_text(r.budget_verdict)) : Json(nullptr)},
       {"budget_source", r.has_budget ? Json(r.budget_source) : Json(nullptr)},
       {"notes", r.warnings},  // compare's warnings lead; callers append their own notes
       {"positions", e.positions},
@@ -760,6 +783,46 @@ bool is_own_producer(const std::string& producer) {
   return producer.empty() || producer.rfind("qparity-", 0) == 0;
 }
 
+// What makes two rows of one scheme different sources: the device's full name (an H100 and an
+// H200 share the key sm90), the engine and its version, the role.
+std::string row_key(const Json& s) {
+  std::string k;
+  for (const char* f : {"device_name", "engine", "engine_version", "role"})
+    k += (s.contains(f) && s[f].is_string() ? s[f].get<std::string>() : std::string()) + "\x1f";
+  return k;
+}
+
+std::string sha256_hex_of(const std::string& text) {
+  Sha256 h;
+  h.update(text);
+  return h.hex();
+}
+
+// An exclusive flock on <root>/.qparity-index.lock for the read-modify-write of the manifest and
+// the index (released on every way out, process death included).
+class IndexLock {
+ public:
+  explicit IndexLock(const fs::path& root) {
+    fs::create_directories(root);
+    const fs::path p = root / ".qparity-index.lock";
+    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw Error(p.string(), std::string("cannot open the lock: ") + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        const int err = errno;
+        ::close(fd_);
+        throw Error(p.string(), std::string("cannot lock: ") + std::strerror(err));
+      }
+  }
+  ~IndexLock() { ::close(fd_); }
+  IndexLock(const IndexLock&) = delete;
+  IndexLock& operator=(const IndexLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace
 
 ReportFiles write_report(const Json& rep, const fs::path& root) {
@@ -769,9 +832,27 @@ ReportFiles write_report(const Json& rep, const fs::path& root) {
   // Another engine's row sits beside qparity's own for the same scheme and device:
   // "<scheme>.<engine>" ("bf16.hf-transformers").
   const std::string engine = report_engine(s);
-  const std::string base =
+  std::string base =
       path_safe(s["scheme"].get<std::string>() + (is_own_producer(engine) ? "" : "." + engine));
   const fs::path dir = root / dev / model;
+  // One writer at a time updates a report root (concurrent `report`s lost index rows).
+  const IndexLock lock(root);
+  // A row is the judgement of one dump by one engine on one device: a row already at this path
+  // of another device name, engine version or role stays, and this one goes beside it; a new
+  // dump of the same makes the row anew, except that a PASS never replaces a FAIL.
+  const fs::path existing = dir / (base + ".json");
+  if (fs::is_regular_file(existing)) {
+    const Json old = read_json_file(existing);
+    const Json& os = old.contains("summary") ? old["summary"] : Json::object();
+    const bool same_source = row_key(os) == row_key(s);
+    const bool pass_over_fail =
+        os.value("verdict", std::string()) == "FAIL" &&
+        s.value("verdict", std::string()) != "FAIL" &&
+        os.value("candidate_sha256", std::string()) != s.value("candidate_sha256", std::string());
+    if (!same_source || pass_over_fail)
+      base += "." + sha256_hex_of(row_key(s) + "\n" + s.value("candidate_sha256", std::string()))
+                        .substr(0, 10);
+  }
   ReportFiles f{dir / (base + ".json"), dir / (base + ".md"), dir / (base + ".html")};
   for (const fs::path& p : {f.json, f.md, f.html})
     if (!lies_under(p, root))
@@ -791,6 +872,7 @@ ReportFiles write_report(const Json& rep, const fs::path& root) {
 }
 
 void record_skipped(const fs::path& root, const SkippedRow& row) {
+  const IndexLock lock(root);
   Manifest manifest = read_manifest(root);
   std::erase_if(manifest.skipped, [&](const SkippedRow& k) {
     return k.model == row.model && k.scheme == row.scheme;
@@ -806,6 +888,7 @@ void write_index(const fs::path& root) {
   };
   std::vector<Row> rows;
   Manifest kept;
+  const IndexLock lock(root);
   const Manifest manifest = read_manifest(root);
   kept.skipped = manifest.skipped;
   for (const auto& rel : manifest.reports) {

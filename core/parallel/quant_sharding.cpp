@@ -29,6 +29,14 @@ std::optional<Axis> parse_axis(const std::string& t, const SchemeId& scheme) {
   };
   if (t == "N" || t == "Hkv*D") return Axis{Axis::Of::kRows, 1, 0};
   if (t == "K") return Axis{Axis::Of::kCols, 1, 0};
+  // Packed b-bit codes (the packed-int family): 32/b codes a word, an axis of whole words where
+  // b divides 32; other widths straddle words and have no slice rule.
+  if (t == "ceil(K*b/32)" || t == "ceil(N*b/32)") {
+    const int b = scheme.kind == SchemeKind::kPackedInt ? scheme.int_weights.bits : 0;
+    if (b <= 0 || 32 % b != 0) return std::nullopt;
+    return Axis{t[5] == 'K' ? Axis::Of::kCols : Axis::Of::kRows, 32 / b, 0};
+  }
+  if (t == "K/G" && effective_group_size(scheme) <= 0) return std::nullopt;  // channel, tensor
   if (t.starts_with("K/")) return Axis{Axis::Of::kCols, per_of(t.substr(2)), 0};
   if (t.starts_with("ceil(N/") && t.ends_with(")"))
     return Axis{Axis::Of::kRows, per_of(t.substr(7, t.size() - 8)), 0};

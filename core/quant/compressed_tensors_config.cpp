@@ -242,11 +242,10 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
                            "compressed checkpoints");
   if (format == "sparse-bitmask" || format == "sparse-24-bitmask" || format == "marlin-24")
     throw Error(where, "format '" + format + "' is not implemented");
-  auto require_format = [&](const char* label, std::initializer_list<const char*> ok) {
+  auto require_format = [&](const std::string& label, std::initializer_list<const char*> ok) {
     for (const char* f : ok)
       if (format == f) return;
-    throw Error(where,
-                std::string(label) + " requires format " + *ok.begin() + ", got '" + format + "'");
+    throw Error(where, label + " requires format " + *ok.begin() + ", got '" + format + "'");
   };
   const std::string ws = std::string(to_string(w.strategy));
 
@@ -276,33 +275,19 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
       require_format(label, {"int-quantized", "naive-quantized"});
       return {SchemeId{SchemeKind::kW8A8Int8Dyn, 0}, format};
     }
-    if (w.num_bits == 4) {
-      const char* label = "W4A16 pack-quantized";
-      require_format("W4A16", {"pack-quantized"});
-      if (w.strategy != QuantStrategy::kGroup)
-        throw Error(where, std::string(label) +
-                               " requires strategy group with group_size 32, got strategy " + ws);
-      if (*w.group_size != 32)
-        throw Error(where, std::string(label) + " requires group_size 32, got " +
-                               std::to_string(*w.group_size));
-      if (!w.symmetric)
-        throw Error(where, std::string(label) +
-                               " requires symmetric weights (zero points are not implemented)");
-      if (m.in_expert_stack()) {
-        // SGLang's CompressedTensorsMxInt4MoE asserts `not actorder` (so "weight" fails too).
-        if (w.actorder != ActOrder::kNone)
-          throw Error(where, "mxint4 (W4A16 on MoE experts) requires no actorder, got '" +
-                                 std::string(to_string(w.actorder)) + "'");
-        return {SchemeId{SchemeKind::kMxint4, 0}, format};
-      }
-      return {SchemeId{SchemeKind::kW4A16G32, 0}, format};
+    // Weight-only integers: any point of the pack-quantized space (bits 2..8, group / channel /
+    // tensor, symmetric or not, actorder), as compressed-tensors' own presets W4A16, W4A16_ASYM
+    // and W8A16 write it.
+    require_format("W" + std::to_string(w.num_bits) + "A16 integer weights", {"pack-quantized"});
+    const SchemeId point = packed_int_scheme(w, where + " (" + gname + ")");
+    if (m.in_expert_stack() && point.int_weights == IntWeightPoint{}) {
+      // SGLang's CompressedTensorsMxInt4MoE asserts `not actorder` (so "weight" fails too).
+      if (w.actorder != ActOrder::kNone)
+        throw Error(where, "mxint4 (W4A16 group 32 on MoE experts) requires no actorder, got '" +
+                               std::string(to_string(w.actorder)) + "'");
+      return {SchemeId{SchemeKind::kMxint4, 0}, format};
     }
-    if (w.num_bits == 8)
-      throw Error(where, "compressed-tensors W8A16 (int8 weight-only, " + gname +
-                             ") is not implemented; qparity's w8a16 schemes are msModelSlim's");
-    throw Error(where, "int" + std::to_string(w.num_bits) +
-                           " weight-only quantization is not implemented (W4A16 with group_size "
-                           "32 is)");
+    return {point, format};
   }
 
   // Float weights.
@@ -423,13 +408,15 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
   plan.set_source(PlanSource::kCompressedTensors, where);
   const ModuleNames& mods = plan.modules();
 
-  bool quantizes_weights = false;
-  for (const CtGroup& g : c.groups)
-    if (g.weights) quantizes_weights = true;
-  if (quantizes_weights && c.quantization_status && *c.quantization_status != "compressed")
-    throw Error(key("quantization_status"),
-                "'" + *c.quantization_status +
-                    "': the weights are not compressed; qparity reads compressed checkpoints");
+  // The on-disk layout is the format's, whatever quantization_status says: vLLM never reads the
+  // status, and compressed-tensors <= 0.5 wrote compressed files (naive-quantized F8_E4M3 / I8
+  // weights) with the modules' status "frozen". A dense ("frozen" today) checkpoint is refused
+  // per module by its format. The loaders check every tensor the format names.
+  const std::string status = c.quantization_status.value_or("compressed");
+  if (status != "compressed")
+    plan.add_warning(key("quantization_status") + ": '" + status +
+                     "': the weights are read as their format stores them (as vLLM does; "
+                     "compressed-tensors <= 0.5 recorded compressed checkpoints as 'frozen')");
 
   struct Target {
     size_t group;
@@ -573,7 +560,8 @@ QuantPlan plan_from_fp8_config(const ModelConfig& cfg, const Json& qc, const std
     return key_where(where, std::string(kQc) + "." + path);
   };
   const std::string qw = key_where(where, kQc);
-  if (auto fmt = opt_string(qc, "fmt", qw); fmt && *fmt != "e4m3")
+  // "e4m3" (DeepSeek-V3) and torch's name for it, "float8_e4m3fn" (MiniMax-M2.5), are one type.
+  if (auto fmt = opt_string(qc, "fmt", qw); fmt && *fmt != "e4m3" && *fmt != "float8_e4m3fn")
     throw Error(key("fmt"), "'" + *fmt + "' is not implemented (fp8 schemes use e4m3)");
   const std::string act = opt_string(qc, "activation_scheme", qw).value_or("dynamic");
   if (act != "dynamic" && act != "static")
@@ -674,6 +662,64 @@ std::vector<std::string> compressed_tensors_presets() {
   for (const Preset& p : kPresets)
     out.emplace_back(p.name);
   return out;
+}
+
+// The fields of two args that change the checkpoint's tensors or the arithmetic (not observers).
+bool same_point(const std::optional<QuantArgs>& a, const std::optional<QuantArgs>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  return a->num_bits == b->num_bits && a->type == b->type && a->symmetric == b->symmetric &&
+         a->strategy == b->strategy && a->effective_group_size() == b->effective_group_size() &&
+         a->block_structure == b->block_structure && a->dynamic == b->dynamic &&
+         (a->actorder == ActOrder::kGroup) == (b->actorder == ActOrder::kGroup);
+}
+
+const std::vector<SchemePreset>& scheme_presets() {
+  static const std::vector<SchemePreset> presets = [] {
+    std::vector<SchemePreset> out;
+    for (const Preset& p : kPresets) {
+      SchemePreset sp;
+      sp.name = p.name;
+      sp.producer = "compressed-tensors";
+      const std::string where = "compressed-tensors preset " + sp.name;
+      const CtGroup g = expand_preset(p.name, {"Linear"}, where);
+      sp.args = g.weights ? "weights " + describe(*g.weights) : "no weights";
+      sp.args += g.input_activations ? "; input activations " + describe(*g.input_activations)
+                                     : "; no input activations";
+      // The point on a dense linear whose K every group divides.
+      LinearModule m;
+      m.prefix = where;
+      m.class_name = "Linear";
+      m.kind = LinearKind::kDownProj;
+      m.out_features = 4096;
+      m.in_features = 4096;
+      try {
+        const SchemeId id = resolve_scheme(g, infer_format(g), m).scheme;
+        // A --scheme id implies its args (implied_args): the preset names the id only when
+        // those are the preset's, e.g. not NVFP4A16, whose weights nvfp4 reads from a config
+        // but whose id implies W4A4 activations.
+        const ImpliedArgs implied = implied_args(id);
+        if (same_point(implied.weights, g.weights) &&
+            same_point(implied.input_activations, g.input_activations))
+          sp.scheme = id;
+        else
+          sp.why = "a checkpoint config with these args is read (as " + to_string(id) +
+                   "'s method), but no --scheme id names this point yet (" + to_string(id) +
+                   " implies " +
+                   (implied.input_activations
+                        ? "input activations " + describe(*implied.input_activations)
+                        : std::string("no input activations")) +
+                   ")";
+      } catch (const Error& e) {
+        sp.why = e.what();
+        const std::string prefix = where + ": ";
+        if (sp.why.rfind(prefix, 0) == 0) sp.why = sp.why.substr(prefix.size());
+      }
+      out.push_back(std::move(sp));
+    }
+    return out;
+  }();
+  return presets;
 }
 
 CtGroup expand_preset(const std::string& name, std::vector<std::string> targets,

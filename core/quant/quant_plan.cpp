@@ -115,7 +115,9 @@ ImpliedArgs implied_args(const SchemeId& s) {
       a.input_activations =
           args(R"({"num_bits":8,"type":"int","strategy":"token","symmetric":true,"dynamic":true})");
       break;
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
+      a.weights = packed_int_args(s.int_weights);
+      break;
     case SchemeKind::kMxint4:
       a.weights = args(
           R"({"num_bits":4,"type":"int","strategy":"group","group_size":32,"symmetric":true})");
@@ -292,7 +294,8 @@ void QuantPlan::finalize() {
       throw Error(e.prefix,
                   "mxint4 applies to MoE expert stacks only (this linear would be "
                   "w4a16-g32)");
-    if (e.scheme->kind == SchemeKind::kW4A16G32 && in_stack)
+    if (e.scheme->kind == SchemeKind::kPackedInt && in_stack &&
+        e.scheme->int_weights == IntWeightPoint{})
       throw Error(e.prefix, "internal: an expert linear in the w4a16-g32 format is mxint4");
     if (!e.quantized()) continue;
     if (lm && lm->kind == LinearKind::kRouter)
@@ -436,8 +439,11 @@ std::optional<SchemeId> override_scheme_of(const LinearModule& l, const SchemeId
   }
   SchemeId s = scheme;
   // One checkpoint format, two scheme ids: experts run it as an MxINT4 stack.
-  if (s.kind == SchemeKind::kW4A16G32 && l.in_expert_stack()) s.kind = SchemeKind::kMxint4;
-  if (s.kind == SchemeKind::kMxint4 && !l.in_expert_stack()) s.kind = SchemeKind::kW4A16G32;
+  // SGLang runs int4 group-32 symmetric experts as MxInt4; other points stay pack-quantized.
+  if (s.kind == SchemeKind::kPackedInt && s.int_weights == IntWeightPoint{} && l.in_expert_stack())
+    s = SchemeId{SchemeKind::kMxint4, 0};
+  if (s.kind == SchemeKind::kMxint4 && !l.in_expert_stack())
+    s = SchemeId{SchemeKind::kPackedInt, 0};
   return s;
 }
 

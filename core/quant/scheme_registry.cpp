@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "core/error.h"
 
@@ -155,21 +156,36 @@ SchemeInfo make_info(SchemeKind k) {
                    {"bias", "F32", "[N]", "", kBiasNote}};
       s.spec = "FORMATS.md §5.1, §5.10 (msModelSlim ascendv1.py on_w4a8_dynamic; no card yet)";
       break;
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
       s.producers = {Producer::kCompressedTensors};
       s.description =
-          "Symmetric INT4 weights with one scale per 32 inputs; activations in the model dtype "
-          "(compressed-tensors pack-quantized W4A16, group_size 32).";
-      s.parameters = {{"num_bits", "4", ""}, {"group_size", "32", "inputs per scale along K"}};
-      s.constraints = {"weights int 4-bit, strategy group, group_size 32, symmetric, static",
-                       "no input_activations; format pack-quantized", "K % 32 == 0",
-                       "stored u = q + 8, eight per int32 word: element 8w+j in bits 4j..4j+3",
-                       "on MoE expert stacks the same checkpoint format is mxint4"};
-      s.tensors = {{"weight_packed", "I32", "[N, K/8]", "", ""},
-                   {"weight_scale", "model dtype", "[N, K/32]", "", ""},
+          "Integer weights of 2..8 bits, one scale (and with asym one zero point) per group of "
+          "inputs, per output channel or per tensor; activations in the model dtype "
+          "(compressed-tensors pack-quantized W<b>A16). A point of the space; w4a16-g32 is int4, "
+          "group 32, symmetric; compressed-tensors' W4A16 / W4A16_ASYM / W8A16 presets are "
+          "ct-w4a16-g128 / ct-w4a16-g128-asym / ct-w8a16-g128 (W8A16 was per channel, "
+          "ct-w8a16-ch, up to compressed-tensors 0.15).";
+      s.parameters = {{"num_bits", "<b>", "2..8"},
+                      {"strategy", "group(<N>) | channel | tensor", "inputs per scale along K"},
+                      {"symmetric", "true | false", "false: weight_zero_point"},
+                      {"actorder", "none | group | weight", "group: weight_g_idx stored"}};
+      s.constraints = {"weights int, static; no input_activations; format pack-quantized",
+                       "group: K % group_size == 0",
+                       "stored u = q + 2^(b-1), packed into int32 words along K",
+                       "on MoE expert stacks int4 group 32 symmetric without actorder is mxint4"};
+      // Shapes are read by the TP sharding rules (core/parallel/quant_sharding.cpp): one row per
+      // strategy's shape, b = num_bits.
+      s.tensors = {{"weight_packed", "I32", "[N, ceil(K*b/32)]", "", "dense int32 stream along K"},
+                   {"weight_scale", "model dtype", "[N, K/G]", "", "strategy group"},
+                   {"weight_scale", "model dtype", "[N, 1]", "", "strategy channel"},
+                   {"weight_scale", "model dtype", "[1]", "", "strategy tensor"},
+                   {"weight_zero_point", "I32", "[ceil(N*b/32), K/G]", "",
+                    "asymmetric group: packed along N like the codes"},
+                   {"weight_zero_point", "I32", "[ceil(N*b/32), 1]", "", "asymmetric channel"},
+                   {"weight_zero_point", "I8", "[1]", "", "asymmetric tensor"},
                    {"weight_shape", "I64", "[2]", "", "holds [N, K]"},
                    {"weight_g_idx", "I32", "[K]", "", "only with actorder 'group'"}};
-      s.spec = "FORMATS.md §2.6(b); card C1";
+      s.spec = "FORMATS.md §2.2-2.6(b); card C1";
       break;
     case SchemeKind::kFp8Tensor:
       s.producers = {Producer::kCompressedTensors, Producer::kFp8Config};
@@ -419,8 +435,8 @@ std::string_view scheme_pattern(SchemeKind k) {
       return "w8a8-int8-dyn";
     case SchemeKind::kW4A8Dyn:
       return "w4a8-dyn";
-    case SchemeKind::kW4A16G32:
-      return "w4a16-g32";
+    case SchemeKind::kPackedInt:
+      return "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]";
     case SchemeKind::kFp8Tensor:
       return "fp8-tensor";
     case SchemeKind::kFp8Channel:
@@ -456,7 +472,7 @@ SchemeFamily scheme_family(SchemeKind k) {
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kW4A8Dyn:
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
@@ -479,7 +495,8 @@ int64_t effective_group_size(const SchemeId& s) {
   switch (s.kind) {
     case SchemeKind::kW8A16Group:
       return s.group_size;
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
+      return s.int_weights.group > 0 ? s.int_weights.group : 0;
     case SchemeKind::kMxint4:
     case SchemeKind::kMxfp4:
     case SchemeKind::kMxfp8:
@@ -513,21 +530,147 @@ std::string valid_scheme_ids() {
   std::string out;
   for (SchemeKind k : kAllSchemeKinds) {
     if (!out.empty()) out += ", ";
+    if (k == SchemeKind::kPackedInt) out += "w4a16-g32, ";
     out += scheme_pattern(k);
+  }
+  out += "; presets: ";
+  bool first = true;
+  for (const SchemePreset& p : scheme_presets()) {
+    if (!p.scheme) continue;
+    out += first ? "" : ", ";
+    out += p.name;
+    first = false;
   }
   return out;
 }
 
+namespace {
+
+constexpr std::string_view kPackedIntPrefix = "ct-w";
+const IntWeightPoint kW4A16G32Point{};
+
+bool all_digits(const std::string& d, size_t max_len) {
+  return !d.empty() && d.size() <= max_len && d[0] != '0' &&
+         std::all_of(d.begin(), d.end(), [](unsigned char ch) { return std::isdigit(ch); });
+}
+
+// "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]" (already lower-cased).
+std::optional<SchemeId> parse_packed_int(const std::string& s, std::string_view id) {
+  if (s.rfind(kPackedIntPrefix, 0) != 0) return std::nullopt;
+  const std::string where = "scheme '" + std::string(id) + "'";
+  const std::string usage =
+      "expected ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder] with b in 2..8 and N in [1, " +
+      std::to_string(kMaxGroupSize) + "]";
+  std::vector<std::string> parts;
+  size_t start = kPackedIntPrefix.size() - 1;  // at the 'w'
+  while (start <= s.size()) {
+    const size_t dash = std::min(s.find('-', start), s.size());
+    parts.push_back(s.substr(start, dash - start));
+    start = dash + 1;
+  }
+  if (parts.size() < 2 || parts.size() > 4) throw Error(where, usage);
+  const std::string& wa = parts[0];
+  if (wa.size() != 5 || wa[0] != 'w' || wa.substr(2) != "a16" || wa[1] < '2' || wa[1] > '8')
+    throw Error(where, "'" + wa + "': " + usage);
+  IntWeightPoint p;
+  p.bits = wa[1] - '0';
+  const std::string& g = parts[1];
+  if (g == "ch") {
+    p.group = IntWeightPoint::kChannel;
+  } else if (g == "tensor") {
+    p.group = IntWeightPoint::kTensor;
+  } else if (g.size() > 1 && g[0] == 'g' && all_digits(g.substr(1), 7) &&
+             std::stoll(g.substr(1)) <= kMaxGroupSize) {
+    p.group = std::stoll(g.substr(1));
+  } else {
+    throw Error(where, "'" + g + "': " + usage);
+  }
+  size_t i = 2;
+  if (i < parts.size() && parts[i] == "asym") {
+    p.symmetric = false;
+    ++i;
+  }
+  if (i < parts.size() && parts[i] == "actorder") {
+    p.actorder = true;
+    ++i;
+  }
+  if (i != parts.size()) throw Error(where, "'" + parts[i] + "': " + usage);
+  if (p.actorder && p.group <= 0)
+    throw Error(where,
+                "actorder group needs strategy group (g<N>), as compressed-tensors requires");
+  return SchemeId{SchemeKind::kPackedInt, 0, p};
+}
+
+}  // namespace
+
+SchemeId packed_int_scheme(const QuantArgs& w, const std::string& where) {
+  if (w.type != QuantType::kInt)
+    throw Error(where, "pack-quantized integer weights need type int, got " + describe(w));
+  if (w.num_bits < 2 || w.num_bits > 8)
+    throw Error(where, "pack-quantized integer weights need num_bits 2..8, got " +
+                           std::to_string(w.num_bits));
+  if (w.is_dynamic()) throw Error(where, "dynamic weight quantization is not a checkpoint format");
+  IntWeightPoint p;
+  p.bits = w.num_bits;
+  p.symmetric = w.symmetric;
+  switch (w.strategy) {
+    case QuantStrategy::kGroup:
+      p.group = w.effective_group_size();
+      if (p.group <= 0 || p.group > kMaxGroupSize)
+        throw Error(where, "group_size must be in [1, " + std::to_string(kMaxGroupSize) +
+                               "], got " + std::to_string(p.group));
+      break;
+    case QuantStrategy::kChannel:
+      p.group = IntWeightPoint::kChannel;
+      break;
+    case QuantStrategy::kTensor:
+      p.group = IntWeightPoint::kTensor;
+      break;
+    case QuantStrategy::kBlock:
+    case QuantStrategy::kToken:
+    case QuantStrategy::kTensorGroup:
+    case QuantStrategy::kAttnHead:
+      throw Error(where,
+                  "pack-quantized integer weights need strategy group, channel or tensor, "
+                  "got " +
+                      std::string(to_string(w.strategy)));
+  }
+  p.actorder = w.actorder == ActOrder::kGroup;
+  if (p.actorder && w.strategy != QuantStrategy::kGroup)
+    throw Error(where,
+                "actorder 'group' needs strategy group, got " + std::string(to_string(w.strategy)));
+  return SchemeId{SchemeKind::kPackedInt, 0, p};
+}
+
+QuantArgs packed_int_args(const IntWeightPoint& p) {
+  Json j = {{"num_bits", p.bits}, {"type", "int"}, {"symmetric", p.symmetric}, {"dynamic", false}};
+  if (p.group > 0) {
+    j["strategy"] = "group";
+    j["group_size"] = p.group;
+  } else {
+    j["strategy"] = p.group == IntWeightPoint::kChannel ? "channel" : "tensor";
+  }
+  if (p.actorder) j["actorder"] = "group";
+  return parse_quant_args(j, "the weights of " + to_string(SchemeId{SchemeKind::kPackedInt, 0, p}));
+}
+
 SchemeId parse_scheme_id(std::string_view id) {
   const std::string s = lower(id);
+  if (s == "w4a16-g32") return SchemeId{SchemeKind::kPackedInt, 0, kW4A16G32Point};
+  if (auto p = parse_packed_int(s, id)) return *p;
+  for (const SchemePreset& p : scheme_presets())
+    if (lower(p.name) == s) {
+      if (!p.scheme)
+        throw Error("scheme '" + std::string(id) + "'",
+                    p.producer + " preset " + p.name + " (" + p.args + "): " + p.why);
+      return *p.scheme;
+    }
   for (SchemeKind k : kAllSchemeKinds)
-    if (k != SchemeKind::kW8A16Group && scheme_pattern(k) == s) return SchemeId{k, 0};
+    if (k != SchemeKind::kW8A16Group && k != SchemeKind::kPackedInt && scheme_pattern(k) == s)
+      return SchemeId{k, 0};
   if (s.rfind(kW8A16GroupPrefix, 0) == 0) {
     const std::string digits = s.substr(kW8A16GroupPrefix.size());
-    const bool all_digits = !digits.empty() && digits.size() <= 7 &&
-                            std::all_of(digits.begin(), digits.end(),
-                                        [](unsigned char ch) { return std::isdigit(ch); });
-    if (all_digits && digits[0] != '0') {
+    if (all_digits(digits, 7)) {
       const int64_t g = std::stoll(digits);
       if (g <= kMaxGroupSize) return SchemeId{SchemeKind::kW8A16Group, g};
     }
@@ -535,12 +678,30 @@ SchemeId parse_scheme_id(std::string_view id) {
                                                         std::to_string(kMaxGroupSize) +
                                                         "] without leading zeros");
   }
+  // compressed-tensors' int weight-only points are spelled with the producer first (w8a16-ch is
+  // msModelSlim's): say so for the spelling without it.
+  std::string hint;
+  if (s.size() > 5 && s[0] == 'w' && s.compare(2, 3, "a16") == 0) try {
+      hint = "; compressed-tensors integer weights are spelled " +
+             to_string(*parse_packed_int("ct-" + s, "ct-" + s));
+    } catch (const Error&) {
+    }
   throw Error("scheme '" + std::string(id) + "'",
-              "unknown scheme id (valid: " + valid_scheme_ids() + ")");
+              "unknown scheme id (valid: " + valid_scheme_ids() + ")" + hint);
 }
 
 std::string to_string(const SchemeId& s) {
   if (s.kind == SchemeKind::kW8A16Group) return "w8a16-g" + std::to_string(s.group_size);
+  if (s.kind == SchemeKind::kPackedInt) {
+    const IntWeightPoint& p = s.int_weights;
+    if (p == kW4A16G32Point) return "w4a16-g32";
+    std::string out = "ct-w" + std::to_string(p.bits) + "a16-";
+    out += p.group > 0 ? "g" + std::to_string(p.group)
+                       : (p.group == IntWeightPoint::kChannel ? "ch" : "tensor");
+    if (!p.symmetric) out += "-asym";
+    if (p.actorder) out += "-actorder";
+    return out;
+  }
   return std::string(scheme_pattern(s.kind));
 }
 

@@ -6,11 +6,13 @@
 // Switches over SchemeKind have no `default`: a new scheme is a compile error wherever it is not
 // handled yet.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/json_util.h"
+#include "core/quant/quant_args.h"
 
 namespace qparity {
 
@@ -22,7 +24,7 @@ enum class SchemeKind : uint8_t {
   kW8A8S,
   kW8A8Int8Dyn,
   kW4A8Dyn,
-  kW4A16G32,
+  kPackedInt,  // compressed-tensors pack-quantized integer weights: the point in IntWeightPoint
   kFp8Tensor,
   kFp8Channel,
   kFp8Block,
@@ -39,7 +41,7 @@ enum class SchemeKind : uint8_t {
 inline constexpr SchemeKind kAllSchemeKinds[] = {
     SchemeKind::kBf16,       SchemeKind::kW8A16Channel, SchemeKind::kW8A16Group,
     SchemeKind::kW8A8Static, SchemeKind::kW8A8S,        SchemeKind::kW8A8Int8Dyn,
-    SchemeKind::kW4A8Dyn,    SchemeKind::kW4A16G32,     SchemeKind::kFp8Tensor,
+    SchemeKind::kW4A8Dyn,    SchemeKind::kPackedInt,    SchemeKind::kFp8Tensor,
     SchemeKind::kFp8Channel, SchemeKind::kFp8Block,     SchemeKind::kNvfp4,
     SchemeKind::kMxint4,     SchemeKind::kMxfp4,        SchemeKind::kMxfp8,
     SchemeKind::kKvBf16,     SchemeKind::kKvInt8,       SchemeKind::kKvFp8,
@@ -60,18 +62,53 @@ enum class Producer : uint8_t {
 std::string_view to_string(SchemeFamily f);
 std::string_view to_string(Producer p);
 
-// A parsed scheme id. group_size is set only for kW8A16Group (the N of "w8a16-g<N>"); schemes
-// whose group is fixed by the format report it through effective_group_size().
+// A point of compressed-tensors' integer weight-only space (`pack-quantized`, FORMATS.md §2.2,
+// card C1): the QuantizationArgs fields that change what the checkpoint holds. actorder "weight"
+// (alias "static") changes only the calibration order, so it is not part of the point.
+struct IntWeightPoint {
+  static constexpr int64_t kChannel = 0;  // strategy channel: one scale per output row
+  static constexpr int64_t kTensor = -1;  // strategy tensor: one scale per weight
+  int bits = 4;                           // num_bits, 2..8
+  int64_t group = 32;                     // strategy group: inputs per scale; or kChannel / kTensor
+  bool symmetric = true;                  // false: weight_zero_point stored
+  bool actorder = false;                  // actorder "group": weight_g_idx stored
+  friend bool operator==(const IntWeightPoint&, const IntWeightPoint&) = default;
+};
+
+// A parsed scheme id. group_size is set only for kW8A16Group (the N of "w8a16-g<N>"); int_weights
+// only for kPackedInt (default: the w4a16-g32 point); schemes whose group is fixed by the format
+// report it through effective_group_size().
 struct SchemeId {
   SchemeKind kind = SchemeKind::kBf16;
   int64_t group_size = 0;
+  IntWeightPoint int_weights{};
   friend bool operator==(const SchemeId&, const SchemeId&) = default;
 };
 
-// "w8a16-g128" -> {kW8A16Group, 128}. Case-insensitive. Unknown ids throw an Error that lists the
-// valid ones.
+// "w8a16-g128" -> {kW8A16Group, 128}; "ct-w4a16-g128-asym" -> {kPackedInt, {4, 128, asym}}; a
+// preset name (scheme_presets(): compressed-tensors' "W4A16", ...) -> the point it names.
+// Case-insensitive. Unknown ids throw an Error that lists the valid ones.
 SchemeId parse_scheme_id(std::string_view id);
+// The canonical id: the pattern, w8a16-g<N>, or for kPackedInt "w4a16-g32" at that point and
+// "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]" elsewhere.
 std::string to_string(const SchemeId& s);
+// The kPackedInt scheme of a compressed-tensors weights QuantizationArgs (int, static, strategy
+// group / channel / tensor); an Error naming `where` and the field otherwise.
+SchemeId packed_int_scheme(const QuantArgs& weights, const std::string& where);
+// The weights QuantizationArgs of a kPackedInt point (what llm-compressor writes for it).
+QuantArgs packed_int_args(const IntWeightPoint& p);
+
+// A producer's preset name (compressed-tensors' "W4A16", ...) and the point it names, or why
+// qparity has no scheme for it yet. Defined beside the producer's config reader
+// (compressed_tensors_config.cpp), which resolves the preset's args with the one resolver.
+struct SchemePreset {
+  std::string name;      // as the producer spells it ("W4A16")
+  std::string producer;  // "compressed-tensors"
+  std::optional<SchemeId> scheme;
+  std::string args;  // "weights int4 group(128) sym static; no input activations"
+  std::string why;   // when scheme is unset: the resolver's refusal
+};
+const std::vector<SchemePreset>& scheme_presets();
 // The group along K that the format fixes (32 for w4a16-g32 / mxint4 / mxfp4 / mxfp8, 16 for
 // nvfp4, 128 for fp8-block's 128x128 tiles, N for w8a16-g<N>), else 0.
 int64_t effective_group_size(const SchemeId& s);

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/text/unicode_nfc.h"
 
 namespace qparity {
@@ -94,8 +95,9 @@ std::string onig_white_space(const std::string& pattern, const std::string& wher
         out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
       } else if (e == 'S') {
         if (in_class)
-          throw Error(where, "\\S inside a character class of the pre-tokenizer regex is not "
-                             "supported");
+          throw Error(where,
+                      "\\S inside a character class of the pre-tokenizer regex is not "
+                      "supported");
         out += "[^" + std::string(kWhiteSpace) + "]";
       } else {
         out += c;
@@ -119,6 +121,7 @@ std::string onig_white_space(const std::string& pattern, const std::string& wher
 
 class Regex {
  public:
+  static constexpr uint32_t kMatchLimit = 1000000000;
   Regex(const std::string& onig_pattern, const std::string& where) {
     const std::string pattern = onig_white_space(onig_pattern, where);
     int err = 0;
@@ -139,14 +142,30 @@ class Regex {
   // Behavior Isolated: the matches and the non-empty gaps between them, in order.
   void split(std::string_view s, std::vector<std::string_view>& out) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    // Oniguruma (HF) has no step limit; PCRE2's default (10^7) stops on long runs the patterns'
+    // backtracking \s+(?!\S) walks: allow 10^9 steps, and name the place when even that ends.
+    pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+    pcre2_set_match_limit(mc, kMatchLimit);
     size_t at = 0, gap = 0;
     while (at <= s.size()) {
       const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at,
-                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+                                 PCRE2_NO_UTF_CHECK, md, mc);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) {
         pcre2_match_data_free(md);
-        throw Error("tokenizer", "PCRE2 match error " + std::to_string(rc));
+        pcre2_match_context_free(mc);
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        const size_t line = 1 + static_cast<size_t>(std::count(s.begin(), s.begin() + at, '\n'));
+        throw Error("text",
+                    "the pre-tokenizer regex stopped at byte " + std::to_string(at) + " (line " +
+                        std::to_string(line) + " of the " + std::to_string(s.size()) +
+                        "-byte run between added tokens): " + reinterpret_cast<const char*>(msg) +
+                        (rc == PCRE2_ERROR_MATCHLIMIT
+                             ? " (PCRE2's match limit of " + std::to_string(kMatchLimit) +
+                                   " steps; a run that long without a split point: "
+                                   "split the input there)"
+                             : std::string()));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t b = ov[0], e = ov[1];
@@ -167,6 +186,7 @@ class Regex {
     }
     if (gap < s.size()) out.push_back(s.substr(gap));
     pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
   }
 
  private:
@@ -318,23 +338,41 @@ int64_t Tokenizer::vocab_size() const {
 
 namespace {
 
+// The one JSON reader: a FIFO or device is refused before it is opened, duplicate keys by name.
 Json read_json(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  if (!f) throw Error(p.string(), "cannot open");
-  try {
-    return Json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(p.string(), std::string("not JSON: ") + e.what());
-  }
+  return read_json_file(p);
 }
 
 std::string type_of(const Json& j) {
-  return j.is_object() ? j.value("type", "") : "";
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : "";
+}
+
+// A token id as HF reads it (u32): an integer in [0, 2^32), not 5.0, not -1.
+int64_t token_id(const Json& v, const std::string& where) {
+  if (!v.is_number_integer())
+    throw Error(where,
+                "a token id is an integer, got " + (v.is_number() ? v.dump() : json_type_name(v)));
+  const int64_t id = as_int(v, where);
+  if (id < 0 || id > int64_t{0xFFFFFFFF})
+    throw Error(where, "token id " + std::to_string(id) + " is outside [0, 2^32)");
+  return id;
 }
 
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
+  // Any type mismatch the typed accessors above do not cover still names the file, never a raw
+  // library message ("[json.exception.type_error.302] ...").
+  try {
+    return load_checked(dir);
+  } catch (const Json::exception& e) {
+    throw Error((dir / "tokenizer.json").string(),
+                "malformed tokenizer.json (or tokenizer_config.json): " + json_error_text(e));
+  }
+}
+
+Tokenizer Tokenizer::load_checked(const std::filesystem::path& dir) {
   auto impl = std::make_unique<Impl>();
   const std::filesystem::path file = dir / "tokenizer.json";
   const std::string w = file.string();
@@ -344,8 +382,12 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
                 "no tokenizer.json in the checkpoint directory (--text needs the checkpoint's "
                 "own tokenizer)");
   const Json j = read_json(file);
-  // Model.
-  const Json& m = j.at("model");
+  require_object(j, w);
+  // Model. Keys are named by their path in messages ("model.merges[3]"), as HF's own loader
+  // refuses what it refuses.
+  const auto at = [&](const std::string& path) { return key_where(w, path); };
+  const Json& m = require_key(j, "model", w);
+  require_object(m, at("model"));
   if (type_of(m) != "BPE")
     throw Error(
         w, "model type '" + type_of(m) + "': only byte-level BPE (Llama 3, Qwen) is supported");
@@ -356,20 +398,35 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
       throw Error(w, std::string("BPE with ") + k + " is not supported");
   if (m.contains("dropout") && !m["dropout"].is_null())
     throw Error(w, "BPE dropout is not deterministic; not supported");
-  impl->ignore_merges = m.value("ignore_merges", false);
-  for (const auto& [tok, id] : m.at("vocab").items())
-    impl->vocab.emplace(tok, id.get<int64_t>());
+  impl->ignore_merges = m.contains("ignore_merges") && !m["ignore_merges"].is_null() &&
+                        as_bool(m["ignore_merges"], at("model.ignore_merges"));
+  const Json& vocab = require_key(m, "vocab", at("model"));
+  require_object(vocab, at("model.vocab"));
+  for (const auto& [tok, id] : vocab.items())
+    impl->vocab.emplace(tok, token_id(id, at("model.vocab." + tok)));
+  const Json& merges = require_key(m, "merges", at("model"));
+  if (!merges.is_array())
+    throw Error(at("model.merges"), "expected an array, got " + json_type_name(merges));
   int rank = 0;
-  for (const Json& mg : m.at("merges")) {
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& mg = merges[i];
+    const std::string mw = at("model.merges[" + std::to_string(i) + "]");
     std::string a, b;
     if (mg.is_string()) {
+      // HF: "left right", exactly two parts.
       const std::string s = mg.get<std::string>();
       const size_t sp = s.find(' ');
-      if (sp == std::string::npos) throw Error(w, "merge '" + s + "' is not 'left right'");
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        throw Error(mw, "merge '" + s + "' is not 'left right' (two parts)");
       a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      a = mg[0].get<std::string>(), b = mg[1].get<std::string>();
     } else {
-      a = mg.at(0).get<std::string>(), b = mg.at(1).get<std::string>();
+      throw Error(mw, "a merge is \"left right\" or [left, right], got " + mg.dump());
     }
+    // HF refuses a merge whose parts or result are not in the vocabulary.
+    for (const std::string& t : {a, b, a + b})
+      if (!impl->vocab.count(t)) throw Error(mw, "merge token '" + t + "' is not in model.vocab");
     impl->merge_rank[a + '\0' + b] = rank++;  // a repeated pair: the last rank, as HF's map
   }
   // Normalizer.
@@ -427,7 +484,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     if (impl->nfc && a.value("normalized", !a.value("special", false)))
       throw Error(w, "added token '" + a.value("content", "") +
                          "' is normalized (matched after NFC): not supported with a normalizer");
-    impl->added.push_back({a.at("content").get<std::string>(), a.at("id").get<int64_t>()});
+    impl->added.push_back(
+        {as_string(require_key(a, "content", at("added_tokens[]")), at("added_tokens[].content")),
+         token_id(require_key(a, "id", at("added_tokens[]")), at("added_tokens[].id"))});
   }
   std::stable_sort(
       impl->added.begin(), impl->added.end(),
@@ -453,14 +512,27 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
     if (t != "TemplateProcessing")
       throw Error(w, "post-processor '" + t + "' is not supported (TemplateProcessing, ByteLevel)");
     bool seen_a = false;
-    for (const Json& item : p.at("single")) {
+    const std::string pw = at("post_processor");
+    const Json& single = require_key(p, "single", pw);
+    if (!single.is_array())
+      throw Error(pw + ".single", "expected an array, got " + json_type_name(single));
+    for (const Json& item : single) {
+      require_object(item, pw + ".single[]");
       if (item.contains("Sequence")) {
         seen_a = true;
       } else {
-        const std::string name = item.at("SpecialToken").at("id").get<std::string>();
-        const Json& ids = p.at("special_tokens").at(name).at("ids");
+        const std::string name =
+            as_string(require_key(require_key(item, "SpecialToken", pw + ".single[]"), "id",
+                                  pw + ".single[].SpecialToken"),
+                      pw + ".single[].SpecialToken.id");
+        const Json& ids = require_key(
+            require_key(require_key(p, "special_tokens", pw), name, pw + ".special_tokens"), "ids",
+            pw + ".special_tokens." + name);
+        if (!ids.is_array())
+          throw Error(pw + ".special_tokens." + name + ".ids", "expected an array");
         for (const Json& id : ids)
-          (seen_a ? impl->suffix : impl->prefix).push_back(id.get<int64_t>());
+          (seen_a ? impl->suffix : impl->prefix)
+              .push_back(token_id(id, pw + ".special_tokens." + name + ".ids[]"));
       }
     }
   }

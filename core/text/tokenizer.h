@@ -46,6 +46,7 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static Tokenizer load_checked(const std::filesystem::path& dir);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -11,6 +11,28 @@
 
 namespace qparity::gpu {
 
+namespace {
+
+// The points of compressed-tensors' integer weight space the weight-only kernels take
+// (kernels/weight_only_gemm.h): int4 and int8 codes in column order. The K-multiple rules (32 for
+// int4, 16 for int8) are checked per layer when the method is built.
+bool packed_int_runs(const IntWeightPoint& p, std::string* why) {
+  if (p.bits != 4 && p.bits != 8) {
+    if (why)
+      *why = "int" + std::to_string(p.bits) +
+             " weights: the GPU's weight-only kernels take 4 or 8 bits";
+    return false;
+  }
+  if (p.actorder) {
+    if (why)
+      *why = "actorder group (weight_g_idx): the GPU's weight-only kernels take columns in order";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
   const auto no = [&](const std::string& w) {
     if (why) *why = w;
@@ -20,7 +42,6 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kBf16:  // the engine's own bf16 paths (no GpuLinearMethod)
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
-    case SchemeKind::kW4A16G32:
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
@@ -32,6 +53,8 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
       return true;
+    case SchemeKind::kPackedInt:
+      return packed_int_runs(s.int_weights, why);
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
     case SchemeKind::kKvBf16:
@@ -45,9 +68,10 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
 
 bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
   switch (s.kind) {
+    case SchemeKind::kPackedInt:
+      return packed_int_runs(s.int_weights, why);
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
-    case SchemeKind::kW4A16G32:
     case SchemeKind::kMxint4:  // compressed-tensors int4 group-32 experts, bf16 scales
     case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kW4A8Dyn:  // on the host path, one int8 GEMM per expert
@@ -86,7 +110,7 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
   switch (s.kind) {
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
     case SchemeKind::kMxint4:
       return std::make_unique<WeightOnlyIntMethod>(host, options, expert);
     case SchemeKind::kW8A8Static:

@@ -4,6 +4,7 @@
 --tokens: token ids separated by whitespace or commas (cut into sequences of --seq-len; one
 sequence without it), or a qparity golden (.h5), whose inputs/tokens are used as they are."""
 import argparse
+import os
 import sys
 
 from .tokens import read_tokens
@@ -26,10 +27,20 @@ def main(argv=None):
     hf.add_argument("--dialect", default="ideal", choices=DIALECTS)
     hf.add_argument("--force", action="store_true", help="replace an existing --out")
     a = ap.parse_args(argv)
+    # Checked before any model is loaded: a missing output directory is one line, not a
+    # traceback after minutes of forward passes.
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(out_dir):
+        print(f"qparity_dump: {a.out}: the directory {out_dir} does not exist", file=sys.stderr)
+        return 1
     try:
         tokens = read_tokens(a.tokens, a.seq_len)
         from . import hf as hf_engine
         out, shape = hf_engine.run(a, tokens)
+    except ImportError as e:
+        print(f"qparity_dump: the hf engine needs torch and transformers ({e}); "
+              f"pip install torch transformers", file=sys.stderr)
+        return 1
     except (CandidateError, ValueError, OSError) as e:
         print(f"qparity_dump: {e}", file=sys.stderr)
         return 1

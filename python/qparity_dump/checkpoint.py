@@ -24,6 +24,12 @@ def _shards(model_dir):
         if not isinstance(weight_map, dict):
             raise ValueError(f"{os.path.join(model_dir, indexes[0])}: no weight_map object")
         shards = sorted(set(weight_map.values()))
+        # qparity refuses an index entry that leaves the checkpoint directory (a path with a
+        # separator or ".."): so does the hash, instead of reading what it names.
+        for s in shards:
+            if not isinstance(s, str) or not s or "/" in s or "\\" in s or s in (".", ".."):
+                raise ValueError(f"{os.path.join(model_dir, indexes[0])}: weight_map names {s!r}, "
+                                 f"not a file in the checkpoint directory")
     else:
         shards = sorted(n for n in names if n.endswith(".safetensors")
                         and os.path.isfile(os.path.join(model_dir, n)))

@@ -17,7 +17,8 @@ def main():
     ap.add_argument("--golden", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["declared", "undeclared", "contradict", "perturbed"], required=True)
+    ap.add_argument("--mode", choices=["declared", "undeclared", "contradict", "perturbed",
+                                         "relabelled"], required=True)
     a = ap.parse_args()
     with h5py.File(a.golden, "r") as g:
         for name, got in (("model_config_hash", config_hash(a.model)),
@@ -26,7 +27,8 @@ def main():
                 print(f"{name}: python {got} != golden {g.attrs[name]}", file=sys.stderr)
                 return 2
         c = Candidate.for_checkpoint(a.model, g["inputs/tokens"][()], "python-roundtrip",
-                                     producer_version="test", scheme=g.attrs["scheme"],
+                                     producer_version="test",
+                                     scheme="fp8-block" if a.mode == "relabelled" else g.attrs["scheme"],
                                      device="NVIDIA Test GPU sm90", model_dtype="BF16",
                                      point_dtype="float64")
         for name in g["points"]:
@@ -35,7 +37,7 @@ def main():
             values = g["points"][name][()]
             c.add_point(name, values * 1.05 if a.mode == "perturbed" and
                         name == "layers.0.attn.out" else values)
-        if a.mode in ("declared", "perturbed"):
+        if a.mode in ("declared", "perturbed", "relabelled"):
             c.declare_absent("layers.*.attn.core", "written by the round-trip test")
         c.set_logits(g["outputs/logits"][()])
         c.write(a.out, overwrite=True)

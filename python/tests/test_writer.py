@@ -99,5 +99,34 @@ class WriterTest(unittest.TestCase):
         self.assertAlmostEqual(lp[1], np.log(0.5))
 
 
+class CheckpointAndCliTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_index_entries_outside_the_directory_are_refused(self):
+        # qparity refuses them; the hash must not read what they name (main read /etc/passwd).
+        import json
+        from qparity_dump import checkpoint_hash
+        with open(os.path.join(self.dir.name, "model.safetensors.index.json"), "w") as f:
+            json.dump({"weight_map": {"a.weight": "../../etc/passwd"}}, f)
+        with self.assertRaisesRegex(ValueError, "not a file in the checkpoint directory"):
+            checkpoint_hash(self.dir.name)
+
+    def test_missing_output_directory_is_one_line_before_any_work(self):
+        import contextlib
+        import io
+        from qparity_dump.__main__ import main
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["hf", "--model", self.dir.name, "--tokens", "nope.txt", "--out",
+                       os.path.join(self.dir.name, "missing", "c.h5")])
+        self.assertEqual(rc, 1)
+        self.assertIn("does not exist", err.getvalue())
+        self.assertNotIn("Traceback", err.getvalue())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -18,8 +18,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 // Quantizes x in tiles of br x bc; scale_of(amax) gives the scale each tile uses (already the
 // stored value for weights). Returns the fp8 values and the scale grid.
+// amax_quotient: scale_of computes the scale from the set's amax (dynamic activations), so
+// an exact rule rounds 448*x/amax; otherwise (stored or static scales) x/s.
 Fp8Weight tile_quantize(const Matrix& x, int64_t br, int64_t bc, const Fp8ScaleRule& rule,
-                        const std::function<double(double)>& scale_of) {
+                        const std::function<double(double)>& scale_of, bool amax_quotient) {
   if (br <= 0 || bc <= 0) throw Error("fp8", "tile size must be > 0");
   Fp8Weight out;
   out.values = Matrix(x.rows, x.cols);
@@ -34,9 +36,15 @@ Fp8Weight tile_quantize(const Matrix& x, int64_t br, int64_t bc, const Fp8ScaleR
           amax = std::max(amax, std::fabs(in(rule.arith, x(r, c))));
       const double s = scale_of(amax);
       out.scales(bi, bj) = s;
+      // The exact quotient: 448*x/amax while s is amax/448 itself (no floor, eps or UE8M0
+      // changed it), else x/s.
+      const bool exact = rule.exact_quotient && s > 0;
+      const bool by_amax = amax_quotient && amax > 0 && s == amax / kFp8Max;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c)
-          out.values(r, c) = fp8_value(x(r, c), s, rule);
+          out.values(r, c) = !exact    ? fp8_value(x(r, c), s, rule)
+                             : by_amax ? e4m3_of_quotient(x(r, c), kFp8Max, amax)
+                                       : e4m3_of_quotient(x(r, c), 1.0, s);
     }
   }
   return out;
@@ -178,6 +186,7 @@ Fp8ScaleRule Fp8Rules::weight_rule(Fp8Granularity g, DType storage_dtype, DType 
   r.zero_saturates = g == Fp8Granularity::kTensor && weight_tensor_zero_saturates;
   // ideal: an all-zero set still needs a positive stored scale; the storage dtype's eps.
   if (dialect == Dialect::kIdeal) r.zero_scale = dtype_eps(storage_dtype);
+  r.exact_quotient = dialect == Dialect::kIdeal;
   return r;
 }
 
@@ -210,6 +219,7 @@ Fp8ScaleRule Fp8Rules::activation_rule(Fp8Act a, DType model_dtype) const {
       r.ue8m0 = group_ue8m0;
       break;
   }
+  r.exact_quotient = dialect == Dialect::kIdeal;
   return r;
 }
 
@@ -257,9 +267,9 @@ double round_to_dtype(double s, DType d) {
 Fp8Weight quantize_weight_fp8(const Matrix& w, int64_t block_rows, int64_t block_cols,
                               const Fp8ScaleRule& rule, DType scale_dtype) {
   require_finite(w.data, "weight");
-  return tile_quantize(w, block_rows, block_cols, rule, [&](double amax) {
-    return round_to_dtype(fp8_scale(amax, rule), scale_dtype);
-  });
+  return tile_quantize(
+      w, block_rows, block_cols, rule,
+      [&](double amax) { return round_to_dtype(fp8_scale(amax, rule), scale_dtype); }, false);
 }
 
 std::vector<int64_t> fp8_lattice_codes(std::span<const double> values) {
@@ -290,7 +300,7 @@ QuantizedMatrix quantize_activation_fp8(const Matrix& x, Fp8Act mode, const Fp8S
       bc = group;
       break;
   }
-  const Fp8Weight t = tile_quantize(x, br, bc, rule, scale_of);
+  const Fp8Weight t = tile_quantize(x, br, bc, rule, scale_of, mode != Fp8Act::kStatic);
   QuantizedMatrix q;
   q.rows = x.rows;
   q.cols = x.cols;

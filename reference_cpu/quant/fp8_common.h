@@ -11,8 +11,11 @@
 //     (amax_floor before the division, min_scale after), then UE8M0 rounding (2^ceil(log2 s)) if
 //     asked, then zero replacement (compressed-tensors: the dtype's eps).
 //   * t = x/s or x*(1/s) (ScaleUse) in the same arithmetic; t is clamped to [-448, 448] and
-//     rounded once to e4m3fn, round-half-even. Clamping first means values beyond 448*s saturate
-//     to 448 (0x7E) and never become NaN (torch's cast is non-saturating: 464 < |t| -> NaN).
+//     rounded once to e4m3fn, round-half-even. The ideal dialect rounds the exact quotient
+//     (448*x/amax when s = amax/448; x/s for a stored or static s) once, ties decided exactly
+//     (numeric.h e4m3_of_quotient), never an fp64 quotient rounded a second time. Clamping first
+//     means values beyond 448*s saturate to 448 (0x7E) and never become NaN (torch's cast is
+//     non-saturating: 464 < |t| -> NaN).
 //   * s == 0 (all-zero set with no floor): zero_saturates reproduces vLLM's kernel, where
 //     x*(1/0) = NaN/inf and fminf/fmaxf give +-448 (+448 for 0); otherwise every code is 0.
 //   * Stored weight scales are rounded once (RNE) to the storage dtype and the codes are computed
@@ -98,6 +101,10 @@ struct Fp8ScaleRule {
   double zero_scale = 0.0;      // replaces s == 0 (dtype eps); 0: keep s = 0
   bool zero_saturates = false;  // s == 0: codes +-448 (vLLM kernel), else codes 0
   bool ue8m0 = false;           // s = 2^ceil(log2 s)
+  // ideal: codes are the correctly rounded e4m3 of the exact quotient (e4m3_of_quotient): of
+  // 448*x/amax for a scale computed from the set's amax, of x/s for a given (stored or static)
+  // scale; not of an fp64 quotient rounded first.
+  bool exact_quotient = false;
 };
 
 // Activation quantization modes of the linear schemes.

@@ -32,7 +32,9 @@ double fp8_requantize(double q, double s_i, double max_s, const Fp8Rules& rules)
     const double dq = in(Arith::kFp16, q * s_i);  // fp32 product, then fp16 (two roundings)
     return fp8_saturate(apply_scale(dq, max_s, ScaleUse::kMultiplyReciprocal, Arith::kFp32));
   }
-  return fp8_saturate(q * s_i / max_s);
+  // q * s_i is exact in fp64 (a 4-bit code times a stored scale); its quotient by max_s is
+  // rounded once, ties exactly.
+  return e4m3_of_quotient(q * s_i, 1.0, max_s);
 }
 
 TensorMap quantize_fp8_tensor(const QuantizeRequest& r, const Fp8QuantizeOptions& o) {

@@ -92,10 +92,14 @@ QuantizedMatrix KvFp8CacheMethod::do_store(KvWhich which, const Matrix& x) const
   std::vector<double> v(x.data.size());
   for (size_t i = 0; i < v.size(); ++i) {
     double t;
-    if (rules_.store_in_model_dtype)
+    if (rules_.store_in_model_dtype) {
       t = in(m, div_in(Arith::kFp32, x.data[i], s));  // fp32 quotient rounded to the model dtype
-    else
+    } else if (rules_.store_arith == Arith::kFp64 && rules_.store_saturates && s > 0) {
+      v[i] = e4m3_of_quotient(x.data[i], 1.0, s);  // the exact x/s rounded once (ideal)
+      continue;
+    } else {
       t = div_in(rules_.store_arith, x.data[i], s);
+    }
     if (!rules_.store_saturates) {
       if (std::fabs(t) > 464.0)
         throw Error(w, "element " + std::to_string(i) + ": x/s = " + std::to_string(t) +

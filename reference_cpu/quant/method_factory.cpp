@@ -37,7 +37,7 @@ std::string default_format(SchemeKind k) {
       return "msmodelslim";
     case SchemeKind::kW8A8Int8Dyn:
       return "int-quantized";
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
     case SchemeKind::kMxint4:
       return "pack-quantized";
     case SchemeKind::kFp8Tensor:
@@ -103,7 +103,7 @@ std::unique_ptr<LinearMethod> make_linear_method(LinearShape shape, MethodConfig
       return make_w8a8_int8_dynamic_method(std::move(shape), std::move(config));
     case SchemeKind::kW4A8Dyn:
       return make_w4a8_dynamic_method(std::move(shape), std::move(config));
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
       return make_pack_quantized_method(std::move(shape), std::move(config));
     case SchemeKind::kMxint4:
       return make_mxint4_method(std::move(shape), std::move(config));
@@ -145,7 +145,7 @@ std::unique_ptr<KvCacheMethod> make_kv_cache_method(KvShape shape, MethodConfig 
     case SchemeKind::kW8A8S:
     case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kW4A8Dyn:
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
     case SchemeKind::kMxint4:
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
@@ -179,7 +179,7 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
       return quantize_w8a8_int8_dynamic(request);
     case SchemeKind::kW4A8Dyn:
       return quantize_w4a8_dynamic(request);
-    case SchemeKind::kW4A16G32:
+    case SchemeKind::kPackedInt:
       return quantize_pack_quantized(request);
     case SchemeKind::kMxint4:
       return quantize_mxint4(request);

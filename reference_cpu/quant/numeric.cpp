@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/codecs/float_format.h"
 #include "core/error.h"
@@ -113,6 +114,78 @@ double round_int(double x, IntRound r) {
 int64_t quantize_int(double x, IntRound r, int64_t lo, int64_t hi) {
   const double c = std::clamp(x, static_cast<double>(lo), static_cast<double>(hi));
   return static_cast<int64_t>(round_int(c, r));
+}
+
+namespace {
+
+static_assert(std::numeric_limits<long double>::digits >= 64,
+              "exact quotient rounding needs a long double of at least 64 significand bits");
+
+// Significant bits of a finite double (0 for 0).
+int significant_bits(double v) {
+  if (v == 0) return 0;
+  int e = 0;
+  double m = std::frexp(std::fabs(v), &e);  // m in [0.5, 1)
+  int bits = 0;
+  while (m != 0) {
+    m = m * 2 - std::floor(m * 2);
+    ++bits;
+  }
+  return bits;
+}
+
+// sign(x*mult - tie*den), exactly.
+int compare_exact(double x, double mult, double tie, double den) {
+  constexpr int kDigits = std::numeric_limits<long double>::digits;
+  if (significant_bits(x) + significant_bits(mult) > kDigits ||
+      significant_bits(tie) + significant_bits(den) > kDigits)
+    throw Error("exact quotient", "operands too wide for an exact long double product");
+  const long double a = static_cast<long double>(x) * static_cast<long double>(mult);
+  const long double b = static_cast<long double>(tie) * static_cast<long double>(den);
+  return a < b ? -1 : (a > b ? 1 : 0);
+}
+
+// Rounds |x|*mult/den with `round` (a monotone rounding to a grid whose adjacent values' midpoint
+// is exact in fp64), deciding a tie within the fp64 quotient's error exactly; `even` says which
+// of two adjacent grid values is the even one.
+template <typename Round, typename Even>
+double round_quotient(double x, double mult, double den, Round round, Even even) {
+  if (!std::isfinite(x) || !std::isfinite(mult) || !std::isfinite(den) || !(den > 0) || !(mult > 0))
+    throw Error("exact quotient", "needs finite x, mult > 0 and den > 0");
+  const double ax = std::fabs(x);
+  const double t = ax * mult / den;  // two roundings: within 2^-52 relative of the exact value
+  constexpr double kSlack = 4 * std::numeric_limits<double>::epsilon();
+  const double lo = round(t * (1 - kSlack)), hi = round(t * (1 + kSlack));
+  double r = lo;
+  if (lo != hi) {  // a midpoint of the grid lies within the error bound: decide it exactly
+    const double tie = (lo + hi) / 2;
+    const int c = compare_exact(ax, mult, tie, den);
+    r = c < 0 ? lo : (c > 0 ? hi : (even(lo) ? lo : hi));
+  }
+  return std::signbit(x) ? -r : r;
+}
+
+}  // namespace
+
+double e4m3_of_quotient(double x, double mult, double den) {
+  return round_quotient(
+      x, mult, den,
+      [](double v) {
+        return codec::round_to(codec::kE4M3FN, std::min(v, 448.0), codec::Overflow::kSaturate);
+      },
+      [](double v) {
+        // The even code has an even mantissa field: v / (its spacing) is even.
+        int e = 0;
+        std::frexp(v, &e);                            // v in [2^(e-1), 2^e)
+        const int ulp_exp = std::max(e - 1, -6) - 3;  // 3 mantissa bits; subnormals at 2^-9
+        return std::fmod(std::ldexp(v, -ulp_exp), 2.0) == 0.0;
+      });
+}
+
+double int_of_quotient(double x, double mult, double den) {
+  return round_quotient(
+      x, mult, den, [](double v) { return std::nearbyint(v); },
+      [](double v) { return std::fmod(v, 2.0) == 0.0; });
 }
 
 double absmax(std::span<const double> v) {

@@ -47,6 +47,19 @@ double round_int(double x, IntRound r);
 // bounds the order does not change the result). NaN is rejected by the caller, not here.
 int64_t quantize_int(double x, IntRound r, int64_t lo, int64_t hi);
 
+// Correctly rounded codes of an exact quotient x*mult/den (den > 0, finite operands): the
+// ideal dialect's rule. Computing the quotient in fp64 first and then rounding to the format
+// rounds twice: a quotient within an fp64 ulp of a tie between two codes (448*x/amax = 23 for
+// bf16 x and amax, between the e4m3 values 22 and 24) can land on the wrong side. These round
+// the fp64 quotient, and where a tie lies within its error bound decide the side exactly: both
+// x*mult and tie*den are exact in long double (at least 64 significand bits; x and den have at
+// most 53, mult and the tie at most 9: checked), so their comparison is exact.
+// To e4m3fn, round-half-even, saturating at +-448 (values beyond clamp to the largest code).
+double e4m3_of_quotient(double x, double mult, double den);
+// To an integer value, round-half-even (clamp afterwards: with integer bounds the order does
+// not change the result).
+double int_of_quotient(double x, double mult, double den);
+
 // Largest finite |x| over a span; NaN/Inf are the caller's business (checked on load).
 double absmax(std::span<const double> v);
 

@@ -124,10 +124,21 @@ Nvfp4Rules nvfp4_rules(Dialect d) {
   return r;
 }
 
+Nvfp4Rules nvfp4_producer_rules(Dialect d, DType model_dtype) {
+  Nvfp4Rules r = nvfp4_rules(d);
+  if (d == Dialect::kCompressedTensors || d == Dialect::kMsModelSlim)
+    r.observer_arith = arith_of(model_dtype, "NVFP4 observer");
+  return r;
+}
+
 double nvfp4_global_scale(double amax, const Nvfp4Rules& r) {
   if (!(amax >= 0)) throw Error("NVFP4 global scale", "amax must be >= 0");
   if (r.global_scale_arith == Arith::kFp64)
     return fp32_global_scale(in(Arith::kFp32, kNvfp4GlobalNumerator / amax));
+  if (r.observer_arith != Arith::kFp32)  // in the observer's dtype, then .to(float32)
+    return fp32_global_scale(
+        in(Arith::kFp32,
+           mul_in(r.observer_arith, div_in(r.observer_arith, 1.0, amax), kNvfp4GlobalNumerator)));
   // compressed-tensors' generate_gparam and vLLM's nvfp4_utils both write
   // `448.0 * 6.0 / amax` with a Python float over a tensor: torch evaluates float / Tensor as
   // amax.reciprocal() * 2688 (Tensor.__rtruediv__), two fp32 roundings, not one division. The
@@ -143,7 +154,8 @@ double nvfp4_block_scale(double amax16, double gs, const Nvfp4Rules& r) {
       s = e4m3_of_scaled_exact(amax16, gs, 6.0);
       break;
     case Nvfp4BlockScale::kDivideFp32:
-      s = e4m3_saturating(mul_in(Arith::kFp32, gs, div_in(Arith::kFp32, amax16, 6.0)));
+      // amax/6 in the observer's dtype, the product with the fp32 global scale in fp32.
+      s = e4m3_saturating(mul_in(Arith::kFp32, gs, div_in(r.observer_arith, amax16, 6.0)));
       break;
     case Nvfp4BlockScale::kReciprocalSixFp32:
       s = e4m3_saturating(
@@ -221,8 +233,13 @@ TensorMap quantize_nvfp4(const QuantizeRequest& req) {
     throw Error(req.where + ".weight_packed",
                 "in_features " + std::to_string(w.cols) + " is not a multiple of 16 (NVFP4)");
   require_finite(w.data, req.where);
-  const Nvfp4Rules r = nvfp4_rules(req.dialect);
-  const double gs = nvfp4_global_scale(absmax(w.data), r);
+  const Nvfp4Rules r = nvfp4_producer_rules(req.dialect, req.model_dtype);
+  const double own_amax = absmax(w.data);
+  if (req.fused_weight_amax && !(*req.fused_weight_amax >= own_amax))
+    throw Error(req.where + ".weight_global_scale",
+                "the fused layer's amax " + std::to_string(*req.fused_weight_amax) +
+                    " is below this partition's own " + std::to_string(own_amax));
+  const double gs = nvfp4_global_scale(req.fused_weight_amax.value_or(own_amax), r);
   const int64_t groups = w.cols / kNvfp4GroupSize;
   std::vector<double> scales(static_cast<size_t>(w.rows * groups));
   std::vector<uint8_t> nibbles(w.data.size());

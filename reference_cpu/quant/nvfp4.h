@@ -24,7 +24,9 @@
 //
 // Dialects (nvfp4_rules):
 //   step                     ideal            compressed-tensors  vllm / sglang       msmodelslim
-//   global scale             2688/amax fp64,  (1/amax)*2688 in fp32: torch evaluates the
+//   global scale             2688/amax fp64,  (1/amax)*2688, torch's float / Tensor: in the
+//                            (producer: in the model dtype for compressed-tensors, then to F32)
+//   global scale (fp32)                       (1/amax)*2688 in fp32: torch evaluates the
 //                            one RNE to F32   producers' `448.0 * 6.0 / amax` as reciprocal
 //                                             times 2688 (CT generate_gparam §2.7, vLLM
 //                                             nvfp4_utils); msmodelslim = CT
@@ -93,9 +95,18 @@ struct Nvfp4Rules {
   double zero_block_scale = 0.125;
   Nvfp4FusedGlobal dense_fused = Nvfp4FusedGlobal::kPerPartition;
   Nvfp4FusedGlobal moe_fused = Nvfp4FusedGlobal::kPerPartition;
+  // The arithmetic of the producer's observer statistics when global_scale_arith is fp32:
+  // compressed-tensors keeps the observed min/max in the weight's (activation's) dtype, so
+  // 2688/amax (reciprocal, then times 2688) and amax/6 are computed in it (bf16 for a bf16
+  // model) before the fp32 product gs * (amax/6) (helpers.py calculate_qparams / generate_gparam,
+  // observers/min_max.py). vLLM's reference and nvfp4_rules() alone: fp32.
+  Arith observer_arith = Arith::kFp32;
 };
 
 Nvfp4Rules nvfp4_rules(Dialect d);
+// The rules a producer writes weights (and static input global scales) with: nvfp4_rules, and
+// under compressed-tensors / msmodelslim the observer arithmetic of the model dtype.
+Nvfp4Rules nvfp4_producer_rules(Dialect d, DType model_dtype);
 
 // gs = 2688 / amax in the rules' arithmetic, rounded to F32; NaN / inf / 0 -> 1.
 double nvfp4_global_scale(double amax, const Nvfp4Rules& r);

@@ -114,6 +114,13 @@ int64_t int_quantize(double x, const IntQParams& p, int bits, const IntWeightRul
   const Arith a = r.precision == IntScalePrecision::kExactThenStore ? Arith::kFp64
                   : r.precision == IntScalePrecision::kFp32         ? Arith::kFp32
                                                             : arith_of(scale_dtype, "scale");
+  if (a == Arith::kFp64 && r.round == IntRound::kHalfEven && p.scale > 0) {
+    // ideal: the exact x/s rounded once, ties decided exactly (numeric.h); an integer zero
+    // point moves the rounding grid by whole steps, so adding it after rounding is the same.
+    const double q = int_of_quotient(x, 1.0, p.scale) + static_cast<double>(p.zero_point);
+    return static_cast<int64_t>(
+        std::clamp(q, static_cast<double>(qmin_of(bits)), static_cast<double>(qmax_of(bits))));
+  }
   double t = div_in(a, x, p.scale);
   if (p.zero_point != 0) t = add_in(a, t, static_cast<double>(p.zero_point));
   return quantize_int(t, r.round, qmin_of(bits), qmax_of(bits));
@@ -433,7 +440,7 @@ HostTensor pack_rows(const std::vector<int64_t>& codes, int64_t rows, int64_t co
 }  // namespace
 
 TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayout layout) {
-  QuantArgs a = req.weights ? *req.weights : preset_args(SchemeKind::kW4A16G32, req.where);
+  QuantArgs a = req.weights ? *req.weights : preset_args(SchemeKind::kPackedInt, req.where);
   if (req.group_size > 0 && a.strategy == QuantStrategy::kGroup) a.group_size = req.group_size;
   const int64_t n = req.weight.rows;
   const int64_t k = req.weight.cols;
@@ -546,7 +553,7 @@ PackQuantizedLinearMethod::PackQuantizedLinearMethod(LinearShape shape, MethodCo
                                                      codec::CtPackLayout layout)
     : LinearMethod(std::move(shape), std::move(config)), layout_(layout) {
   const std::string& p = this->shape().prefix;
-  args_ = this->config().weights ? *this->config().weights : preset_args(SchemeKind::kW4A16G32, p);
+  args_ = this->config().weights ? *this->config().weights : preset_args(SchemeKind::kPackedInt, p);
   if (this->config().input_activations)
     throw Error(p, "pack-quantized is weight-only; input_activations must be absent");
   group_size_ = pack_quantized_group(args_, this->shape().in_features, p);

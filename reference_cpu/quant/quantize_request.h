@@ -33,7 +33,13 @@ struct QuantizeRequest {
   std::optional<QuantArgs> input_activations;
   std::optional<ActivationStats> activations;  // required by static-activation schemes
   int64_t group_size = 0;                      // w8a16-g<N>: N
-  std::string where = "weight";                // names the linear in errors
+  // NVFP4: the amax the weight global scale is computed from when the linear is one partition
+  // of a fused layer (q/k/v, gate/up, an expert's w1/w3): the group's largest, as llm-compressor
+  // makes the partitions share one global scale (update_fused_layer_weight_global_scales: the
+  // minimum of 2688/amax; from 0.11 its observers' joint absmax, the same value). Unset: this
+  // weight's own amax.
+  std::optional<double> fused_weight_amax;
+  std::string where = "weight";  // names the linear in errors
 };
 
 // Adds the request's bias (if any) to a quantize() result as `bias` [N] in `dtype` (the model

@@ -82,8 +82,9 @@ QuantizedMatrix quantize_w4a8_input(const Matrix& x, Dialect d) {
     if (exact) {
       q.scales(t, 0) = amax / 127.0;
       for (int64_t k = 0; k < x.cols; ++k)
+        // The exact 127*x/amax rounded once, ties decided exactly (numeric.h).
         q.codes[sz(t * x.cols + k)] =
-            quantize_int(x(t, k) * 127.0 / amax, IntRound::kHalfEven, -127, 127);
+            static_cast<int64_t>(std::clamp(int_of_quotient(x(t, k), 127.0, amax), -127.0, 127.0));
     } else {
       const double m = div_in(Arith::kFp32, 127.0, amax);
       q.scales(t, 0) = div_in(Arith::kFp32, 1.0, m);

@@ -121,7 +121,15 @@ QuantizedMatrix quantize_int8_per_token(const Matrix& x, const Int8ActRules& r, 
     if (s == 0 && r.zero_token == ZeroTokenScale::kDtypeEps) s = int_scale_eps(model_dtype);
     q.scales(t, 0) = s;
     const double m = r.multiply_divisor_over_amax ? div_in(a, r.divisor, amax) : 0.0;
+    // ideal: the exact quotient divisor*x/amax rounded once (ties decided exactly), not an fp64
+    // quotient rounded a second time (numeric.h int_of_quotient).
+    const bool exact = r.dialect == Dialect::kIdeal && a == Arith::kFp64 && s == amax / r.divisor;
     for (int64_t k = 0; k < x.cols; ++k) {
+      if (exact) {
+        q.codes[sz(t * x.cols + k)] = static_cast<int64_t>(
+            std::clamp(int_of_quotient(xr[sz(k)], r.divisor, amax), -128.0, 127.0));
+        continue;
+      }
       const double v =
           r.multiply_divisor_over_amax ? mul_in(a, xr[sz(k)], m) : div_in(a, xr[sz(k)], s);
       q.codes[sz(t * x.cols + k)] = quantize_int(v, r.round, -128, 127);

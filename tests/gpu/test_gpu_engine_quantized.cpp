@@ -174,9 +174,10 @@ class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
-  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-static", "w8a8s",
-                                   "smoothquant", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
-                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+  for (const std::string scheme :
+       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "ct-w4a16-g128", "ct-w4a16-g128-asym",
+        "ct-w8a16-g128", "ct-w8a16-ch-asym", "w8a8-static", "w8a8s", "smoothquant", "w8a8-int8-dyn",
+        "w4a8-dyn", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const std::string arch : {"llama", "qwen3", "qwen3-moe"})
       expect_scheme_rows(root, arch, scheme);
   fs::remove_all(root);
@@ -267,8 +268,8 @@ TEST_F(GpuEngineQuantized, GraphDecodeEqualsEagerDecodeForEveryKernelFamily) {
 // ChatGLM2 in msModelSlim's formats (its own example model): the fused query_key_value cut into
 // q/k/v under canonical names, q / k rows re-laid out for the rotate-half RoPE kernels (scales,
 // offsets, quant_bias, deq_scale and the C8 key scales with them; W4A8's int4 row pairs unpacked
-// and packed again), the q/k/v biases added after the projection. Layer-local within each scheme's policy; a w8a8 failure must be explained by
-// inherited activation-code flips (code_flips.h).
+// and packed again), the q/k/v biases added after the projection. Layer-local within each scheme's
+// policy; a w8a8 failure must be explained by inherited activation-code flips (code_flips.h).
 TEST_F(GpuEngineQuantized, ChatGlm2MsModelSlimSchemesMatchTheReference) {
   const fs::path root = test_root("chatglm2");
   for (const std::string scheme :
@@ -320,9 +321,8 @@ TEST_F(GpuEngineQuantized, QuantizedKvCachesMatchTheReferenceOnAllArchitectures)
       const ModelConfig cfg = load_model_config(dir / "config.json");
       auto model = gpu::load_gpu_model(dir, nullptr);
       EXPECT_EQ(model->scheme, scheme);
-      EXPECT_EQ(model->layers[0].kv.quant.format, scheme == "kv-int8"
-                                                      ? gpu::KvCacheFormat::kInt8
-                                                      : gpu::KvCacheFormat::kFp8E4m3);
+      EXPECT_EQ(model->layers[0].kv.quant.format,
+                scheme == "kv-int8" ? gpu::KvCacheFormat::kInt8 : gpu::KvCacheFormat::kFp8E4m3);
       const gpu::EngineOptions eo = fixture_engine_options();
       gpu::Engine e(std::move(model), eo);
       golden::ReferenceRunOptions ro;
@@ -370,22 +370,21 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
   const fs::path dir = quantized_fixture(root, "qwen3", "kv-fp8"), planted = root / "planted";
   fs::remove_all(planted);
   fs::copy(dir, planted, fs::copy_options::recursive);
-  test::edit_tensor(planted, "model.layers.1.self_attn.k_scale",
-                    [](const TensorInfo& info, std::vector<uint8_t>& bytes) {
-                      ASSERT_TRUE(info.dtype == DType::kF32 || info.dtype == DType::kBF16);
-                      const size_t w = info.dtype == DType::kF32 ? 4 : 2;
-                      for (size_t i = 0; i < bytes.size(); i += w) {
-                        uint32_t u = 0;
-                        std::memcpy(reinterpret_cast<uint8_t*>(&u) + (w == 2 ? 2 : 0), &bytes[i],
-                                    w);
-                        float f;
-                        std::memcpy(&f, &u, 4);
-                        f *= 1.5f;  // 1.5 is exact in bf16's mantissa
-                        std::memcpy(&u, &f, 4);
-                        std::memcpy(&bytes[i], reinterpret_cast<uint8_t*>(&u) + (w == 2 ? 2 : 0),
-                                    w);
-                      }
-                    });
+  test::edit_tensor(
+      planted, "model.layers.1.self_attn.k_scale",
+      [](const TensorInfo& info, std::vector<uint8_t>& bytes) {
+        ASSERT_TRUE(info.dtype == DType::kF32 || info.dtype == DType::kBF16);
+        const size_t w = info.dtype == DType::kF32 ? 4 : 2;
+        for (size_t i = 0; i < bytes.size(); i += w) {
+          uint32_t u = 0;
+          std::memcpy(reinterpret_cast<uint8_t*>(&u) + (w == 2 ? 2 : 0), &bytes[i], w);
+          float f;
+          std::memcpy(&f, &u, 4);
+          f *= 1.5f;  // 1.5 is exact in bf16's mantissa
+          std::memcpy(&u, &f, 4);
+          std::memcpy(&bytes[i], reinterpret_cast<uint8_t*>(&u) + (w == 2 ? 2 : 0), w);
+        }
+      });
   const golden::Policy policy =
       golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / "kv-fp8.json");
   golden::CompareOptions co;
@@ -395,10 +394,9 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
   ro.mode = reference::PrecisionMode::kEmulate;
   ro.dialect = Dialect::kVllm;
   const fs::path gfile = root / "clean.ref.h5", lfile = root / "planted.local.h5";
-  golden::write_golden(gfile,
-                       golden::run_reference(dir, golden::synthetic_inputs(2, 16, cfg.vocab, 3),
-                                             ro, nullptr),
-                       OverwritePolicy::kReplace);
+  golden::write_golden(
+      gfile, golden::run_reference(dir, golden::synthetic_inputs(2, 16, cfg.vocab, 3), ro, nullptr),
+      OverwritePolicy::kReplace);
   const golden::GoldenReader ref = golden::GoldenReader::open(gfile);
   gpu::EngineOptions eo;
   eo.max_tokens = 64;
@@ -407,7 +405,8 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
   gpu::Engine e(gpu::load_gpu_model(planted, nullptr), eo);
   golden::write_golden(lfile, gpu::engine_golden_local(e, ref, "*", nullptr),
                        OverwritePolicy::kReplace);
-  const golden::CompareReport r = golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
+  const golden::CompareReport r =
+      golden::compare_goldens(ref, golden::GoldenReader::open(lfile), co);
   EXPECT_EQ(r.verdict, golden::Judgement::kFail);
   ASSERT_GE(r.first_failing, 0) << golden::to_text(r);
   EXPECT_EQ(r.points[static_cast<size_t>(r.first_failing)].name, "layers.1.attn.k_cache")
@@ -425,9 +424,9 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
 // free run by top-1 agreement; fp8-tensor's w13 scales unified by the shared processing.
 TEST_F(GpuEngineQuantized, QuantizedExpertsMatchTheReference) {
   const fs::path root = test_root("experts");
-  for (const std::string scheme :
-       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
-        "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
+  for (const std::string scheme : {"w8a16-ch", "w8a16-g64", "w4a16-g32", "ct-w4a16-g128",
+                                   "ct-w4a16-g128-asym", "w8a8-int8-dyn", "w4a8-dyn", "fp8-tensor",
+                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
     SCOPED_TRACE(scheme);
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));

@@ -133,6 +133,15 @@ std::vector<Case> cases() {
       {"w4a16-g32", true, {192}, 512},
       {"w4a16-g32", false, {192}, 512},
       {"w4a16-g32", true, {64, 32, 32}, 2048},
+      // Points of compressed-tensors' integer weight space (its W4A16 / W4A16_ASYM / W8A16
+      // presets among them): group 128 and 64, per channel, symmetric and with zero points.
+      {"ct-w4a16-g128", true, {192}, 512},
+      {"ct-w4a16-g128-asym", false, {64, 32, 32}, 1024},
+      {"ct-w4a16-g64", true, {128}, 384},
+      {"ct-w4a16-ch-asym", false, {192}, 512},
+      {"ct-w8a16-g128", true, {256}, 1024},
+      {"ct-w8a16-g128-asym", false, {96, 32, 32}, 256},
+      {"ct-w8a16-ch", true, {96, 32, 32}, 256},
       {"w8a8-int8-dyn", true, {192}, 512, Dialect::kVllm},
       {"w8a8-int8-dyn", true, {96, 32, 32}, 256, Dialect::kSglang},
       {"w4a8-dyn", true, {192}, 512, Dialect::kVllm},

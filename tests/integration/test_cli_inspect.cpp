@@ -1,5 +1,6 @@
 // The `qparity` binary end to end: inspect on a checkpoint directory it can read, and on
 // malformed inputs, where it must exit 1 with one line naming the file and key (never a crash).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -21,6 +22,7 @@ namespace fs = std::filesystem;
 
 using test::CliRun;
 using test::slurp;
+using ::testing::HasSubstr;
 
 class CliInspect : public testing::Test {
  protected:
@@ -146,6 +148,22 @@ TEST_F(CliInspect, MalformedInputsExitOneWithOneLine) {
   expect_one_line_error(run("inspect --scheme w3a16 " + (dir_ / "ckpt").string()), {"w3a16"});
   // Missing path.
   expect_one_line_error(run("inspect " + (dir_ / "nope").string()), {"nope"});
+}
+
+// docs/SCHEMES.md is what `qparity schemes --markdown` prints from the registry: no second list
+// to drift (regenerate it with `qparity schemes --markdown > docs/SCHEMES.md`).
+TEST_F(CliInspect, SchemesDocumentIsGeneratedFromTheRegistry) {
+  const CliRun md = run("schemes --markdown");
+  ASSERT_EQ(md.status, 0) << md.err;
+  std::ifstream f(fs::path(QPARITY_SOURCE_DIR) / "docs" / "SCHEMES.md");
+  std::stringstream committed;
+  committed << f.rdbuf();
+  EXPECT_EQ(md.out, committed.str())
+      << "docs/SCHEMES.md is stale: qparity schemes --markdown > docs/SCHEMES.md";
+  EXPECT_THAT(md.out, HasSubstr("| `W4A16` | compressed-tensors | `ct-w4a16-g128` |"));
+  const CliRun presets = run("schemes --presets --json");
+  ASSERT_EQ(presets.status, 0) << presets.err;
+  EXPECT_THAT(presets.out, HasSubstr("\"scheme\": \"ct-w4a16-g128-asym\""));
 }
 
 TEST_F(CliInspect, UsageErrorsExitTwoAndHelpExitsZero) {

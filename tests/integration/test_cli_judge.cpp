@@ -311,8 +311,13 @@ TEST_F(CliJudge, Item7BisectTellsLocalFromInherited) {
                               " --synthetic 2 --seq-len 8 --out " + path("faulty.h5"))
                 .status,
             0);
+  // The faulty checkpoint is another one than the golden's: compare refuses that by default.
+  const CliRun other = run_cli(dir_, "compare " + golden().string() + " " + path("faulty.h5"));
+  EXPECT_EQ(other.status, 1);
+  EXPECT_THAT(other.err, HasSubstr("checkpoint_hash: the candidate records"));
+  EXPECT_THAT(other.err, HasSubstr("the candidate ran another checkpoint than the golden"));
   const CliRun own = run_cli(dir_, "bisect " + golden().string() + " " + path("faulty.h5") +
-                                       " --model " + faulty.string());
+                                       " --model " + faulty.string() + " --allow-other-checkpoint");
   EXPECT_EQ(own.status, 3);
   EXPECT_THAT(own.out, HasSubstr("layers.0.attn.out"));
   EXPECT_THAT(own.out, HasSubstr("LOCAL (decision table row 2)")) << own.out;
@@ -324,11 +329,26 @@ TEST_F(CliJudge, Item7BisectTellsLocalFromInherited) {
       "default": {"derivation": "d", "end_to_end": {"max_kld_upper": 1}},
       "cpu-reference": {"derivation": "layer 0 tolerated, the rest exact", "points": [
         {"match": "layers.0.*", "max_rel_l2": 1.0}, {"match": "*", "max_rel_l2": 1e-9}]}}})";
-  const CliRun inh = run_cli(dir_, "bisect " + golden().string() + " " + path("faulty.h5") +
-                                       " --model " + faulty.string() + " --policy " + p.string());
+  const CliRun inh =
+      run_cli(dir_, "bisect " + golden().string() + " " + path("faulty.h5") + " --model " +
+                        faulty.string() + " --policy " + p.string() + " --allow-other-checkpoint");
   EXPECT_EQ(inh.status, 3);
   EXPECT_THAT(inh.out, HasSubstr("(execution order): layers.1.input_norm"));
   EXPECT_THAT(inh.out, HasSubstr("INHERITED (decision table row 4)")) << inh.out;
+
+  // A candidate recording only its config.json's hash: the tensors are checked against the
+  // golden's, so the faulty checkpoint (byte-identical config.json, other weights) is refused
+  // (main accepted it, and its verdict flipped from INHERITED to LOCAL).
+  const std::string cfg_only = candidate("cfg_only.h5", [](golden::Golden& g) {
+    g.meta.checkpoint_hash.clear();
+    for (double& v : point(g, "layers.1.mlp.out").data)
+      v *= 1.01;
+  });
+  const CliRun same_cfg =
+      run_cli(dir_, "bisect " + golden().string() + " " + cfg_only + " --model " + faulty.string());
+  EXPECT_EQ(same_cfg.status, 1) << same_cfg.out;
+  EXPECT_THAT(same_cfg.err, HasSubstr("the tensors' sha256"));
+  EXPECT_THAT(same_cfg.err, HasSubstr("differs from the golden's checkpoint_hash"));
 }
 
 // Item 8: bisect --model refuses a checkpoint the candidate did not run, by name.
@@ -366,6 +386,12 @@ TEST_F(CliJudge, UsageErrorsExitTwoAndNameTheWord) {
                               " --synthetic -5 --seq-len 4 --out " + path("neg.h5"))
                 .status,
             2);
+  // A negative seed is refused, not wrapped to 2^64 - 5.
+  const CliRun seed =
+      run_cli(dir_, "golden make --model " + path("fx") +
+                        " --synthetic 2 --seq-len 4 --seed -5 --out " + path("negseed.h5"));
+  EXPECT_EQ(seed.status, 2);
+  EXPECT_THAT(seed.err, HasSubstr("a seed is a non-negative integer, got '-5'"));
   EXPECT_EQ(run_cli(dir_, "golden make --model " + path("fx") + " --synthetic 2 --seq-len 4 " +
                               "--token-ids 1,2 --out " + path("both.h5"))
                 .status,
@@ -374,6 +400,19 @@ TEST_F(CliJudge, UsageErrorsExitTwoAndNameTheWord) {
                               " --budget kld=abc --role format")
                 .status,
             2);
+  // A budget is never silently ignored: negative, empty, or under the engine role (main took
+  // all three without a word).
+  const std::string cmp = "compare " + golden().string() + " " + golden().string();
+  const CliRun neg = run_cli(dir_, cmp + " --budget dln_ppl=-1 --role format");
+  EXPECT_EQ(neg.status, 2);
+  EXPECT_THAT(neg.err, HasSubstr("'dln_ppl=-1': keys are kld (>= 0), top1 (in [0, 1]) and "
+                                 "dln_ppl (>= 0)"));
+  const CliRun empty = run_cli(dir_, cmp + " --budget '' --role format");
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_THAT(empty.err, HasSubstr("--budget: is empty"));
+  const CliRun engine = run_cli(dir_, cmp + " --budget kld=0.1 --role engine");
+  EXPECT_EQ(engine.status, 2);
+  EXPECT_THAT(engine.err, HasSubstr("judged in the engine role"));
 }
 
 TEST_F(CliJudge, NonRegularFilesAreRefusedNotWaitedOn) {

@@ -159,6 +159,15 @@ TEST_P(CliPythonCandidate, ValidateAddsAnEngineRow) {
                                      (dir_ / "c.h5").string() + " --out " + rep);
   EXPECT_EQ(w.status, 1);
   EXPECT_THAT(w.err, HasSubstr("the candidate ran another checkpoint"));
+
+  // The scheme is the checkpoint's, not the label's: a bf16 dump labelled fp8-block is refused
+  // naming both (main ran the bf16 reference and wrote an fp8-block PASS row).
+  ASSERT_EQ(write("relabelled", "l.h5"), 0);
+  const CliRun l = run_cli(dir_, "validate --model " + fx + " --candidate " +
+                                     (dir_ / "l.h5").string() + " --out " + rep);
+  EXPECT_EQ(l.status, 1) << l.out;
+  EXPECT_THAT(l.err, HasSubstr("scheme 'fp8-block' differs from the checkpoint's 'bf16'"));
+  EXPECT_FALSE(fs::exists(dir_ / "rep" / "sm90" / "fx" / "fp8-block.python-roundtrip.json"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CliPythonCandidate,

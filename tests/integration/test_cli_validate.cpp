@@ -45,7 +45,13 @@ TEST(CliValidate, WritesTheReportSetForEachScheme) {
     EXPECT_EQ(j["summary"]["math_check"], "ok") << s;
     EXPECT_TRUE(j["summary"]["budget_check"].is_string()) << s;
     EXPECT_THAT(j["summary"]["budget_source"].get<std::string>(), HasSubstr("[budget]"));
-    EXPECT_EQ(j["summary"]["verdict"], j["summary"]["budget_check"] == "within" ? "PASS" : "FAIL");
+    // 16 positions cannot bound top-1 agreement at 0.85 or 0.9 even when every one agrees: such
+    // a budget is "undecided" and the row NOT JUDGED, never a FAIL of agreeing data.
+    const std::string check = j["summary"]["budget_check"];
+    EXPECT_EQ(j["summary"]["verdict"], check == "within"     ? "PASS"
+                                       : check == "EXCEEDED" ? "FAIL"
+                                                             : "NOT JUDGED")
+        << s << " " << check;
     EXPECT_EQ(j["compare"]["end_to_end"]["positions"], 16);
     EXPECT_GT(j["compare"]["points"].size(), 20u);
     // Activation quantization statistics exist exactly for the schemes that quantize
@@ -160,9 +166,10 @@ TEST(CliValidate, ARealCheckpointsShapesSkipOnlyWhatCannotApply) {
   const CliRun r = run_cli(dir, "validate --model " + odd.string() + schemes);
   EXPECT_TRUE(r.status == 0 || r.status == 3) << r.err;
   const Json g64 = read_json_file(out / "cpu-reference" / "odd" / "w8a16-g64.json");
-  EXPECT_THAT(g64["summary"]["notes"][0].get<std::string>(),
-              HasSubstr("model.layers.0.mlp.down_proj"));
-  EXPECT_THAT(g64["summary"]["notes"][0].get<std::string>(), HasSubstr("divisible by 64"));
+  // The row's notes say which linear stayed unquantized and why (among the comparison's own).
+  const std::string notes = g64["summary"]["notes"].dump();
+  EXPECT_THAT(notes, HasSubstr("model.layers.0.mlp.down_proj"));
+  EXPECT_THAT(notes, HasSubstr("divisible by 64"));
   EXPECT_TRUE(fs::exists(out / "cpu-reference" / "odd" / "fp8-block.json"))
       << "ragged 128-blocks run (K = 64, 172)";
   const CliRun r2 = run_cli(dir, "validate --model " + odder.string() + schemes);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/json_util.h"
 #include "error_of.h"
 #include "golden/policy.h"
 
@@ -87,8 +88,48 @@ TEST(GoldenPolicy, EndToEndGatesUseTheConfidenceBounds) {
   EXPECT_FALSE(judge_end_to_end(s, e).pass);
 }
 
+// Too few positions for the top-1 gate to pass even at full agreement: undecided (the comparison
+// becomes NOT JUDGED), never a failure of identical data (main failed a golden against itself on
+// 4 positions); a clear failure (the upper bound below the threshold) still fails.
+TEST(GoldenPolicy, TooFewPositionsForTheTop1GateIsUndecided) {
+  const Policy p = parse_policy(kPolicy, "p.json");  // min_top1_lower 0.9
+  const PolicySection& s = p.engine.at("default");
+  EndToEnd e;
+  e.positions = 4;
+  e.kld_mean = {0, 0, 0};
+  e.top1 = wilson_interval(4, 4);
+  const Verdict v = judge_end_to_end(s, e);
+  EXPECT_TRUE(v.failures.empty());
+  ASSERT_EQ(v.undecided.size(), 1u);
+  EXPECT_THAT(v.undecided[0], HasSubstr("too few positions to judge (4: even full agreement"));
+  e.top1 = wilson_interval(0, 4);  // no position agrees: the upper bound is below 0.9
+  EXPECT_THAT(judge_end_to_end(s, e).failures.at(0), HasSubstr("top-1 agreement lower bound"));
+  e.positions = 200;  // enough positions: judged as before
+  e.top1 = wilson_interval(200, 200);
+  EXPECT_TRUE(judge_end_to_end(s, e).undecided.empty());
+  EXPECT_TRUE(judge_end_to_end(s, e).pass);
+}
+
+// A duplicate key is refused by name: JSON readers keep the last value, so a gate written twice
+// (1e-12, then 1e6) passed a 0.5 error on main.
+TEST(GoldenPolicy, DuplicateKeysAreRefusedByName) {
+  const std::string p = R"({"scheme": "bf16", "engine": {"default": {"derivation": "d",
+      "points": [{"match": "*", "max_rel_l2": 1e-12, "max_rel_l2": 1e6, "why": "w"}]}}})";
+  EXPECT_EQ(error_of([&] { parse_policy(p, "loose.json"); }),
+            "loose.json: duplicate key 'max_rel_l2' in 'engine.default.points[]' (JSON readers "
+            "disagree on which value wins; give each key once)");
+  EXPECT_THAT(
+      error_of([] { parse_policy(R"({"scheme": "bf16", "scheme": "fp8-block"})", "t.json"); }),
+      HasSubstr("t.json: duplicate key 'scheme' at the top level"));
+  // The same key in two different objects is not a duplicate.
+  EXPECT_NO_THROW(
+      parse_json_text(R"({"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 1}, {"k": 2}]})", "ok.json"));
+  EXPECT_THAT(error_of([] { parse_json_text(R"({"a": [{"k": 1, "k": 2}]})", "config.json"); }),
+              HasSubstr("config.json: duplicate key 'k' in 'a[]'"));
+}
+
 TEST(GoldenPolicy, BadPoliciesNameFileAndKey) {
-  EXPECT_THAT(error_of([] { parse_policy("{", "a.json"); }), HasSubstr("a.json: not valid JSON"));
+  EXPECT_THAT(error_of([] { parse_policy("{", "a.json"); }), HasSubstr("a.json: invalid JSON"));
   EXPECT_THAT(error_of([] { parse_policy(R"({"scheme":"bf16","engine":{}})", "b.json"); }),
               HasSubstr("'default' section"));
   EXPECT_THAT(error_of([] {

@@ -3,10 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
+#include "core/json_util.h"
 #include "error_of.h"
 #include "golden/report.h"
 #include "test_seed.h"
@@ -112,6 +118,71 @@ TEST(GoldenReport, IndexListsWhatWasWrittenAndSurvivesStrayFiles) {
   // An index.json that is not ours is refused by name, not overwritten.
   std::ofstream(root / "index.json") << "[]";
   EXPECT_THAT(error_of([&] { write_index(root); }), HasSubstr("is not a qparity report index"));
+  fs::remove_all(root);
+}
+
+// Rows of different sources never overwrite each other: an H100 and an H200 (both key sm90),
+// two engine versions, and a PASS of another dump over a FAIL each get their own row; a rerun
+// of the same source replaces its row (main kept only the last of these, and lost rows when
+// four `report`s wrote one root at once).
+TEST(GoldenReport, RowsOfDifferentSourcesNeverOverwriteEachOther) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_rows_" + std::to_string(test::test_seed()));
+  fs::remove_all(root);
+  const auto row = [](const std::string& name, const std::string& version,
+                      const std::string& verdict, const std::string& dump) {
+    Json r = minimal_report("sm90", "m", "fp8-block");
+    r["summary"]["device_name"] = name;
+    r["summary"]["engine"] = "vllm";
+    r["summary"]["engine_version"] = version;
+    r["summary"]["verdict"] = verdict;
+    r["summary"]["pass"] = verdict == "PASS";
+    r["summary"]["candidate_sha256"] = dump;
+    return r;
+  };
+  const auto files = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(root / "sm90" / "m"))
+      if (e.path().extension() == ".json") out.insert(e.path().filename().string());
+    return out;
+  };
+  write_report(row("NVIDIA H100 80GB HBM3 sm90", "0.9", "PASS", "a"), root);
+  write_report(row("NVIDIA H200 sm90", "0.9", "PASS", "b"), root);
+  EXPECT_EQ(files().size(), 2u);
+  write_report(row("NVIDIA H200 sm90", "0.10", "PASS", "c"), root);
+  EXPECT_EQ(files().size(), 3u);
+  // The same source with a new dump: replaced, unless a PASS would replace a FAIL.
+  write_report(row("NVIDIA H100 80GB HBM3 sm90", "0.9", "FAIL", "d"), root);
+  EXPECT_EQ(files().size(), 3u);
+  write_report(row("NVIDIA H100 80GB HBM3 sm90", "0.9", "PASS", "e"), root);
+  EXPECT_EQ(files().size(), 4u);
+  int fails = 0;
+  for (const auto& f : files())
+    fails += read_json_file(root / "sm90" / "m" / f)["summary"]["verdict"] == "FAIL";
+  EXPECT_EQ(fails, 1);
+  write_index(root);
+  EXPECT_EQ(read_json_file(root / "index.json")["reports"].size(), 4u);
+
+  // Four processes writing one root at once: every row is listed.
+  const fs::path par = root / "parallel";
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 4; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      for (int j = 0; j < 5; ++j) {
+        write_report(minimal_report("cpu", "m" + std::to_string(i), "s" + std::to_string(j)), par);
+        write_index(par);
+      }
+      std::_Exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    ::waitpid(k, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_EQ(read_json_file(par / "index.json")["reports"].size(), 20u);
   fs::remove_all(root);
 }
 

@@ -485,7 +485,7 @@ TEST(ModelConfig, LoadFromFile) {
   const ModelConfig c = load_model_config(path);
   EXPECT_EQ(c.arch, Arch::kQwen3);
   EXPECT_THAT(error_of([&] { load_model_config(dir / "missing.json"); }),
-              HasSubstr("cannot open file"));
+              HasSubstr("missing.json: no such JSON file"));
   std::filesystem::remove_all(dir);
 }
 

@@ -453,7 +453,7 @@ TEST(PackQuantized, RandomPackUnpackRoundTripAllWidths) {
             dense ? codec::CtPackLayout::kDenseStream : codec::CtPackLayout::kPerWord;
         auto m =
             make_pack_quantized_method(LinearShape::dense("l", n, k),
-                                       config(SchemeKind::kW4A16G32, Dialect::kIdeal, a), layout);
+                                       config(SchemeKind::kPackedInt, Dialect::kIdeal, a), layout);
         m->load("weight_packed", encode_ints(DType::kI32, {n, kp}, packed, "p").view());
         m->load("weight_scale",
                 encode(DType::kBF16, {n, groups}, sc, Encoding::kExact, "s").view());
@@ -524,7 +524,7 @@ TEST(PackQuantized, AllZeroGroupGetsDtypeEpsAndZeroOutput) {
   EXPECT_EQ(s[2], 0.0078125);
   EXPECT_GT(s[3], 0.1);
   auto m = make_pack_quantized_method(LinearShape::dense("l", 2, 64),
-                                      config(SchemeKind::kW4A16G32, Dialect::kCompressedTensors));
+                                      config(SchemeKind::kPackedInt, Dialect::kCompressedTensors));
   m->load_all(t);
   m->process_weights_after_loading();
   const Matrix y = m->apply(Matrix(1, 64, 1.0));
@@ -558,7 +558,7 @@ TEST(PackQuantized, IdealWithinHalfStepAndApplyMatches) {
         ASSERT_LE(std::fabs(w(r, c) - d(r, c)), 0.5 * sc * (1 + 2e-5)) << js << seed_note(seed);
       }
     auto m = make_pack_quantized_method(LinearShape::dense("l", 12, 64, DType::kF32, true),
-                                        config(SchemeKind::kW4A16G32, Dialect::kIdeal, a));
+                                        config(SchemeKind::kPackedInt, Dialect::kIdeal, a));
     m->load_all(t);
     m->process_weights_after_loading();
     EXPECT_EQ(m->dequantized_weight().data, d.data);
@@ -599,7 +599,7 @@ TEST(PackQuantized, ActorderGroupIdx) {
   s.partition_names = {"gate_proj", "up_proj"};
   s.partitions = {8, 8};
   s.in_features = 64;
-  auto m = make_pack_quantized_method(s, config(SchemeKind::kW4A16G32, Dialect::kIdeal, a));
+  auto m = make_pack_quantized_method(s, config(SchemeKind::kPackedInt, Dialect::kIdeal, a));
   ActivationStats st;
   for (int i = 0; i < 64; ++i)
     st.channel_absmax.push_back(static_cast<double>((i * 37) % 64));
@@ -629,7 +629,7 @@ TEST(PackQuantized, ConstraintErrorsNameTheTensor) {
   const TensorMap good = quantize_pack_quantized(request(w, Dialect::kIdeal));
   const auto fresh = [&] {
     return make_pack_quantized_method(LinearShape::dense(pre, 4, 64),
-                                      config(SchemeKind::kW4A16G32, Dialect::kIdeal));
+                                      config(SchemeKind::kPackedInt, Dialect::kIdeal));
   };
   {  // weight_shape mismatch
     TensorMap t = good;
@@ -661,7 +661,7 @@ TEST(PackQuantized, ConstraintErrorsNameTheTensor) {
   {  // K % G
     EXPECT_THAT(error_of([&] {
                   make_pack_quantized_method(LinearShape::dense(pre, 4, 48),
-                                             config(SchemeKind::kW4A16G32, Dialect::kIdeal));
+                                             config(SchemeKind::kPackedInt, Dialect::kIdeal));
                 }),
                 HasSubstr("group_size"));
   }
@@ -675,14 +675,14 @@ TEST(PackQuantized, ConstraintErrorsNameTheTensor) {
     gi[5] = 2;
     t["weight_g_idx"] = encode_ints(DType::kI32, {64}, gi, "g");
     auto m = make_pack_quantized_method(LinearShape::dense(pre, 4, 64),
-                                        config(SchemeKind::kW4A16G32, Dialect::kIdeal, a));
+                                        config(SchemeKind::kPackedInt, Dialect::kIdeal, a));
     m->load_all(t);
     EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
                 HasSubstr(pre + ".weight_g_idx"));
     gi[5] = 1;
     t["weight_g_idx"] = encode_ints(DType::kI32, {64}, gi, "g");
     auto m2 = make_pack_quantized_method(LinearShape::dense(pre, 4, 64),
-                                         config(SchemeKind::kW4A16G32, Dialect::kIdeal, a));
+                                         config(SchemeKind::kPackedInt, Dialect::kIdeal, a));
     m2->load_all(t);
     EXPECT_THAT(error_of([&] { m2->process_weights_after_loading(); }),
                 HasSubstr("group 0 has 63 columns"));
@@ -698,7 +698,7 @@ TEST(PackQuantized, ConstraintErrorsNameTheTensor) {
     words[0] = static_cast<int32_t>(static_cast<uint32_t>(words[0]) | 0x80000000u);
     t["weight_packed"] = encode_ints(DType::kI32, {2, 2}, words, "p");
     auto m = make_pack_quantized_method(LinearShape::dense(pre, 2, 20),
-                                        config(SchemeKind::kW4A16G32, Dialect::kIdeal, a3),
+                                        config(SchemeKind::kPackedInt, Dialect::kIdeal, a3),
                                         codec::CtPackLayout::kPerWord);
     m->load_all(t);
     EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
@@ -716,7 +716,7 @@ TEST(PackQuantized, MoeGateUpStackRuntimeTensors) {
   s.in_features = 64;
   s.num_experts = 2;
   auto m =
-      make_pack_quantized_method(s, config(SchemeKind::kW4A16G32, Dialect::kCompressedTensors));
+      make_pack_quantized_method(s, config(SchemeKind::kPackedInt, Dialect::kCompressedTensors));
   std::vector<Matrix> deq;
   for (int64_t e = 0; e < 2; ++e)
     for (int64_t p = 0; p < 2; ++p) {

@@ -168,6 +168,51 @@ TEST(Nvfp4Dialects, GlobalScaleIsReciprocalTimesNumeratorAsTorchComputesIt) {
   EXPECT_GT(differing, 0) << "the two roundings never differ: the test would not detect a mixup";
 }
 
+// compressed-tensors' observers keep a bf16 weight's min/max in bf16: the global scale is
+// bf16(bf16(1/amax) * 2688) (torch's float / Tensor in bf16), then fp32, and each block scale
+// e4m3(fl32(gs * bf16(amax16 / 6))) (calculate_qparams: a bf16 quotient times the fp32 global
+// scale). The fp32 recipe main used for every model dtype differs on such weights.
+TEST(Nvfp4Dialects, CompressedTensorsProducerComputesObserverStatisticsInTheModelDtype) {
+  const uint64_t seed = test::test_seed();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, 0.02);
+  const auto bf16 = [](double v) {
+    return codec::round_to(codec::kBF16, v, codec::Overflow::kNonSaturating);
+  };
+  const auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  int gs_differs = 0, scale_differs = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    Matrix w(8, 64);
+    for (double& v : w.data)
+      v = bf16(d(rng));
+    QuantizeRequest r = request(w, Dialect::kCompressedTensors, false);
+    r.model_dtype = DType::kBF16;
+    const TensorMap t = quantize_nvfp4(r);
+    double amax = 0;
+    for (double v : w.data)
+      amax = std::max(amax, std::fabs(v));
+    const double want_gs = f32(bf16(bf16(1.0 / amax) * 2688.0));
+    const double gs = decode(t.at("weight_global_scale").view(), "gs")[0];
+    ASSERT_EQ(gs, want_gs) << amax << " " << test::seed_note(seed);
+    gs_differs += want_gs != f32(f32(1.0f / static_cast<float>(amax)) * 2688.0);
+    const auto scales = decode(t.at("weight_scale").view(), "s");
+    for (int64_t row = 0; row < 8; ++row)
+      for (int64_t g = 0; g < 4; ++g) {
+        double a = 0;
+        for (int64_t k = 0; k < 16; ++k)
+          a = std::max(a, std::fabs(w(row, g * 16 + k)));
+        const double want = codec::round_to(
+            codec::kE4M3FN, std::min(f32(gs * bf16(a / 6.0)), 448.0), codec::Overflow::kSaturate);
+        ASSERT_EQ(scales[static_cast<size_t>(row * 4 + g)], want == 0 ? 0.125 : want);
+        scale_differs +=
+            want != codec::round_to(codec::kE4M3FN, std::min(f32(gs * f32(a / 6.0)), 448.0),
+                                    codec::Overflow::kSaturate);
+      }
+  }
+  // The model-dtype recipe is observable: some global or block scales differ from the fp32 one.
+  EXPECT_GT(gs_differs + scale_differs, 0);
+}
+
 TEST(Nvfp4Dialects, ZeroGroupScaleIsEpsInCtAndZeroInVllmRef) {
   Matrix w(1, 32, 0.0);
   w(0, 0) = 1.0;  // group 1 is all zero

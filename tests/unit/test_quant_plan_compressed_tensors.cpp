@@ -194,33 +194,60 @@ TEST(CompressedTensorsPlan, W4A16Group32) {
   EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").format, "pack-quantized");
 }
 
-TEST(CompressedTensorsPlan, W4A16Group128IsRejectedNamingTheModule) {
-  EXPECT_EQ(error_of([] {
-              plan_of(tiny_llama(), R"({
-                "quant_method": "compressed-tensors", "format": "pack-quantized",
-                "config_groups": {"W4A16": ["re:.*down_proj"]}})");
-            }),
-            "model.layers.0.mlp.down_proj: W4A16 pack-quantized requires group_size 32, got 128");
-  EXPECT_EQ(
-      error_of([] {
-        plan_of(tiny_llama(), R"({
-                "quant_method": "compressed-tensors", "format": "pack-quantized",
-                "config_groups": {"W4A16_ASYM": ["Linear"]}})");
-      }),
-      "model.layers.0.self_attn.q_proj: W4A16 pack-quantized requires group_size 32, got 128");
-  EXPECT_THAT(error_of([] {
-                plan_of(tiny_llama(), R"({
-                  "quant_method": "compressed-tensors", "format": "pack-quantized",
-                  "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4,
-                    "strategy": "group", "group_size": 32, "symmetric": false}}}})");
-              }),
-              HasSubstr("W4A16 pack-quantized requires symmetric weights"));
-  EXPECT_THAT(error_of([] {
-                plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
-                    "format": "pack-quantized", "config_groups": {"W8A16": ["Linear"]}})");
-              }),
-              HasSubstr("model.layers.0.self_attn.q_proj: compressed-tensors W8A16 (int8 "
-                        "weight-only, config group 'W8A16') is not implemented"));
+// compressed-tensors' integer weight-only space, not one preset: every point is planned as the
+// kPackedInt scheme of its own args (the refusals of group 128, asym and int8 that main had are
+// the bug this guards against).
+TEST(CompressedTensorsPlan, IntWeightOnlyPointsOfTheSpace) {
+  auto scheme_for = [](const std::string& groups, const char* format = "pack-quantized") {
+    const QuantPlan p = plan_of(tiny_llama(), (std::string(R"({"quant_method": "compressed-tensors",
+        "format": ")") + format + R"(", "ignore": ["lm_head"], "config_groups": )" +
+                                               groups + "}")
+                                                  .c_str());
+    const std::string s = scheme_of(p, "model.layers.0.mlp.down_proj");
+    for (const char* l : kLinears)
+      EXPECT_EQ(scheme_of(p, l), s) << l;
+    EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").format, "pack-quantized");
+    return s;
+  };
+  // The presets, by name (their args as PRESET_SCHEMES spells them).
+  EXPECT_EQ(scheme_for(R"({"W4A16": ["Linear"]})"), "ct-w4a16-g128");
+  EXPECT_EQ(scheme_for(R"({"W4A16_ASYM": ["Linear"]})"), "ct-w4a16-g128-asym");
+  EXPECT_EQ(scheme_for(R"({"W8A16": ["Linear"]})"), "ct-w8a16-g128");
+  // A RedHatAI W4A16 checkpoint's config group, verbatim (observer fields and all).
+  EXPECT_EQ(scheme_for(R"({"group_0": {"input_activations": null, "output_activations": null,
+      "targets": ["Linear"], "weights": {"actorder": null, "block_structure": null,
+      "dynamic": false, "group_size": 128, "num_bits": 4, "observer": "minmax",
+      "observer_kwargs": {}, "strategy": "group", "symmetric": true, "type": "int"}}})"),
+            "ct-w4a16-g128");
+  auto point = [&](const char* weights) {
+    return scheme_for(std::string(R"({"g": {"targets": ["Linear"], "weights": )") + weights + "}}");
+  };
+  EXPECT_EQ(point(R"({"num_bits": 8, "type": "int", "strategy": "channel"})"), "ct-w8a16-ch");
+  EXPECT_EQ(point(R"({"num_bits": 3, "strategy": "channel", "symmetric": false})"),
+            "ct-w3a16-ch-asym");
+  EXPECT_EQ(point(R"({"num_bits": 2, "strategy": "tensor"})"), "ct-w2a16-tensor");
+  EXPECT_EQ(point(R"({"num_bits": 4, "strategy": "group", "group_size": 64,
+                      "actorder": "group"})"),
+            "ct-w4a16-g64-actorder");
+  // actorder "weight" changes the calibration order only: the same point as none.
+  EXPECT_EQ(point(R"({"num_bits": 4, "group_size": 32, "actorder": "weight"})"), "w4a16-g32");
+  const QuantPlan asym = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "pack-quantized", "config_groups": {"W4A16_ASYM": ["Linear"]}})");
+  const PlanEntry& e = asym.method_for("model.layers.1.self_attn.q_proj");
+  ASSERT_TRUE(e.weights.has_value());
+  EXPECT_FALSE(e.weights->symmetric);
+  EXPECT_EQ(e.weights->effective_group_size(), 128);
+  EXPECT_FALSE(e.input_activations.has_value());
+
+  // What the space does not hold is refused naming the module and the rule.
+  EXPECT_THAT(error_of([&] { point(R"({"num_bits": 4, "group_size": 96})"); }),
+              HasSubstr("model.layers.0.self_attn.q_proj: ct-w4a16-g96 needs in_features (K = 256) "
+                        "divisible by 96"));
+  EXPECT_THAT(error_of([&] { point(R"({"num_bits": 1, "strategy": "channel"})"); }),
+              HasSubstr("num_bits"));
+  EXPECT_THAT(error_of([&] { scheme_for(R"({"W4A16": ["Linear"]})", "int-quantized"); }),
+              HasSubstr("model.layers.0.self_attn.q_proj: W4A16 integer weights requires format "
+                        "pack-quantized, got 'int-quantized'"));
 }
 
 TEST(CompressedTensorsPlan, Fp8Presets) {
@@ -463,13 +490,26 @@ TEST(CompressedTensorsPlan, FormatRules) {
                     "format": "packed", "config_groups": {"FP8": ["Linear"]}})");
               }),
               HasSubstr("key 'quantization_config.format': unknown format 'packed'"));
+  // A "frozen" checkpoint of a compressed format (the transformers docs' FP8 example, written by
+  // compressed-tensors <= 0.5): planned by its format, with a warning; main refused it.
+  const QuantPlan frozen = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "naive-quantized", "quantization_status": "frozen", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": {"num_bits": 8,
+        "type": "float", "strategy": "tensor", "symmetric": true, "dynamic": false},
+        "weights": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true,
+        "dynamic": false}}}})");
+  expect_all_linears(frozen, "fp8-tensor");
+  EXPECT_EQ(frozen.method_for("model.layers.0.mlp.up_proj").format, "naive-quantized");
+  EXPECT_THAT(frozen.warnings(),
+              testing::Contains(HasSubstr("key 'quantization_config.quantization_status': "
+                                          "'frozen': the weights are read as their format")));
+  // "frozen" with format dense stores fake-quantized weights: refused by its format, per module.
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
-                    "format": "float-quantized", "quantization_status": "frozen",
+                    "format": "dense", "quantization_status": "frozen",
                     "config_groups": {"FP8": ["Linear"]}})");
               }),
-              HasSubstr("key 'quantization_config.quantization_status': 'frozen': the weights are "
-                        "not compressed"));
+              HasSubstr("format 'dense' stores unquantized (fake-quantized) weights"));
   // No format at all: inferred as compressed-tensors does (FP8 -> float-quantized).
   const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "config_groups": {"FP8_DYNAMIC": ["Linear"]}, "ignore": ["lm_head"]})");
@@ -564,8 +604,8 @@ TEST(CompressedTensorsPlan, Mxint4RejectsActorder) {
                                   "group_size": 32, "actorder": "weight"}}})")),
                   "config.json");
             }),
-            "model.layers.0.mlp.experts.0.gate_proj: mxint4 (W4A16 on MoE experts) requires no "
-            "actorder, got 'weight'");
+            "model.layers.0.mlp.experts.0.gate_proj: mxint4 (W4A16 group 32 on MoE experts) "
+            "requires no actorder, got 'weight'");
 }
 
 TEST(CompressedTensorsPlan, MixedExpertSchemesAreAnError) {

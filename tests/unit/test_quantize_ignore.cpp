@@ -218,6 +218,26 @@ TEST(QuantizeIgnore, CompressedTensorsRoundTrip) {
     fs::remove_all(p);
 }
 
+// A run that quantizes nothing is an error naming the scheme (main wrote a bf16 copy and said
+// "wrote compressed-tensors checkpoint (fp8-block ...)", exit 0), and it leaves no output.
+TEST(QuantizeIgnore, QuantizingNothingIsAnError) {
+  const fs::path in = fixture("none_in", Arch::kLlama, DType::kBF16), out = scratch("none_out");
+  QuantizeCheckpointOptions o;
+  o.ignore = {"re:.*"};
+  try {
+    quantize_checkpoint(in, parse_scheme_id("fp8-channel"), Dialect::kCompressedTensors, out, {},
+                        OverwritePolicy::kRefuse, nullptr, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scheme fp8-channel quantizes no linear of this model"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out / "config.json"));
+  fs::remove_all(in);
+  fs::remove_all(out);
+}
+
 TEST(QuantizeIgnore, MsModelSlimRoundTrip) {
   const fs::path in = fixture("msm_in", Arch::kLlama, DType::kBF16), out = scratch("msm_out");
   QuantizeCheckpointOptions o;

@@ -1,5 +1,6 @@
 // The scheme registry: ids parse and print back, every scheme is described completely, and the
 // tensor tables carry the facts of spec/FORMATS.md's format cards.
+#include <cctype>
 #include <functional>
 #include <set>
 #include <string>
@@ -16,6 +17,12 @@
 namespace qparity {
 namespace {
 
+std::string upper_ascii(std::string s) {
+  for (char& c : s)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 using ::testing::HasSubstr;
 
 using test::error_of;
@@ -29,19 +36,22 @@ const TensorSpec* find_tensor(const SchemeInfo& s, const std::string& name,
 
 TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
   const std::vector<std::string> expected = {
-      "bf16",          "w8a16-ch", "w8a16-g<N>", "w8a8-static", "w8a8s",
-      "w8a8-int8-dyn", "w4a8-dyn", "w4a16-g32",  "fp8-tensor",  "fp8-channel",
-      "fp8-block",     "nvfp4",    "mxint4",     "mxfp4",       "mxfp8",
-      "kv-bf16",       "kv-int8",  "kv-fp8",     "smoothquant"};
+      "bf16",       "w8a16-ch",      "w8a16-g<N>", "w8a8-static",
+      "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",   "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]",
+      "fp8-tensor", "fp8-channel",   "fp8-block",  "nvfp4",
+      "mxint4",     "mxfp4",         "mxfp8",      "kv-bf16",
+      "kv-int8",    "kv-fp8",        "smoothquant"};
   std::vector<std::string> ids;
   for (const SchemeInfo& s : all_schemes())
     ids.push_back(s.id);
   EXPECT_EQ(ids, expected);
   EXPECT_EQ(all_schemes().size(), std::size(kAllSchemeKinds));
-  EXPECT_EQ(valid_scheme_ids(),
-            "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a8-dyn, w4a16-g32, "
-            "fp8-tensor, fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, "
-            "kv-fp8, smoothquant");
+  EXPECT_THAT(valid_scheme_ids(),
+              ::testing::StartsWith(
+                  "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a8-dyn, "
+                  "w4a16-g32, ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
+                  "fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, kv-fp8, "
+                  "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, FP8,"));
 }
 
 TEST(SchemeRegistry, EveryEntryIsComplete) {
@@ -72,7 +82,9 @@ TEST(SchemeRegistry, EveryEntryIsComplete) {
 TEST(SchemeRegistry, ParseAndPrintRoundTrip) {
   for (SchemeKind k : kAllSchemeKinds) {
     if (k == SchemeKind::kW8A16Group) continue;
-    const std::string id(scheme_pattern(k));
+    // The packed-int family's default point (PackedIntPointsRoundTripThroughTheirIds: the rest).
+    const std::string id =
+        k == SchemeKind::kPackedInt ? "w4a16-g32" : std::string(scheme_pattern(k));
     const SchemeId s = parse_scheme_id(id);
     EXPECT_EQ(s.kind, k) << id;
     EXPECT_EQ(s.group_size, 0);
@@ -91,11 +103,58 @@ TEST(SchemeRegistry, UnknownIdsListTheValidOnes) {
             "scheme 'int4': unknown scheme id (valid: " + valid_scheme_ids() + ")");
   EXPECT_THAT(error_of([] { parse_scheme_id("w4a16-g128"); }),
               HasSubstr("unknown scheme id (valid: bf16, w8a16-ch, w8a16-g<N>,"));
+  EXPECT_THAT(error_of([] { parse_scheme_id("w4a16-g128-asym"); }),
+              ::testing::EndsWith("; compressed-tensors integer weights are spelled "
+                                  "ct-w4a16-g128-asym"));
   for (const char* bad :
        {"w8a16-g0", "w8a16-g", "w8a16-g012", "w8a16-gx", "w8a16-g-1", "w8a16-g99999999"})
     EXPECT_THAT(error_of([&] { parse_scheme_id(bad); }),
                 HasSubstr("w8a16-g<N> needs a group size N"))
         << bad;
+}
+
+// The integer weight-only family is a parameter space: every point has one canonical id that
+// parses back to it, and compressed-tensors' preset names are names of points.
+TEST(SchemeRegistry, PackedIntPointsRoundTripThroughTheirIds) {
+  for (int bits = 2; bits <= 8; ++bits)
+    for (int64_t group : {int64_t{16}, int64_t{32}, int64_t{64}, int64_t{128}, int64_t{1000},
+                          IntWeightPoint::kChannel, IntWeightPoint::kTensor})
+      for (bool sym : {true, false})
+        for (bool act : {false, true}) {
+          if (act && group <= 0) continue;
+          const SchemeId id{SchemeKind::kPackedInt, 0, IntWeightPoint{bits, group, sym, act}};
+          const std::string name = to_string(id);
+          EXPECT_EQ(parse_scheme_id(name), id) << name;
+          EXPECT_EQ(parse_scheme_id(upper_ascii(name)), id) << name;
+          // The args the writer puts in the config resolve to the same point.
+          EXPECT_EQ(packed_int_scheme(packed_int_args(id.int_weights), "args"), id) << name;
+          EXPECT_EQ(effective_group_size(id), group > 0 ? group : 0) << name;
+        }
+  EXPECT_EQ(to_string(SchemeId{SchemeKind::kPackedInt, 0}), "w4a16-g32");
+  EXPECT_EQ(parse_scheme_id("ct-w4a16-g32"), (SchemeId{SchemeKind::kPackedInt, 0}));
+  EXPECT_EQ(to_string(parse_scheme_id("W4A16")), "ct-w4a16-g128");
+  EXPECT_EQ(to_string(parse_scheme_id("w4a16_asym")), "ct-w4a16-g128-asym");
+  EXPECT_EQ(to_string(parse_scheme_id("FP8_DYNAMIC")), "fp8-channel");
+  EXPECT_EQ(to_string(parse_scheme_id("FP8_BLOCK")), "fp8-block");
+  for (const char* bad : {"ct-w1a16-g32", "ct-w9a16-ch", "ct-w4a8-g32", "ct-w4a16", "ct-w4a16-g0",
+                          "ct-w4a16-g032", "ct-w4a16-ch-actorder", "ct-w4a16-g32-sym",
+                          "ct-w4a16-g32-actorder-asym", "ct-w4a16-g32-asym-x"})
+    EXPECT_THAT(error_of([&] { parse_scheme_id(bad); }), HasSubstr("scheme '")) << bad;
+  // A preset qparity has no scheme for says why, with the preset's args.
+  EXPECT_THAT(error_of([] { parse_scheme_id("W4A8"); }),
+              HasSubstr("compressed-tensors preset W4A8 (weights int4 group(128)"));
+}
+
+TEST(SchemeRegistry, EveryPresetIsListedWithItsPointOrTheReason) {
+  std::set<std::string> names;
+  for (const SchemePreset& p : scheme_presets()) {
+    names.insert(p.name);
+    EXPECT_NE(p.scheme.has_value(), !p.why.empty()) << p.name;
+    if (p.scheme) EXPECT_EQ(parse_scheme_id(p.name), *p.scheme) << p.name;
+  }
+  for (const char* n : {"W8A16", "W4A16", "W4A16_ASYM", "W8A8", "INT8", "W4A8", "FP8",
+                        "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "NVFP4", "MXFP4A16", "MXFP4"})
+    EXPECT_TRUE(names.count(n)) << n;
 }
 
 TEST(SchemeRegistry, FamiliesAndGroupSizes) {
@@ -104,7 +163,7 @@ TEST(SchemeRegistry, FamiliesAndGroupSizes) {
   EXPECT_EQ(scheme_family(SchemeKind::kSmoothQuant), SchemeFamily::kTransform);
   EXPECT_EQ(scheme_family(SchemeKind::kMxint4), SchemeFamily::kWeight);
   EXPECT_EQ(effective_group_size({SchemeKind::kW8A16Group, 256}), 256);
-  EXPECT_EQ(effective_group_size({SchemeKind::kW4A16G32, 0}), 32);
+  EXPECT_EQ(effective_group_size({SchemeKind::kPackedInt, 0}), 32);
   EXPECT_EQ(effective_group_size({SchemeKind::kNvfp4, 0}), 16);
   EXPECT_EQ(effective_group_size({SchemeKind::kMxfp8, 0}), 32);
   EXPECT_EQ(effective_group_size({SchemeKind::kFp8Block, 0}), 128);
@@ -130,11 +189,12 @@ TEST(SchemeRegistry, ProducersMatchTheSources) {
 
 // Spot checks against the format cards (FORMATS.md §8).
 TEST(SchemeRegistry, TensorTablesFollowTheFormatCards) {
-  const SchemeInfo& w4 = scheme_info(SchemeKind::kW4A16G32);  // C1
+  const SchemeInfo& w4 = scheme_info(SchemeKind::kPackedInt);  // C1
   ASSERT_NE(find_tensor(w4, "weight_packed"), nullptr);
   EXPECT_EQ(find_tensor(w4, "weight_packed")->dtype, "I32");
-  EXPECT_EQ(find_tensor(w4, "weight_packed")->shape, "[N, K/8]");
-  EXPECT_EQ(find_tensor(w4, "weight_scale")->shape, "[N, K/32]");
+  EXPECT_EQ(find_tensor(w4, "weight_packed")->shape, "[N, ceil(K*b/32)]");
+  EXPECT_EQ(find_tensor(w4, "weight_scale")->shape, "[N, K/G]");
+  ASSERT_NE(find_tensor(w4, "weight_zero_point"), nullptr);
   EXPECT_EQ(find_tensor(w4, "weight_shape")->dtype, "I64");
 
   const SchemeInfo& nv = scheme_info(SchemeKind::kNvfp4);  // C4
@@ -217,7 +277,7 @@ TEST(SchemeRegistry, ImpliedArgsDescribeEachQuantizedScheme) {
   const ImpliedArgs blk = implied_args({SchemeKind::kFp8Block, 0});
   EXPECT_EQ(blk.weights->block_structure, (std::array<int64_t, 2>{128, 128}));
   EXPECT_EQ(blk.input_activations->effective_group_size(), 128);
-  EXPECT_FALSE(implied_args({SchemeKind::kW4A16G32, 0}).input_activations.has_value());
+  EXPECT_FALSE(implied_args({SchemeKind::kPackedInt, 0}).input_activations.has_value());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/text/tokenizer.h"
@@ -289,6 +290,56 @@ TEST(Tokenizer, RefusesWhatItCannotReproduceByName) {
               HasSubstr("invalid UTF-8 at byte offset 2"));
   EXPECT_THAT(test::error_of([&] { Tokenizer::load(fs::temp_directory_path() / "qparity_none"); }),
               HasSubstr("no tokenizer.json"));
+}
+
+// tokenizer.json files HF `tokenizers` refuses are refused here too, each naming the file and
+// the key path; no raw library message (main: "[json.exception.out_of_range.403] key 'merges' not
+// found", and a merge of tokens outside the vocabulary, a three-part merge, a fractional or a
+// negative id accepted).
+TEST(Tokenizer, RefusesWhatHfRefusesNamingTheKey) {
+  Spec s;
+  s.pre_tokenizer = llama3_pre();
+  const auto refusal = [&](const std::string& name, const Spec& spec) {
+    return test::error_of([&] { Tokenizer::load(write_tokenizer(name, spec)); });
+  };
+  Spec oov = s;
+  oov.merges = {{"a", "b"}};  // "ab" is not in the vocabulary
+  EXPECT_THAT(refusal("oov", oov),
+              HasSubstr("tokenizer.json: key 'model.merges[0]': merge token 'ab' is not in "
+                        "model.vocab"));
+  const fs::path dir = write_tokenizer("edited", s);
+  const auto edited = [&](const std::function<void(Json&)>& edit) {
+    std::ifstream in(dir / "tokenizer.json");
+    Json j = Json::parse(in);
+    in.close();
+    edit(j);
+    std::ofstream(dir / "tokenizer.json") << j.dump();
+    return test::error_of([&] { Tokenizer::load(dir); });
+  };
+  EXPECT_THAT(edited([](Json& j) { j["model"].erase("merges"); }),
+              HasSubstr("key 'model': missing required key 'merges'"));
+  EXPECT_THAT(edited([](Json& j) {
+                j["model"]["vocab"]["ab"] = 300;
+                j["model"]["merges"] = Json::array({"a b c"});
+              }),
+              HasSubstr("key 'model.merges[0]': merge 'a b c' is not 'left right' (two parts)"));
+  EXPECT_THAT(edited([](Json& j) {
+                j["model"]["merges"] = Json::array();
+                j["model"]["vocab"]["x"] = 2.5;
+              }),
+              HasSubstr("key 'model.vocab.x': a token id is an integer, got 2.5"));
+  EXPECT_THAT(edited([](Json& j) { j["model"]["vocab"]["x"] = -1; }),
+              HasSubstr("key 'model.vocab.x': token id -1 is outside [0, 2^32)"));
+  EXPECT_THAT(edited([](Json& j) {
+                j["model"]["vocab"].erase("x");
+                j["model"]["ignore_merges"] = "yes";
+              }),
+              HasSubstr("key 'model.ignore_merges'"));
+  EXPECT_THAT(edited([](Json& j) {
+                j["model"]["ignore_merges"] = false;
+                j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 3;
+              }),
+              HasSubstr("tokenizer.json: malformed tokenizer.json"));
 }
 
 TEST(Tokenizer, TextInputsAreWindowsOfTheStream) {

@@ -209,11 +209,16 @@ def check_nvfp4():
     w, x = realistic(n, k), torch.randn(t, k, generator=gen).to(torch.bfloat16)
     r = run_ref("nvfp4", "compressed-tensors", {"weight": w, "x": x})
     gs = r["weight_global_scale"].float().reshape(())
-    amax = w.float().abs().max()
-    record("nvfp4 global scale = 448*6/amax in fp32", float(gs) == float(448.0 * 6.0 / amax),
-           ours=float(gs), torch=float(448.0 * 6.0 / amax))
+    # compressed-tensors' observers keep the bf16 weight's min/max in bf16: generate_gparam's
+    # `448.0 * 6.0 / amax` and calculate_qparams' `amax / 6.0` run in bf16, the product with the
+    # fp32 global scale in fp32 (helpers.py; observers/min_max.py).
+    amax = w.abs().max()  # bf16
+    want_gs = (448.0 * 6.0 / amax).to(torch.float32)
+    record("nvfp4 global scale = 448*6/amax in bf16, then fp32", float(gs) == float(want_gs),
+           ours=float(gs), torch=float(want_gs))
     g = w.float().reshape(n, k // 16, 16)
-    s = fp8_cast(gs * g.abs().amax(-1) / 6.0).float()
+    local = (w.reshape(n, k // 16, 16).abs().amax(-1) / 6.0)  # bf16
+    s = fp8_cast(want_gs * local).float()
     s = torch.where(s == 0, torch.tensor(0.125), s)
     ms = int((s != r["weight_scale"].float()).sum())
     v = torch.clamp(g / (s / gs)[..., None], -6, 6).reshape(n, k).numpy()

@@ -37,6 +37,52 @@ SCHEMES = {
     "kv-fp8": ("kv", 2.0 ** -4, "e4m3 KV cache"),
 }
 
+# compressed-tensors' integer weight-only space (`ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]`,
+# core/quant/scheme_registry.h): policies follow from the point, not from a preset name. The
+# half step is that of the symmetric absmax grid 0.5/(2^(b-1)-1) (compressed-tensors' divisor
+# (2^b-1)/2 gives a slightly smaller one, 1/(2^b-1); asymmetric grids spread 2^b-1 steps over
+# max-min <= 2 amax: no larger). actorder changes which inputs share a scale, not its size.
+# Written for the points qparity's presets name and a grid around them; `--scheme ID` writes any
+# other point.
+CT_INT_GRID = ([(4, g, sym, False) for g in (32, 64, 128, "ch") for sym in (True, False)] +
+               [(8, g, sym, False) for g in (32, 64, 128, "ch") for sym in (True, False)] +
+               [(b, g, sym, False) for b in (2, 3) for g in (64, 128) for sym in (True, False)] +
+               [(4, 128, sym, True) for sym in (True, False)] + [(8, 128, True, True)])
+
+
+def ct_int_id(bits, group, sym, act):
+    if (bits, group, sym, act) == (4, 32, True, False):
+        return "w4a16-g32"
+    g = group if isinstance(group, str) else f"g{group}"
+    return f"ct-w{bits}a16-{g}" + ("" if sym else "-asym") + ("-actorder" if act else "")
+
+
+def ct_int_point(scheme):
+    """The (bits, group, symmetric, actorder) of a ct-w<b>a16 id, or None."""
+    import re
+    m = re.fullmatch(r"ct-w([2-8])a16-(g([1-9][0-9]*)|ch|tensor)(-asym)?(-actorder)?", scheme)
+    if not m:
+        return None
+    group = int(m.group(3)) if m.group(3) else m.group(2)
+    return int(m.group(1)), group, m.group(4) is None, m.group(5) is not None
+
+
+def add_ct_int_scheme(bits, group, sym, act):
+    scheme = ct_int_id(bits, group, sym, act)
+    if scheme in SCHEMES:
+        return
+    what = {"ch": "per-channel", "tensor": "per-tensor"}.get(group, f"group-{group}")
+    desc = (f"int{bits} {what} weights, {'symmetric' if sym else 'asymmetric (zero points)'}"
+            + (", columns grouped by weight_g_idx (actorder)" if act else ""))
+    SCHEMES[scheme] = ("weight", 0.5 / (2 ** (bits - 1) - 1), desc)
+    if not isinstance(group, str):
+        BLOCK[scheme] = group
+    elif group == "tensor":
+        TENSOR_BLOCK.add(scheme)
+    if bits <= 4:
+        WEIGHT4.add(scheme)
+
+
 # bf16 rounding flips between a correct engine and the reference (emulate mode): fp32 dot
 # products of length K differ from the fp64 ones by ~sqrt(K) 2^-24 relative, which moves a value
 # across a bf16 rounding boundary with probability ~sqrt(K) 2^-24 / 2^-8 = sqrt(K) 2^-16
@@ -264,8 +310,12 @@ BUDGETS = {
 }
 
 
+WEIGHT4 = {"w4a16-g32", "mxint4", "w4a8-dyn"}  # weight-only formats of at most 4 bits
+TENSOR_BLOCK = set()  # absmax over a whole tensor
+
+
 def budget_family(scheme, family):
-    if scheme in ("w4a16-g32", "mxint4", "w4a8-dyn"):
+    if scheme in WEIGHT4:
         return "weight4"
     return family
 
@@ -305,6 +355,8 @@ BLOCK = {"w8a16-g64": 64, "w4a16-g32": 32, "mxint4": 32}
 # which then says what the user needs to hear: the format does worse on this model than its step
 # predicts for well-behaved data.
 KAPPA_ROW = 16.0
+# A whole tensor's amax/RMS: its largest row's outlier against every row's RMS; twice the row's.
+KAPPA_TENSOR = 2 * KAPPA_ROW
 MARGIN = 2.0  # gate = twice the predicted RMS, so sampling noise on small fixtures stays inside
 
 
@@ -347,7 +399,11 @@ def section_format(scheme, family, half_step, desc):
                     " blocks gives 0.087-0.094 for nvfp4 and 0.115-0.150 for mxfp4)")
     else:
         block = BLOCK.get(scheme)
-        if block:
+        if scheme in TENSOR_BLOCK:
+            kappa = KAPPA_TENSOR
+            kwhy = (f"amax/RMS <= {KAPPA_TENSOR:g} assumed for a whole tensor (see KAPPA_TENSOR "
+                    f"in tools/policies/make_policies.py)")
+        elif block:
             kappa = math.sqrt(block)
             kwhy = (f"amax/RMS <= sqrt({block}) = {kappa:.3g} in any block of {block} (equality "
                     f"for a single spike)")
@@ -393,7 +449,20 @@ def section_format(scheme, family, half_step, desc):
 
 
 def main():
-    out = pathlib.Path("policies")
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scheme", action="append", default=[],
+                    help="also write this ct-w<b>a16-... point's policy (repeatable)")
+    ap.add_argument("--out", default="policies", help="the policies directory")
+    args = ap.parse_args()
+    for point in CT_INT_GRID:
+        add_ct_int_scheme(*point)
+    for scheme in args.scheme:
+        point = ct_int_point(scheme)
+        if point is None:
+            ap.error(f"--scheme {scheme}: not a ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder] id")
+        add_ct_int_scheme(*point)
+    out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for scheme, (family, half_step, desc) in SCHEMES.items():
         policy = {

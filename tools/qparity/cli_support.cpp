@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 
@@ -46,6 +48,17 @@ CLI::IsMember dialect_choices() {
 
 CLI::IsMember mode_choices() {
   return CLI::IsMember(std::vector<std::string>{"exact", "emulate"});
+}
+
+CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& v) {
+        const bool digits = !v.empty() && std::all_of(v.begin(), v.end(), [](unsigned char c) {
+          return std::isdigit(c);
+        });
+        return digits ? std::string() : "a seed is a non-negative integer, got '" + v + "'";
+      },
+      "SEED");
 }
 
 CLI::IsMember role_choices() {
@@ -117,15 +130,28 @@ golden::EndToEndGate parse_budget(const std::string& text) {
       g.max_kld_upper = v;
     else if (key == "top1" && v >= 0 && v <= 1)
       g.min_top1_lower = v;
-    else if (key == "dln_ppl")
+    else if (key == "dln_ppl" && v >= 0)
       g.max_dln_ppl_upper = v;
     else
-      throw UsageError("--budget",
-                       "'" + item + "': keys are kld (>= 0), top1 (in [0, 1]) and dln_ppl");
+      throw UsageError("--budget", "'" + item +
+                                       "': keys are kld (>= 0), top1 (in [0, 1]) and dln_ppl "
+                                       "(>= 0)");
   }
   if (!g.max_kld_upper && !g.min_top1_lower && !g.max_dln_ppl_upper)
     throw UsageError("--budget", "gives no bound (kld=, top1=, dln_ppl=)");
   return g;
+}
+
+std::optional<golden::EndToEndGate> budget_for(const std::string& text, bool given,
+                                               golden::PolicyRole role) {
+  if (!given) return std::nullopt;
+  if (text.empty()) throw UsageError("--budget", "is empty: give kld=X,top1=Y,dln_ppl=Z");
+  if (role == golden::PolicyRole::kEngine)
+    throw UsageError("--budget",
+                     "sets the format role's end-to-end budget, but this comparison is judged "
+                     "in the engine role (an engine's policy gates it; use --role format to judge "
+                     "the format)");
+  return parse_budget(text);
 }
 
 golden::TokenInputs token_inputs(const std::string& command, const std::string& tokens_file,

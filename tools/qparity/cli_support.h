@@ -30,6 +30,8 @@ std::filesystem::path policy_dir(const std::string& option);
 CLI::IsMember dialect_choices();  // ideal | compressed-tensors | vllm | sglang | msmodelslim
 CLI::IsMember mode_choices();     // exact | emulate
 CLI::IsMember role_choices();     // engine | format
+// --seed: a non-negative integer (CLI11 would wrap "-5" into 2^64 - 5 for an unsigned seed).
+CLI::Validator seed_check();
 
 // engine | format, from --role; a UsageError for anything else.
 golden::PolicyRole parse_role(const std::string& role);
@@ -52,6 +54,10 @@ ChosenPolicy choose_policy(const std::string& policy_option, const std::string& 
 // --budget "kld=0.05,top1=0.9,dln_ppl=0.02" (any subset, at least one): the format role's
 // acceptance budget, applied to the 95% bounds (upper KLD and ln PPL ratio, lower top-1).
 golden::EndToEndGate parse_budget(const std::string& text);
+// --budget as given (`given`: the option appeared, even as ""): nullopt when absent; an empty
+// value, or a comparison judged in the engine role, is a usage error (never silently ignored).
+std::optional<golden::EndToEndGate> budget_for(const std::string& text, bool given,
+                                               golden::PolicyRole role);
 
 // Text in: --text FILE tokenized by the checkpoint's own tokenizer.json (in `model`), cut into
 // sequences of --seq-len starting every --stride tokens (golden::tokenized_text_inputs).

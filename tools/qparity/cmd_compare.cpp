@@ -35,6 +35,8 @@ constexpr int kPolicyFails = 3;
 
 struct CompareOptions {
   std::string golden, candidate, policy, role, device, budget;
+  bool budget_given = false;  // --budget appeared (an empty value is an error, not "absent")
+  bool allow_other_checkpoint = false;
   std::string model, scheme, dialect, mode;  // bisect: the candidate's checkpoint, re-runnable
   std::vector<std::string> candidates;
   std::vector<std::string> git;      // --git GOOD BAD
@@ -56,10 +58,9 @@ Compared run_compare(const std::string& gpath, const std::string& cpath, const C
   co.policy = out.chosen.policy ? &*out.chosen.policy : nullptr;
   co.role = out.chosen.role;
   if (!o.device.empty()) co.device = o.device;
-  if (!o.budget.empty()) {
-    co.budget = parse_budget(o.budget);
-    co.budget_source = "--budget " + o.budget;
-  }
+  co.budget = budget_for(o.budget, o.budget_given, out.chosen.role);
+  if (co.budget) co.budget_source = "--budget " + o.budget;
+  co.allow_other_checkpoint = o.allow_other_checkpoint;
   out.report = golden::compare_goldens(g, c, co);
   out.report.policy_source = out.chosen.source;
   return out;
@@ -149,26 +150,29 @@ int git_bisect(const CompareOptions& o) {
   return 0;
 }
 
-// --model must be the checkpoint the candidate ran: its config and tensors hash to what the
-// candidate recorded (or, when the candidate records none, the golden of the same scheme).
+// --model must be the checkpoint the candidate ran: its config and its tensors hash to what the
+// candidate recorded, each hash on its own: where the candidate lacks one, the golden's (engine
+// role: the same checkpoint) is the reference, so a candidate recording only its config.json's
+// hash cannot pass a checkpoint with the same config and other weights.
 void check_model_matches(const std::string& model, const golden::GoldenMeta& candidate,
                          const golden::GoldenMeta& golden_meta, golden::PolicyRole role) {
-  const bool own = !candidate.model_config_hash.empty() || !candidate.checkpoint_hash.empty();
-  if (!own && role == golden::PolicyRole::kFormat) return;  // nothing recorded to check against
-  const golden::GoldenMeta& want = own ? candidate : golden_meta;
-  const std::string whose = own ? "the candidate's" : "the golden's";
-  const auto check = [&](const std::string& got, const std::string& recorded, const char* what,
-                         const char* attr) {
+  const auto check = [&](const std::string& got, const std::string& cand, const std::string& gold,
+                         const char* what, const char* attr) {
+    const bool own = !cand.empty();
+    // The format role's golden ran the unquantized checkpoint: nothing to check against there.
+    const std::string& recorded = own ? cand : (role == golden::PolicyRole::kEngine ? gold : cand);
     if (recorded.empty() || got == recorded) return;
-    throw Error("--model " + model, std::string(what) + " sha256 " + got.substr(0, 16) +
-                                        "... differs from " + whose + " " + attr + " " +
-                                        recorded.substr(0, 16) +
-                                        "...: this is not the checkpoint the candidate ran (" +
-                                        want.model + ", " + want.architecture + ")");
+    const golden::GoldenMeta& want = own ? candidate : golden_meta;
+    throw Error("--model " + model,
+                std::string(what) + " sha256 " + got.substr(0, 16) + "... differs from " +
+                    (own ? "the candidate's " : "the golden's ") + attr + " " +
+                    recorded.substr(0, 16) + "...: this is not the checkpoint the candidate ran (" +
+                    want.model + ", " + want.architecture + ")");
   };
-  check(golden::config_hash(model), want.model_config_hash, "config.json", "model_config_hash");
-  check(golden::checkpoint_tensor_hash(model), want.checkpoint_hash, "the tensors'",
-        "checkpoint_hash");
+  check(golden::config_hash(model), candidate.model_config_hash, golden_meta.model_config_hash,
+        "config.json", "model_config_hash");
+  check(golden::checkpoint_tensor_hash(model), candidate.checkpoint_hash,
+        golden_meta.checkpoint_hash, "the tensors'", "checkpoint_hash");
 }
 
 // The first NaN/Inf of the dump, located: point, sequence:token, column.
@@ -331,7 +335,10 @@ void add_compare_command(CLI::App& app, int& rc) {
       ->check(role_choices());
   cmd->add_option("--device", o->device, "policy device key (default: from the candidate)");
   cmd->add_option("--budget", o->budget,
-                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget");
+                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget")
+      ->each([o](const std::string&) { o->budget_given = true; });
+  cmd->add_flag("--allow-other-checkpoint", o->allow_other_checkpoint,
+                "engine role: compare although the candidate records another checkpoint's hashes");
   cmd->add_flag("--json", o->json, "machine-readable report");
   cmd->callback([o, &rc] { rc = compare(*o); });
 
@@ -347,6 +354,9 @@ void add_compare_command(CLI::App& app, int& rc) {
   bis->add_option("--role", b->role, "engine | format (default: implied by the files)")
       ->check(role_choices());
   bis->add_option("--device", b->device, "policy device key (default: from the candidate)");
+  bis->add_flag("--allow-other-checkpoint", b->allow_other_checkpoint,
+                "engine role: bisect although the candidate records another checkpoint's hashes "
+                "(a checkpoint with a planted fault)");
   bis->add_option("--model", b->model,
                   "the candidate's checkpoint: re-run the failing layer (README: the bisect "
                   "decision table)");

@@ -30,6 +30,7 @@
 #include "core/capture/capture_points.h"
 #include "core/capture/trace.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "golden/compare.h"
 #include "golden/reference_run.h"
 #include "gpu_engine/device_info.h"
@@ -199,8 +200,7 @@ struct GenerateOptions {
 };
 
 void generate(const GenerateOptions& o) {
-  std::ifstream f(o.prompts);
-  if (!f) throw Error(o.prompts, "cannot read");
+  std::istringstream f(read_input_file(o.prompts, "prompt file"));
   std::vector<std::vector<int32_t>> prompts;
   for (std::string line; std::getline(f, line);) {
     std::istringstream ls(line);
@@ -377,7 +377,9 @@ void add_engine_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   r->add_option("--seq-len", ro->seq_len, "tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  r->add_option("--seed", ro->seed, "seed of synthetic tokens")->capture_default_str();
+  r->add_option("--seed", ro->seed, "seed of synthetic tokens")
+      ->check(seed_check())
+      ->capture_default_str();
   r->add_option("--dump", ro->dump, "golden-schema output file");
   r->add_option("--local", ro->local,
                 "layer-local run: every layer on this golden's own inputs (its tokens too)");
@@ -426,7 +428,9 @@ void add_engine_command(CLI::App& app, int& rc) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   t->add_option("--seq-len", to->seq_len, "tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  t->add_option("--seed", to->seed, "seed of synthetic tokens")->capture_default_str();
+  t->add_option("--seed", to->seed, "seed of synthetic tokens")
+      ->check(seed_check())
+      ->capture_default_str();
   t->add_option("--dialect", to->dialect, "vllm | sglang")
       ->check(CLI::IsMember({"vllm", "sglang"}))
       ->capture_default_str();
@@ -442,7 +446,8 @@ void add_engine_command(CLI::App& app, int& rc) {
   g->add_option("--temperature", go->temperature, "0: greedy")->capture_default_str();
   g->add_option("--top-p", go->top_p, "nucleus mass")->capture_default_str();
   g->add_option("--seed", go->seed, "sampling seed (per prompt: seed + index)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_check());
   g->callback([go, &rc] {
     generate(*go);
     rc = 0;

@@ -160,7 +160,9 @@ void add_golden_command(CLI::App& app, int& rc) {
   mk->add_option("--seq-len", o->seq_len,
                  "tokens per sequence (--tokens / --token-ids are cut into sequences of it)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  mk->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
+  mk->add_option("--seed", o->seed, "seed of the synthetic tokens")
+      ->check(seed_check())
+      ->capture_default_str();
   mk->add_option("--capture", o->capture,
                  "capture-point globs, comma-separated; auto: every point while the golden stays "
                  "under 1 GiB before compression, else the layer boundaries (" +

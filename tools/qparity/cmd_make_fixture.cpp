@@ -22,12 +22,14 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/quant/scheme_registry.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "fixtures/shaped_checkpoint.h"
+#include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {
@@ -81,6 +83,16 @@ void run(const MakeFixtureOptions& o) {
   }
   if (o.arch.empty()) throw UsageError("--arch", "required (or --shape)");
   if (o.layers) throw UsageError("--layers", "only with --shape");
+  // A fixture is small by purpose (real sizes: --shape); the bound names the option instead of
+  // an allocation failing somewhere inside the writer (main: std::bad_alloc at --hidden 1048576).
+  constexpr int64_t kMaxFixtureDim = 16384;
+  for (const auto& [name, v] :
+       {std::pair{"--hidden", o.hidden}, std::pair{"--intermediate", o.intermediate},
+        std::pair{"--moe-intermediate", o.moe_intermediate}})
+    if (v > kMaxFixtureDim)
+      throw UsageError(name, std::to_string(v) + " is beyond a fixture's " +
+                                 std::to_string(kMaxFixtureDim) +
+                                 " (a real model's sizes: --shape, e.g. llama3-8b)");
   fixtures::FixtureSpec spec;
   spec.arch = fixtures::parse_fixture_arch(o.arch);
   spec.size = fixtures::parse_fixture_size(o.size);
@@ -154,7 +166,9 @@ void add_make_fixture_command(CLI::App& app, int& rc) {
         std::tuple{"--moe-intermediate", &o->moe_intermediate, "moe_intermediate_size"}})
     cmd->add_option(flag, *v, std::string(what) + "; default: the size's own")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--seed", o->seed, "generator seed (same seed -> identical files)")->required();
+  cmd->add_option("--seed", o->seed, "generator seed (same seed -> identical files)")
+      ->check(seed_check())
+      ->required();
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {

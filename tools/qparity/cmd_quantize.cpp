@@ -96,7 +96,8 @@ void add_quantize_command(CLI::App& app, int& rc) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--seed", o->seed, "seed of the synthetic calibration tokens")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_check());
   cmd->add_option("--ignore", o->ignore,
                   "leave a linear in the model dtype: a module name "
                   "(model.layers.0.mlp.down_proj) or re:<regex> (matched from the start, as "

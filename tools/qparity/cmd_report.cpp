@@ -16,6 +16,8 @@ namespace {
 
 struct ReportOptions {
   std::string golden, candidate, policy, role, budget, out = "reports";
+  bool budget_given = false;  // --budget appeared (an empty value is an error, not "absent")
+  bool allow_other_checkpoint = false;
 };
 
 int run(const ReportOptions& o) {
@@ -26,10 +28,9 @@ int run(const ReportOptions& o) {
   golden::CompareOptions co;
   co.policy = chosen.policy ? &*chosen.policy : nullptr;
   co.role = chosen.role;
-  if (!o.budget.empty()) {
-    co.budget = parse_budget(o.budget);
-    co.budget_source = "--budget " + o.budget;
-  }
+  co.budget = budget_for(o.budget, o.budget_given, chosen.role);
+  if (co.budget) co.budget_source = "--budget " + o.budget;
+  co.allow_other_checkpoint = o.allow_other_checkpoint;
   golden::CompareReport r = golden::compare_goldens(g, c, co);
   r.policy_source = chosen.source;
   const auto files = golden::write_report(
@@ -56,7 +57,10 @@ void add_report_command(CLI::App& app, int& rc) {
   cmd->add_option("--role", o->role, "engine | format (default: implied by the files)")
       ->check(role_choices());
   cmd->add_option("--budget", o->budget,
-                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget");
+                  "format role: kld=X,top1=Y,dln_ppl=Z replaces the policy's default budget")
+      ->each([o](const std::string&) { o->budget_given = true; });
+  cmd->add_flag("--allow-other-checkpoint", o->allow_other_checkpoint,
+                "engine role: compare although the candidate records another checkpoint's hashes");
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->callback([o, &rc] { rc = run(*o); });
 }

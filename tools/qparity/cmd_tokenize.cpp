@@ -6,9 +6,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
+#include "core/safetensors/safetensors_writer.h"
 #include "core/text/tokenizer.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
@@ -26,15 +29,7 @@ void run(const TokenizeOptions& o) {
   if (!o.out.empty()) check_output_file(o.out, o.force);
   const Tokenizer tok = Tokenizer::load(o.model);
   std::stringstream ss;
-  if (o.text == "-") {
-    ss << std::cin.rdbuf();
-  } else {
-    if (std::filesystem::is_directory(o.text))
-      throw Error(o.text, "is a directory, not a text file");
-    std::ifstream f(o.text, std::ios::binary);
-    if (!f) throw Error(o.text, "cannot read the text file");
-    ss << f.rdbuf();
-  }
+  ss << read_input_file(o.text, "text file");
   std::vector<int64_t> ids;
   try {
     ids = tok.encode(ss.str(), !o.no_special);
@@ -48,14 +43,12 @@ void run(const TokenizeOptions& o) {
   if (o.out.empty()) {
     std::cout << line.str();
   } else {
-    // Written beside the target, then renamed: a reader never sees half a file.
-    const std::string tmp = o.out + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary);
-      f << line.str();
-      if (!f) throw Error(tmp, "cannot write");
-    }
-    std::filesystem::rename(tmp, o.out);
+    // Through the one writer: a unique temporary beside the target (O_EXCL, never a fixed
+    // name a link could redirect), then link (refusing) or rename (--force).
+    const std::string text = line.str();
+    write_file_atomic(
+        o.out, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+        o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
   }
   std::cerr << "qparity tokenize: " << ids.size() << " ids by " << tok.description() << "\n";
 }

@@ -164,7 +164,9 @@ void add_trace_command(CLI::App& app, int& rc) {
   add_token_options(cmd, o->tokens, o->token_ids, o->text);
   cmd->add_option("--synthetic", o->synthetic, "N random tokens (with --seed)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  cmd->add_option("--seed", o->seed, "seed for --synthetic")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed for --synthetic")
+      ->check(seed_check())
+      ->capture_default_str();
   cmd->add_option("--scheme", o->scheme, "override the checkpoint's quantization (scheme id)");
   cmd->add_option("--dialect", o->dialect,
                   "ideal | compressed-tensors | vllm | sglang | msmodelslim")

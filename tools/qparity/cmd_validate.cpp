@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/memory_budget.h"
 #include "core/quant/dialect.h"
+#include "core/quant/quant_plan.h"
 #include "core/sha256.h"
 #include "core/temp_cleanup.h"
 #include "fixtures/checkpoint_quantizer.h"
@@ -50,10 +51,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// compressed-tensors' integer presets W4A16, W4A16_ASYM and W8A16 are the ct-w... rows.
 const std::vector<std::string> kAllSchemes = {
-    "w8a16-ch",    "w8a16-g64", "w8a8-static", "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",
-    "smoothquant", "w4a16-g32", "mxint4",      "fp8-tensor", "fp8-channel",   "fp8-block",
-    "mxfp8",       "nvfp4",     "mxfp4",       "kv-int8",    "kv-fp8"};
+    "w8a16-ch",      "w8a16-g64",   "w8a8-static", "w8a8s",         "w8a8-int8-dyn",
+    "w4a8-dyn",      "smoothquant", "w4a16-g32",   "ct-w4a16-g128", "ct-w4a16-g128-asym",
+    "ct-w8a16-g128", "mxint4",      "fp8-tensor",  "fp8-channel",   "fp8-block",
+    "mxfp8",         "nvfp4",       "mxfp4",       "kv-int8",       "kv-fp8"};
 
 // Pairs whose rows can be identical by construction, and why (the report says so).
 const std::map<std::pair<std::string, std::string>, std::string> kIdenticalBecause = {
@@ -88,6 +91,8 @@ struct ValidateOptions {
   bool sequences_given = false, seq_len_given = false;  // else the trained set's own defaults
   uint64_t seed = 7;
   bool keep_work = false;
+  bool budget_given = false;  // --budget appeared (an empty value is an error, not "absent")
+  bool schemes_given = false;
   bool no_engine = false;
   std::vector<std::string> candidates;  // --candidate: another engine's dumps of --model
 };
@@ -136,7 +141,8 @@ class Validation {
  public:
   Validation(const ValidateOptions& o, fs::path policies, int64_t total)
       : o_(o), policies_(std::move(policies)), total_(total) {
-    if (!o.budget.empty()) budget_ = parse_budget(o.budget);
+    // The budget judges the format rows (the engine rows have their engine policies).
+    budget_ = budget_for(o.budget, o.budget_given, golden::PolicyRole::kFormat);
   }
 
   // Returns the rows that failed ("model/scheme: why").
@@ -253,8 +259,8 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   ++done_;
   std::ostringstream line;
   line << t.name << " " << scheme << ": " << golden::to_string(r.verdict) << " (budget "
-       << (r.has_budget ? (r.budget_verdict.pass ? "within" : "EXCEEDED") : "-") << "), mean KLD "
-       << r.e2e.kld_mean.value << ", top-1 " << r.e2e.top1.value << " ("
+       << (r.has_budget ? golden::budget_check_text(r.budget_verdict) : std::string("-"))
+       << "), mean KLD " << r.e2e.kld_mean.value << ", top-1 " << r.e2e.top1.value << " ("
        << static_cast<int64_t>(seconds_since(ts)) << " s) -> " << files.md.string();
   progress(line.str());
   if (r.verdict == golden::Judgement::kFail) {
@@ -326,6 +332,17 @@ std::vector<std::string> Validation::run_target(const Target& t, const fs::path&
       o_.text.empty()
           ? golden::synthetic_inputs(o_.sequences, o_.seq_len, cfg.vocab, o_.seed)
           : golden::tokenized_text_inputs(o_.text, t.dir, o_.seq_len, o_.stride, o_.sequences);
+  // Fewer windows than asked: an error when --sequences was given, said otherwise (main ran
+  // fewer sequences without a word).
+  if (!o_.text.empty() && in.sequences < o_.sequences) {
+    const std::string what = "the text gives " + std::to_string(in.sequences) + " window(s) of " +
+                             std::to_string(in.seq_len) + " tokens, fewer than the " +
+                             std::to_string(o_.sequences) + " sequences asked";
+    if (o_.sequences_given)
+      throw Error(o_.text, what + " (--sequences); give more text or fewer sequences");
+    std::cerr << "qparity validate: " << o_.text << ": " << what << " by default; evaluating "
+              << in.sequences << "\n";
+  }
   for (const int64_t id : in.tokens)
     if (id >= cfg.vocab)
       throw Error(o_.text, "the tokenizer gave id " + std::to_string(id) +
@@ -546,6 +563,10 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
   // --model's hashes, once for all candidates (the tensor hash reads every weight).
   const std::string config_hash = golden::config_hash(o.model),
                     tensor_hash = golden::checkpoint_tensor_hash(o.model);
+  // The scheme a candidate is judged by is the checkpoint's own (its quantization config), not
+  // the label the candidate carries.
+  const std::string model_scheme = golden::plan_scheme(build_quant_plan(
+      load_model_config(fs::path(o.model) / "config.json"), o.model, std::nullopt));
   std::vector<std::string> failed;
   for (const auto& file : o.candidates) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -566,6 +587,11 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
     };
     check_hash(m.model_config_hash, config_hash, "model_config_hash");
     check_hash(m.checkpoint_hash, tensor_hash, "checkpoint_hash");
+    if (m.scheme != model_scheme)
+      throw Error(file, "scheme '" + m.scheme + "' differs from the checkpoint's '" + model_scheme +
+                            "' (" + o.model +
+                            "'s quantization config): a candidate is judged by the scheme it "
+                            "ran, which is the checkpoint's");
     parse_scheme_id(m.scheme);  // an unknown scheme id is an error
     const fs::path policy_file = policies / (m.scheme + ".json");
     const golden::Policy policy = golden::load_policy(policy_file);
@@ -670,11 +696,19 @@ bool run(const ValidateOptions& given) {
   const ValidateOptions o = trained_set ? with_trained_defaults(given, trained) : given;
   std::vector<std::string> wanted = o.schemes == "all" ? kAllSchemes : split(o.schemes);
   if (wanted.empty()) throw UsageError("--schemes", "names no scheme");
+  // A preset name (compressed-tensors' W4A16, ...) is its point's canonical id from here on: the
+  // row, its policy and its report carry that id.
+  for (std::string& s : wanted)
+    s = to_string(parse_scheme_id(s));
   if (o.stride != 0 && o.text.empty()) throw UsageError("validate", "--stride applies to --text");
   if (!o.text.empty() && o.text != "-" && !fs::is_regular_file(o.text))
     throw Error(o.text, "is not a readable text file (--text)");
   if (!o.calib_text.empty() && !fs::is_regular_file(o.calib_text))
     throw Error(o.calib_text, "is not a readable text file (--calib-text)");
+  if (!o.candidates.empty() && o.schemes_given)
+    throw UsageError("validate --candidate",
+                     "takes the scheme from the checkpoint (--model's quantization config); "
+                     "--schemes does not apply");
   if (!o.candidates.empty() && o.model.empty())
     throw UsageError("validate --candidate",
                      "needs --model DIR, the checkpoint the candidate ran: its hashes are checked "
@@ -761,13 +795,15 @@ void add_validate_command(CLI::App& app, int& rc) {
                   "held-out text) or random (generated fixtures, synthetic tokens)")
       ->capture_default_str();
   cmd->add_option("--schemes", o->schemes, "all, or a comma-separated list of scheme ids")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->schemes_given = true; });
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->add_option("--policies", o->policies,
                   "tolerance policy directory (default: the policies installed with qparity)");
   cmd->add_option("--budget", o->budget,
                   "acceptance budget for every format row, kld=X,top1=Y,dln_ppl=Z (default: each "
-                  "policy's own)");
+                  "policy's own)")
+      ->each([o](const std::string&) { o->budget_given = true; });
   cmd->add_option("--text", o->text,
                   "evaluate on this UTF-8 text, tokenized by the checkpoint's tokenizer.json, "
                   "instead of synthetic tokens (the first --sequences sequences of --seq-len)");
@@ -793,7 +829,9 @@ void add_validate_command(CLI::App& app, int& rc) {
                   "calibrate on the first --calib-tokens tokens of this UTF-8 text (the "
                   "checkpoint's tokenizer) instead of synthetic tokens (the trained fixtures: "
                   "their calib.txt)");
-  cmd->add_option("--seed", o->seed, "seed of the synthetic tokens")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the synthetic tokens")
+      ->check(seed_check())
+      ->capture_default_str();
   add_memory_budget_option(cmd, o->memory_budget);
   cmd->add_flag("--keep-work", o->keep_work, "keep quantized checkpoints and goldens in .work/");
   cmd->add_flag("--no-engine", o->no_engine, "skip the engine-vs-reference rows on a GPU machine");

@@ -3,6 +3,7 @@
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   } catch (const qparity::Error& e) {
     // Bad input: one line naming the file / tensor / key and the violated rule.
     std::cerr << "qparity: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Never a bare "std::bad_alloc": say what happened and what to do.
+    std::cerr << "qparity: error: out of memory: the run needs more memory than this machine "
+                 "can give (a larger input than intended, or use --memory-budget / --capture to "
+                 "hold less)\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "qparity: error: " << e.what() << "\n";
