@@ -300,4 +300,57 @@ near("e2e_not_object", end_to_end=[1])
 near("bad_glob", points=[{"match": "[!a-z]*[", "max_rel_l2": 0}])
 near("provenance_number", provenance=1)
 near("why_object", points=[{"match": "embed", "max_abs": 1, "why": {}}])
+# ---- fuzz_tokenizer: tokenizer.json, a NUL byte, then the text ------------------------------
+t = "fuzz_tokenizer"
+
+
+def byte_char(b):  # GPT-2's bytes_to_unicode
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
+        list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if x not in printable))
+
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+          r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def tokenizer(extra=(), merges=(), pre=None, normalizer=None, post=None, added=()):
+    vocab = {byte_char(b): b for b in range(256)}
+    for i, tok in enumerate(extra):
+        vocab[tok] = 256 + i
+    if pre is None:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False}]}
+    return json.dumps({"version": "1.0", "added_tokens": list(added), "normalizer": normalizer,
+                       "pre_tokenizer": pre, "post_processor": post, "decoder": None,
+                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                                 "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                                 "fuse_unk": False, "byte_fallback": False,
+                                 "ignore_merges": False, "vocab": vocab,
+                                 "merges": [list(m) for m in merges]}})
+
+
+G = byte_char(ord(" "))
+bpe = tokenizer(extra=["he", "ll", "hell", "hello", G + "w", G + "wo"],
+                merges=[("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), (G, "w"),
+                        (G + "w", "o")])
+put(t, "llama3_split", bpe + "\0hello world, HELLO 123456 it's\n\n  x")
+put(t, "byte_level_regex", tokenizer(pre={"type": "ByteLevel", "add_prefix_space": True,
+                                          "trim_offsets": True, "use_regex": True})
+    + "\0caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \U0001F600")
+bos = {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+       "special_tokens": {"<s>": {"id": "<s>", "ids": [300], "tokens": ["<s>"]}}}
+put(t, "added_and_bos", tokenizer(added=[{"id": 300, "content": "<s>", "special": True},
+                                         {"id": 301, "content": "<|eot|>", "special": True}],
+                                  post=bos) + "\0a<|eot|>b<s>c")
+put(t, "nfc", tokenizer(normalizer={"type": "NFC"}) + "\0e\xcc\x81 A\xcc\x8a")
+put(t, "json_only", bpe)
+put(t, "bad_merge", tokenizer(merges=[("a", "b")]) + "\0ab")
 print("corpus written under", ROOT)
