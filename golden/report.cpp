@@ -792,12 +792,6 @@ std::string row_key(const Json& s) {
   return k;
 }
 
-std::string sha256_hex_of(const std::string& text) {
-  Sha256 h;
-  h.update(text);
-  return h.hex();
-}
-
 // An exclusive flock on <root>/.qparity-index.lock for the read-modify-write of the manifest and
 // the index (released on every way out, process death included).
 class IndexLock {
@@ -849,9 +843,11 @@ ReportFiles write_report(const Json& rep, const fs::path& root) {
         os.value("verdict", std::string()) == "FAIL" &&
         s.value("verdict", std::string()) != "FAIL" &&
         os.value("candidate_sha256", std::string()) != s.value("candidate_sha256", std::string());
-    if (!same_source || pass_over_fail)
-      base += "." + sha256_hex_of(row_key(s) + "\n" + s.value("candidate_sha256", std::string()))
-                        .substr(0, 10);
+    if (!same_source || pass_over_fail) {
+      Sha256 id;
+      id.update(row_key(s) + "\n" + s.value("candidate_sha256", std::string()));
+      base += "." + id.hex().substr(0, 10);
+    }
   }
   ReportFiles f{dir / (base + ".json"), dir / (base + ".md"), dir / (base + ".html")};
   for (const fs::path& p : {f.json, f.md, f.html})

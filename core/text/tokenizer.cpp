@@ -338,11 +338,6 @@ int64_t Tokenizer::vocab_size() const {
 
 namespace {
 
-// The one JSON reader: a FIFO or device is refused before it is opened, duplicate keys by name.
-Json read_json(const std::filesystem::path& p) {
-  return read_json_file(p);
-}
-
 std::string type_of(const Json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
                                                                       : "";
@@ -381,7 +376,7 @@ Tokenizer Tokenizer::load_checked(const std::filesystem::path& dir) {
     throw Error(w,
                 "no tokenizer.json in the checkpoint directory (--text needs the checkpoint's "
                 "own tokenizer)");
-  const Json j = read_json(file);
+  const Json j = read_json_file(file);  // regular file, duplicate keys refused
   require_object(j, w);
   // Model. Keys are named by their path in messages ("model.merges[3]"), as HF's own loader
   // refuses what it refuses.
@@ -539,7 +534,7 @@ Tokenizer Tokenizer::load_checked(const std::filesystem::path& dir) {
   // tokenizer_config.json: LlamaTokenizer(Fast) rebuilds the template from its flags.
   const std::filesystem::path cfg_file = dir / "tokenizer_config.json";
   if (std::filesystem::exists(cfg_file)) {
-    const Json c = read_json(cfg_file);
+    const Json c = read_json_file(cfg_file);
     const std::string cls = c.value("tokenizer_class", "");
     if (cls == "LlamaTokenizerFast" || cls == "LlamaTokenizer") {
       const auto token = [&](const char* key) -> std::optional<std::string> {
