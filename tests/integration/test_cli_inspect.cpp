@@ -2,6 +2,7 @@
 // malformed inputs, where it must exit 1 with one line naming the file and key (never a crash).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -164,6 +165,34 @@ TEST_F(CliInspect, SchemesDocumentIsGeneratedFromTheRegistry) {
   const CliRun presets = run("schemes --presets --json");
   ASSERT_EQ(presets.status, 0) << presets.err;
   EXPECT_THAT(presets.out, HasSubstr("\"scheme\": \"ct-w4a16-g128-asym\""));
+}
+
+// tokenize --out as an attacker would meet it: a symlink at the old fixed temp name (X.tmp) must
+// not redirect the write (main overwrote its target, exit 0), a user's own X.tmp stays, an
+// existing output is refused without --force, and a FIFO as the text is refused, not waited on.
+TEST_F(CliInspect, TokenizeWritesOnlyItsOutput) {
+  const std::string model = (fs::path(QPARITY_SOURCE_DIR) / "fixtures/trained/llama").string();
+  std::ofstream(dir_ / "t.txt") << "Hello, world.\n";
+  std::ofstream(dir_ / "victim.txt") << "keep me";
+  fs::remove(dir_ / "ids.txt.tmp");
+  fs::create_symlink(dir_ / "victim.txt", dir_ / "ids.txt.tmp");
+  const std::string tok =
+      "tokenize --model " + model + " --text " + (dir_ / "t.txt").string() + " --out ";
+  const CliRun r = run(tok + (dir_ / "ids.txt").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(slurp(dir_ / "victim.txt"), "keep me");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "ids.txt.tmp"));
+  EXPECT_FALSE(slurp(dir_ / "ids.txt").empty());
+  const CliRun again = run(tok + (dir_ / "ids.txt").string());
+  EXPECT_EQ(again.status, 1);
+  EXPECT_THAT(again.err, HasSubstr("exists"));
+  EXPECT_EQ(run(tok + (dir_ / "ids.txt").string() + " --force").status, 0);
+  const fs::path fifo = dir_ / "f.txt";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const CliRun f = run("tokenize --model " + model + " --text " + fifo.string());
+  EXPECT_EQ(f.status, 1);
+  EXPECT_THAT(f.err, HasSubstr("is not a regular file"));
 }
 
 TEST_F(CliInspect, UsageErrorsExitTwoAndHelpExitsZero) {
