@@ -29,9 +29,9 @@
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
-#include "reference_cpu/quant/matrix.h"
-#include "reference_cpu/quant/parallel.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/math/matmul.h"
+#include "schemes/method/parallel.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #pragma once
 // A row-major fp64 matrix: weights [N, K] (PyTorch Linear layout), activations [T, K], outputs
 // [T, N], capture points [tokens, width]. Deliberately plain: the reference's reductions run in a
-// fixed order written out in the code that uses it (reference_cpu/quant/matrix.h), so results do
+// fixed order written out in the code that uses it (schemes/math/matmul.h), so results do
 // not depend on a BLAS or on the thread count.
 #include <cstdint>
 #include <span>

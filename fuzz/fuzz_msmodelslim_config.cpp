@@ -4,8 +4,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "core/quant/quant_plan.h"
 #include "fuzz_model.h"
+#include "schemes/description/quant_plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/json_util.h"
-#include "core/quant/scheme_registry.h"
+#include "schemes/description/scheme_registry.h"
 
 namespace qparity::golden {
 

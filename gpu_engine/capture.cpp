@@ -54,7 +54,8 @@ size_t elem_bytes(Elem e) {
 }  // namespace
 
 void capture(Trace* trace, const std::string& name, const void* dev, Elem e, int64_t rows,
-             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns) {
+             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns,
+             double shift) {
   if (!trace || !trace->wants(name)) return;
   const size_t es = elem_bytes(e);
   std::vector<uint8_t> host(static_cast<size_t>(rows * cols) * es);
@@ -67,7 +68,7 @@ void capture(Trace* trace, const std::string& name, const void* dev, Elem e, int
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < out_cols; ++j) {
       const int64_t c = columns.empty() ? j : columns[static_cast<size_t>(j)];
-      m(r, j) = widen(e, host.data() + static_cast<size_t>(r * cols + c) * es);
+      m(r, j) = widen(e, host.data() + static_cast<size_t>(r * cols + c) * es) - shift;
     }
   trace->record(name, m);
 }

@@ -22,7 +22,9 @@ enum class Elem { kBf16, kF32, kI32, kI8, kE4m3 };
 // Logical column j of a captured row is the view's column columns[j]; empty: all of them.
 using ColumnMap = std::vector<int64_t>;
 
+// Each value is recorded as widened - shift (an asymmetric int8 code's zero point: q - z, exact).
 void capture(Trace* trace, const std::string& name, const void* dev, Elem e, int64_t rows,
-             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns = {});
+             int64_t cols, int64_t stride, cudaStream_t stream, const ColumnMap& columns = {},
+             double shift = 0.0);
 
 }  // namespace qparity::gpu

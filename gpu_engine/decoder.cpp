@@ -424,7 +424,7 @@ void Decoder::project(const GpuLinearMethod* quantized, const __nv_bfloat16* w,
   if (!codes.values) return;
   const bool fp8 = codes.kind == GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
   capture(tr, point_of(layer_name, point::kXValues), codes.values, fp8 ? Elem::kE4m3 : Elem::kI8, t,
-          k, k, stream_);
+          k, k, stream_, {}, codes.zero_point);
   capture(tr, point_of(layer_name, point::kXScales), codes.scales, Elem::kF32, t, codes.scale_cols,
           codes.scale_cols, stream_);
 }

@@ -1,23 +1,22 @@
 #include "gpu_engine/gpu_model.h"
 
+#include "core/config/rope_tables.h"
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
 #include "gpu_engine/rope_layout.h"
-#include "reference_cpu/layers/mrope.h"
-#include "reference_cpu/layers/rope.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/math/numeric.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::gpu {
 
 void attach_rope(GpuModel& m) {
-  const reference::Rope rope(m.cfg);
+  const RopeTable rope = rope_table(m.cfg);
   m.inv_freq = DeviceBuffer<double>(needs_rope_relayout(m.cfg) ? rotate_half_inv_freq(m.cfg)
-                                                               : rope.inv_freq());
-  m.rope_scaling = rope.attention_scaling();
+                                                               : rope.inv_freq);
+  m.rope_scaling = rope.attention_scaling;
   if (m.cfg.image_text && m.cfg.mrope_section.size() == 3) {
     const int64_t rotary = m.cfg.rotary_dim > 0 ? m.cfg.rotary_dim : m.cfg.head_dim;
-    const std::vector<int> rows = reference::mrope_frequency_rows(rotary / 2, m.cfg.mrope_section);
+    const std::vector<int> rows = mrope_frequency_rows(rotary / 2, m.cfg.mrope_section);
     std::vector<int32_t> all(static_cast<size_t>(m.cfg.head_dim / 2), 0);
     std::copy(rows.begin(), rows.end(), all.begin());
     m.mrope_rows = DeviceBuffer<int32_t>(all);

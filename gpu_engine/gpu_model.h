@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "core/config/model_config.h"
-#include "core/quant/dialect.h"
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_engine/quant/kv_cache_upload.h"
+#include "schemes/description/dialect.h"
 
 namespace qparity::gpu {
 
@@ -33,10 +33,10 @@ struct GpuLayerWeights {
   // [q + 2 kv] fp32 (ChatGLM2's add_qkv_bias) for an unquantized qkv, else empty: a quantized
   // method adds its bias in its own epilogue.
   DeviceBuffer<float> qkv_bias;
-  Bf16Buffer o_proj;                 // [H, q]
-  Bf16Buffer gate_up, down;          // dense: [2I, H], [H, I]
-  Bf16Buffer router;                 // MoE: [E, H]
-  Bf16Buffer w13, w2;                // MoE: [E, 2I', H], [E, H, I']
+  Bf16Buffer o_proj;         // [H, q]
+  Bf16Buffer gate_up, down;  // dense: [2I, H], [H, I]
+  Bf16Buffer router;         // MoE: [E, H]
+  Bf16Buffer w13, w2;        // MoE: [E, 2I', H], [E, H, I']
   // Norm biases (smooth-quant / anti-outlier folds; fp32, exact), empty when the norm has none.
   DeviceBuffer<float> input_norm_bias, post_norm_bias;
   // Quantized linears (their bf16 buffer above is then empty).

@@ -3,8 +3,8 @@
 #include <optional>
 #include <string>
 
-#include "core/quant/dialect.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "schemes/description/dialect.h"
 
 namespace qparity::gpu {
 
@@ -14,7 +14,7 @@ struct GpuLoadOptions {
   // sglang; weight-only schemes compute the same in every dialect).
   Dialect dialect = Dialect::kVllm;
   GpuMethodOptions methods;  // test-only fault injection
-  // Tensor parallelism: load rank `rank`'s shard of tp (core/parallel/checkpoint_shard.h) as a
+  // Tensor parallelism: load rank `rank`'s shard of tp (schemes/parallel/checkpoint_shard.h) as a
   // model of that rank's shapes (GpuModel::cfg; whole_cfg the checkpoint's).
   int tp = 1, rank = 0;
 };

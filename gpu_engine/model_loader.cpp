@@ -4,14 +4,14 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/chatglm_names.h"
 #include "gpu_engine/bf16_model_loader.h"
 #include "gpu_engine/planned_model_loader.h"
 #include "gpu_engine/rope_layout.h"
 #include "gpu_engine/shape_padding.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/parallel/checkpoint_shard.h"
 
 namespace qparity::gpu {
 

@@ -8,10 +8,10 @@
 #include <iosfwd>
 #include <memory>
 
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/load_options.h"
+#include "schemes/description/quant_plan.h"
 
 namespace qparity::gpu {
 

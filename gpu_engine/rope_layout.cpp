@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "core/codecs/int_packing.h"
+#include "core/config/rope_tables.h"
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/layers/rope.h"
 
 namespace qparity::gpu {
 
@@ -34,10 +34,10 @@ std::vector<int64_t> rope_positions(const ModelConfig& cfg) {
 }
 
 std::vector<double> rotate_half_inv_freq(const ModelConfig& cfg) {
-  const reference::Rope rope(cfg);
+  const RopeTable rope = rope_table(cfg);
   std::vector<double> f(static_cast<size_t>(cfg.head_dim / 2), 0.0);
-  for (size_t i = 0; i < rope.inv_freq().size(); ++i)
-    f[i] = rope.inv_freq()[i];
+  for (size_t i = 0; i < rope.inv_freq.size(); ++i)
+    f[i] = rope.inv_freq[i];
   return f;
 }
 

@@ -50,7 +50,7 @@ class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::filesystem::path& path);
   // A file image held in memory (validated as open() validates a file), named `name` in errors:
-  // what a tensor-parallel rank's shard of a checkpoint is (core/parallel/checkpoint_shard.h).
+  // what a tensor-parallel rank's shard of a checkpoint is (schemes/parallel/checkpoint_shard.h).
   static SafetensorsFile from_image(std::vector<uint8_t> image, const std::filesystem::path& name);
 
   SafetensorsFile(SafetensorsFile&&) noexcept = default;

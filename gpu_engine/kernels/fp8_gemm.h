@@ -1,6 +1,6 @@
 #pragma once
 // FP8 E4M3 activation quantization and the FP8 x FP8 scaled GEMM of `fp8-tensor`,
-// `fp8-channel` and `fp8-block` (reference_cpu/quant/fp8_common.h, FORMATS.md §3.1, §3.2, §4.4).
+// `fp8-channel` and `fp8-block` (schemes/fp8/fp8_common.h, FORMATS.md §3.1, §3.2, §4.4).
 //
 // Quantization reproduces one dialect's rule bit for bit (the reference's Fp8ScaleRule with fp32
 // arithmetic, as vLLM and SGLang compute): amax = max|x| over the set (a token, a 1 x group
@@ -12,7 +12,7 @@
 //   codes 0.
 // UE8M0 scale rounding of fp8-block is not implemented here (the reference's group_ue8m0 is off
 // for vllm and sglang; a rule asking for it is refused by the GPU method).
-// MX (mx_bump, with kDynamicGroup and group 32: `mxfp8`'s activations, reference_cpu/quant/
+// MX (mx_bump, with kDynamicGroup and group 32: `mxfp8`'s activations, schemes/math/
 // mx_scale.h, the vllm / sglang / compressed-tensors kBump rule): per 32-group the amax's
 // exponent floor(log2 amax) (frexp, exact, subnormals included) plus 1 when its mantissa is
 // >= 1.75, minus 8, as an E8M0 byte clamped to [0, 254] (amax 0: byte 0; a bumped power of two
@@ -24,7 +24,7 @@
 // are e4m3fn values: what the dumps hold), and with q_doubled also as twice the value in int8 (what
 // the packed fp4 GEMM, kernels/fp4_gemm.h, reads).
 // NVFP4 (nvfp4_global > 0, with kDynamicGroup and group 16: `nvfp4`'s W4A4 activations,
-// reference_cpu/quant/nvfp4.h, vLLM's rule): gs = the static input global scale (a divisor), per
+// schemes/fp4/nvfp4.h, vLLM's rule): gs = the static input global scale (a divisor), per
 // 16-group s = e4m3(fl32(gs * fl32(amax * fl32(1/6)))) saturating at 448 (0 stays 0), then
 // t = fl32(x * fl32(1 / fl32(s * fl32(1/gs)))) (a zero divisor gives 0), NaN -> 0, e2m1 as for
 // mx_e2m1; with nvfp4_divide compressed-tensors' arithmetic instead: s = e4m3(fl32(gs *

@@ -51,7 +51,10 @@ __global__ void quantize_int8_static_kernel(QuantizeInt8StaticParams p) {
   for (int64_t i = threadIdx.x; i < p.k; i += kQuantThreads) {
     const float xv = __bfloat162float(x[i]);
     const float v = p.divide ? __fdiv_rn(xv, p.scale) : __fmul_rn(xv, p.factor);
-    const float r = fminf(fmaxf(rintf(__fadd_rn(v, p.offset)), -128.f), 127.f);
+    // rintf(v) + offset is exact (an integer below 2^24 plus an int8) or saturates either way.
+    const float r = fminf(
+        fmaxf(p.offset_after_round ? rintf(v) + p.offset : rintf(__fadd_rn(v, p.offset)), -128.f),
+        127.f);
     q[i] = static_cast<int8_t>(r);
   }
 }

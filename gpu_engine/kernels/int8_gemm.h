@@ -1,6 +1,6 @@
 #pragma once
 // INT8 activation quantization and the INT8 x INT8 scaled GEMM of `w8a8-int8-dyn`
-// (reference_cpu/quant/w8a8_int8_dynamic.h, FORMATS.md §3.3, §4.5) and of `w4a8-dyn`, whose int4
+// (schemes/int/w8a8_int8_dynamic.h, FORMATS.md §3.3, §4.5) and of `w4a8-dyn`, whose int4
 // weight codes are held widened to int8 (the same integers: the accumulation is identical).
 //
 // Per-token quantization, one dialect's arithmetic bit for bit (the reference's Int8ActRules):
@@ -10,7 +10,7 @@
 //   sglang  amax = max(max|x|, fp32(1e-10)); s, 127 / amax and x * (127 / amax) in fp32; round
 //           half away from zero (Triton's round), clamped to [-128, 127].
 //   npu     torch_npu's npu_dynamic_quant, which every runtime of msModelSlim W4A8_DYNAMIC calls
-//           (reference_cpu/quant/w4a8_dynamic.h): m = 127 / amax (fp32, RN), s = 1 / m (fp32,
+//           (schemes/int/w4a8_dynamic.h): m = 127 / amax (fp32, RN), s = 1 / m (fp32,
 //           RN: not amax / 127), q = rint(x * m) in fp32, half to even, within [-127, 127]; an
 //           all-zero token gets s = 0, q = 0.
 // GEMM: acc[m, n] = sum_k a[m, k] * b[n, k] as an exact int32 (dp4a; no order dependence), then
@@ -39,9 +39,11 @@ struct QuantizeInt8Params {
 
 void launch_quantize_int8_per_token(const QuantizeInt8Params& p, cudaStream_t stream);
 
-// Static per-tensor quantization (msModelSlim W8A8 / W8A8S): q = clamp(rint(v + offset)) with
-// v = x * factor (the reciprocal as the dialect computed it) or x / scale, each step in fp32,
-// round half to even; the raw codes (offset included: the GEMM's quant_bias carries its
+// Static per-tensor quantization (msModelSlim W8A8 / W8A8S; compressed-tensors static inputs):
+// q = clamp(rint(v + offset)) with v = x * factor (the reciprocal as the dialect computed it)
+// or x / scale, each step in fp32, round half to even; with offset_after_round
+// q = clamp(rint(v) + offset) (vLLM's static_scaled_int8_azp_quant_kernel: the zero point added
+// to the rounded integer). The raw codes (offset included: the GEMM's acc_bias carries its
 // correction). scales[m] = scale for every token (what the dump's x_scales holds).
 struct QuantizeInt8StaticParams {
   const __nv_bfloat16* x = nullptr;  // [m, k]
@@ -50,6 +52,7 @@ struct QuantizeInt8StaticParams {
   int64_t m = 0, k = 0;
   float scale = 1.f, factor = 0.f, offset = 0.f;
   bool divide = false;
+  bool offset_after_round = false;
 };
 
 void launch_quantize_int8_static(const QuantizeInt8StaticParams& p, cudaStream_t stream);

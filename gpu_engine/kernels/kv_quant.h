@@ -1,6 +1,6 @@
 #pragma once
 // What a layer's paged KV cache holds and how the attention kernels write and read it (the GPU
-// side of reference_cpu/quant/kv_cache_method.h). The kernels quantize a key or value once, on
+// side of schemes/kv/kv_cache_method.h). The kernels quantize a key or value once, on
 // write (the attention prologue, or decode_attention for its batch's own tokens), and dequantize
 // on every read; a key this launch computes is used in its dequantized form, as if read back
 // from the cache, so a token attends to what the cache holds - the reference's order.
@@ -54,7 +54,6 @@ enum KvChannelRow : int { kKScale = 0, kKRcp, kKOffset, kVScale, kVRcp, kVOffset
 
 // The launchers' checks of a KvQuant (a qparity::Error naming `kernel`): int8 needs its
 // channels for `num_kv_heads * head_dim` channels, fp8 positive finite scales.
-void require_kv_quant(const char* kernel, const KvQuant& q, int64_t num_kv_heads,
-                      int64_t head_dim);
+void require_kv_quant(const char* kernel, const KvQuant& q, int64_t num_kv_heads, int64_t head_dim);
 
 }  // namespace qparity::gpu

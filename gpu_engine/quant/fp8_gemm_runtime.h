@@ -13,7 +13,7 @@
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/scaled_gemm.h"
+#include "schemes/math/scaled_gemm.h"
 
 namespace qparity::gpu {
 

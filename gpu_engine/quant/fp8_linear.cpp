@@ -7,7 +7,7 @@
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/kernels/random_init.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/fp8_common.h"
+#include "schemes/fp8/fp8_common.h"
 
 namespace qparity::gpu {
 

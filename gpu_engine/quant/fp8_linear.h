@@ -1,5 +1,5 @@
 #pragma once
-// `fp8-tensor`, `fp8-channel` and `fp8-block` on the GPU (reference_cpu/quant/fp8_common.h,
+// `fp8-tensor`, `fp8-channel` and `fp8-block` on the GPU (schemes/fp8/fp8_common.h,
 // fp8_tensor.h, fp8_channel.h, fp8_block.h): e4m3fn weights with their processed scale grid
 // (per tensor, per output row, or 128 x 128 blocks, ragged at the edges; fused partitions already
 // unified by the reference method as the dialect does it), activations quantized on the fly by
@@ -12,7 +12,7 @@
 
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 

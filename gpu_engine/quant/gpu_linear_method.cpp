@@ -7,7 +7,7 @@
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 
@@ -44,7 +44,6 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A16Group:
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
-    case SchemeKind::kW8A8Int8Dyn:
     case SchemeKind::kW4A8Dyn:  // int4 codes widened to int8 (quant/w8a8_int8.h)
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
@@ -52,6 +51,8 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
+      return true;
+    case SchemeKind::kW8A8Int8:  // static inputs: vllm, sglang (quant/w8a8_int8.h)
       return true;
     case SchemeKind::kPackedInt:
       return packed_int_runs(s.int_weights, why);
@@ -72,8 +73,7 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
       return packed_int_runs(s.int_weights, why);
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
-    case SchemeKind::kMxint4:  // compressed-tensors int4 group-32 experts, bf16 scales
-    case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kMxint4:   // compressed-tensors int4 group-32 experts, bf16 scales
     case SchemeKind::kW4A8Dyn:  // on the host path, one int8 GEMM per expert
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
@@ -82,6 +82,8 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:
       return true;
+    case SchemeKind::kW8A8Int8:
+      return gpu_supports_linear_scheme(s, why);
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
       if (why) *why = "static-activation int8 MoE experts are not on the GPU yet";
@@ -116,7 +118,7 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
       return std::make_unique<W8A8StaticMethod>(host);
-    case SchemeKind::kW8A8Int8Dyn:
+    case SchemeKind::kW8A8Int8:
     case SchemeKind::kW4A8Dyn:
       return std::make_unique<W8A8Int8Method>(host, expert);
     case SchemeKind::kFp8Tensor:

@@ -1,5 +1,5 @@
 #pragma once
-// The GPU side of the LinearMethod lifecycle (ARCHITECTURE.md, reference_cpu/quant/
+// The GPU side of the LinearMethod lifecycle (ARCHITECTURE.md, schemes/method/
 // linear_method.h). Steps 1-3 are shared with the reference literally: the same QuantPlan entry
 // makes the same reference::LinearMethod, which registers the checkpoint's tensors
 // (create_weights), takes them from the loader with every name, dtype and shape checked (load),
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "core/quant/scheme_registry.h"
+#include "schemes/description/scheme_registry.h"
 
 namespace qparity::reference {
 class LinearMethod;
@@ -58,6 +58,7 @@ class GpuLinearMethod {
     const void* values = nullptr;
     const float* scales = nullptr;
     int64_t scale_cols = 1;
+    int32_t zero_point = 0;  // int8 codes: the dump records values - zero_point (q - z)
   };
   virtual ActivationCodes activation_codes(const void* workspace, int64_t t) const {
     (void)workspace, (void)t;

@@ -4,8 +4,8 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/kv_fp8.h"
-#include "reference_cpu/quant/kv_int8.h"
+#include "schemes/kv/kv_fp8.h"
+#include "schemes/kv/kv_int8.h"
 
 namespace qparity::gpu {
 
@@ -29,8 +29,7 @@ GpuKvCache upload_int8(const reference::KvInt8CacheMethod& m, int64_t kd) {
   const int64_t h = shape.num_kv_heads, d = shape.head_dim, n = h * kd;
   std::vector<float> rows(static_cast<size_t>(kKvChannelRows * n));
   for (int row = 0; row < kKvChannelRows; ++row)  // padded channels: scale 1, offset 0
-    if (row != kKOffset && row != kVOffset)
-      std::fill_n(rows.begin() + row * n, n, 1.f);
+    if (row != kKOffset && row != kVOffset) std::fill_n(rows.begin() + row * n, n, 1.f);
   for (const KvWhich w : {KvWhich::kKey, KvWhich::kValue}) {
     const std::string what =
         shape.prefix + (w == KvWhich::kKey ? ".k_proj" : ".v_proj") + ".kv_cache_";

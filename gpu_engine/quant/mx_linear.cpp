@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/mx_scale.h"
+#include "schemes/math/mx_scale.h"
 
 namespace qparity::gpu {
 

@@ -1,5 +1,5 @@
 #pragma once
-// `mxfp8` and `mxfp4` on the GPU (reference_cpu/quant/mxfp8.h, mxfp4.h, mx_scale.h): Hopper has
+// `mxfp8` and `mxfp4` on the GPU (schemes/fp8/mxfp8.h, mxfp4.h, mx_scale.h): Hopper has
 // no MX tensor-core instructions (Blackwell's block-scaled MMA takes the E8M0 scales inside the
 // product), so this is an emulation: activations quantized on the fly per token and 32-group by
 // the dialect's E8M0 rule (bit for bit: kernels/fp8_gemm.h, mx_bump). mxfp8: e4m3fn weight codes
@@ -17,7 +17,7 @@
 // MXFP8A16 is refused by name.
 #include "gpu_engine/quant/fp8_gemm_runtime.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/quant/nvfp4.h"
+#include "schemes/fp4/nvfp4.h"
+#include "schemes/math/numeric.h"
 
 namespace qparity::gpu {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 

@@ -1,9 +1,11 @@
 #include "gpu_engine/quant/w8a8_int8.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/w4a8_dynamic.h"
-#include "reference_cpu/quant/w8a8_int8_dynamic.h"
+#include "schemes/int/w4a8_dynamic.h"
+#include "schemes/int/w8a8_int8_dynamic.h"
 
 namespace qparity::gpu {
 
@@ -38,10 +40,27 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host, int64_t expe
   const std::string& where = prefix();
   if (const auto* m = dynamic_cast<const reference::W8A8Int8DynamicLinearMethod*>(&host)) {
     dialect_ = int8_dynamic_rule(*m, where);
-    if (m->static_input())
-      throw Error(where,
-                  "static per-tensor input scales (input_scale): not on the GPU yet; the "
-                  "sglang dialect ignores them and quantizes per token");
+    if (m->static_input()) {
+      // Only vllm keeps static scales (sglang ignores them: static_input() is false there).
+      if (dialect_ != Int8ActDialect::kVllm)
+        throw Error(where,
+                    "static per-tensor int8 inputs follow vLLM's kernels on the GPU; run "
+                    "with --dialect vllm");
+      static_input_ = true;
+      const int64_t e = std::max<int64_t>(expert, 0);
+      const std::vector<float> sf = exact_f32({m->input_scale(e)}, where + ".input_scale");
+      static_.scale = sf[0];
+      const int64_t z = m->input_zero_point(e);
+      if (z < -128 || z > 127) throw Error(where + ".input_zero_point", "outside int8");
+      input_zero_point_ = static_cast<int32_t>(z);
+      if (m->input_symmetric()) {
+        static_.divide = true;  // static_scaled_int8_quant_kernel: x / s
+      } else {
+        static_.factor = 1.0f / sf[0];  // the azp kernel's inv_s, fp32 (RN)
+        static_.offset = static_cast<float>(z);
+        static_.offset_after_round = true;
+      }
+    }
   } else if (dynamic_cast<const reference::W4A8DynamicLinearMethod*>(&host)) {
     // Every runtime of the format quantizes with npu_dynamic_quant; only the ideal dialect
     // (fp64 amax / 127) differs, and the GPU does not run fp64 activation scales.
@@ -61,6 +80,17 @@ W8A8Int8Method::W8A8Int8Method(const reference::LinearMethod& host, int64_t expe
     if (z != 0)
       throw Error(where, "int8 / int4 dynamic weights are symmetric; a zero point is not");
   codes_ = DeviceBuffer<int8_t>(w.stored);
+  if (static_input_ && input_zero_point_ != 0) {
+    // azp_adj: the exact int32 correction z * sum_k w[n, k] taken out of every row's sum.
+    std::vector<int32_t> adjust(static_cast<size_t>(out_features()), 0);
+    for (int64_t n = 0; n < out_features(); ++n) {
+      int64_t sum = 0;
+      for (int64_t k = 0; k < in_features(); ++k)
+        sum += static_cast<int64_t>(w.stored[static_cast<size_t>(n * in_features() + k)]);
+      adjust[static_cast<size_t>(n)] = static_cast<int32_t>(-input_zero_point_ * sum);
+    }
+    zero_point_adjust_ = DeviceBuffer<int32_t>(adjust);
+  }
   scales_ = DeviceBuffer<float>(exact_f32(w.scale, where + ".weight_scale"));
   if (!w.bias.empty()) bias_ = DeviceBuffer<float>(exact_f32(w.bias, where + ".bias"));
 }
@@ -74,13 +104,24 @@ void W8A8Int8Method::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, 
   if (!workspace) throw Error(prefix(), "w8a8-int8-dyn needs the engine's workspace");
   auto* codes = static_cast<int8_t*>(workspace);
   auto* scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
-  launch_quantize_int8_per_token({x, codes, scales, t, in_features(), dialect_}, stream);
+  if (static_input_) {
+    QuantizeInt8StaticParams q = static_;
+    q.x = x;
+    q.q = codes;
+    q.scales = scales;
+    q.m = t;
+    q.k = in_features();
+    launch_quantize_int8_static(q, stream);
+  } else {
+    launch_quantize_int8_per_token({x, codes, scales, t, in_features(), dialect_}, stream);
+  }
   Int8GemmParams g;
   g.a = codes;
   g.a_scales = scales;
   g.b = codes_.get();
   g.b_scales = scales_.get();
   g.bias = bias_.get();
+  g.acc_bias = zero_point_adjust_.get();
   g.y = y;
   g.m = t;
   g.n = out_features();
@@ -95,11 +136,12 @@ GpuLinearMethod::ActivationCodes W8A8Int8Method::activation_codes(const void* wo
   c.values = workspace;
   c.scales = ActivationWorkspace::at<float>(workspace, ws_.scales_offset(t));
   c.scale_cols = 1;
+  c.zero_point = static_input_ ? input_zero_point_ : 0;
   return c;
 }
 
 size_t W8A8Int8Method::device_bytes() const {
-  return codes_.bytes() + scales_.bytes() + bias_.bytes();
+  return codes_.bytes() + scales_.bytes() + bias_.bytes() + zero_point_adjust_.bytes();
 }
 
 }  // namespace qparity::gpu

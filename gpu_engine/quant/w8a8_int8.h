@@ -1,11 +1,11 @@
 #pragma once
-// `w8a8-int8-dyn` on the GPU (reference_cpu/quant/w8a8_int8_dynamic.h): int8 weights with one
+// `w8a8-int8-dyn` on the GPU (schemes/int/w8a8_int8_dynamic.h): int8 weights with one
 // fp32 scale per output row (channel strategy, or each fused partition's tensor scale per row,
 // SGLang's fp8 requantization already applied by the processed reference method), activations
 // quantized per token on the fly in the run's dialect, an exact int8 GEMM and an fp32 epilogue
 // (kernels/int8_gemm.h).
 //
-// `w4a8-dyn` (msModelSlim W4A8_DYNAMIC, reference_cpu/quant/w4a8_dynamic.h) runs here too: its
+// `w4a8-dyn` (msModelSlim W4A8_DYNAMIC, schemes/int/w4a8_dynamic.h) runs here too: its
 // int4 codes are held one a byte (the same integers, so the exact int32 accumulation is the
 // same; twice the packed format's weight bytes, a correctness path, not a bandwidth one), its
 // activations quantized by torch_npu's npu_dynamic_quant rule (kernels/int8_gemm.h `npu`) in
@@ -13,14 +13,20 @@
 // cancels the NPU kernel's split of the int8 codes.
 //
 // Dialects: the activation codes follow vllm or sglang bit for bit (the reference's
-// Int8ActRules); a run in any other dialect is refused by name, as are static input scales
-// (compressed-tensors' static per-tensor inputs; SGLang ignores them and the sglang dialect
-// quantizes per token, which the GPU follows).
+// Int8ActRules); a run in any other dialect is refused by name.
+//
+// Static per-tensor inputs (compressed-tensors ct-w8a8-int8[-wtensor]-static[-asym]), vllm
+// dialect: vLLM's static_scaled_int8_quant_kernel (symmetric: rn_sat(x / s) in fp32) or its
+// azp kernel (asymmetric: sat(rint(x * fp32(1/s)) + z)), every token's scale s; the GEMM runs
+// on the raw codes q and takes the zero point out exactly as vLLM's azp_adj does: acc_bias[n] =
+// -z * sum_k w[n, k] (int32), added to the exact accumulator before the epilogue. The dump's
+// x_values are q - z, as the reference records them. SGLang ignores static input scales and
+// quantizes per token: the sglang dialect does the same, here and in the reference.
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 
@@ -39,6 +45,11 @@ class W8A8Int8Method final : public GpuLinearMethod {
   Int8ActDialect dialect_ = Int8ActDialect::kVllm;
   DeviceBuffer<int8_t> codes_;
   DeviceBuffer<float> scales_, bias_;
+  // Static inputs (vllm): the quantizer's parameters and the zero point's GEMM correction.
+  bool static_input_ = false;
+  QuantizeInt8StaticParams static_;
+  int32_t input_zero_point_ = 0;
+  DeviceBuffer<int32_t> zero_point_adjust_;
 };
 
 }  // namespace qparity::gpu

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/upload_util.h"
-#include "reference_cpu/quant/w8a8_static.h"
+#include "schemes/int/w8a8_static.h"
 
 namespace qparity::gpu {
 

@@ -1,5 +1,5 @@
 #pragma once
-// msModelSlim `w8a8-static` and `w8a8s` on the GPU (reference_cpu/quant/w8a8_static.h): int8
+// msModelSlim `w8a8-static` and `w8a8s` on the GPU (schemes/int/w8a8_static.h): int8
 // weights, the input quantized with the file's static per-tensor scale and offset exactly as the
 // dialect computes it (vllm: vllm-ascend's reciprocal of the model-dtype scale; sglang: the NPU's
 // fp32 reciprocal), the raw codes fed to an exact int8 GEMM, quant_bias added to the int32
@@ -9,7 +9,7 @@
 #include "gpu_engine/kernels/int8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 

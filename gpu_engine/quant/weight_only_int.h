@@ -1,7 +1,7 @@
 #pragma once
 // The weight-only integer family on the GPU: msModelSlim W8A16 (`w8a16-ch`, `w8a16-g<N>`, with
-// offsets; reference_cpu/quant/w8a16.h) and compressed-tensors pack-quantized INT4 / INT8
-// (`w4a16-g32`, symmetric or asymmetric; reference_cpu/quant/pack_quantized_int.h). Both are
+// offsets; schemes/int/w8a16.h) and compressed-tensors pack-quantized INT4 / INT8
+// (`w4a16-g32`, symmetric or asymmetric; schemes/int/pack_quantized_int.h). Both are
 // w = (q - zero) * scale per group along K with bf16 activations, so one kernel family
 // (kernels/weight_only_gemm.h) serves them.
 //
@@ -21,7 +21,7 @@
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
 

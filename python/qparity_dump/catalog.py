@@ -1,35 +1,28 @@
 """The capture-point catalog (core/capture/capture_points.h, golden/SCHEMA.md): canonical names,
-execution order and widths. A candidate's points must use these names to be compared."""
+execution order and widths. A candidate's points must use these names to be compared. The names
+and their order come from _points.py, which `qparity catalog --python` generates from the C++
+catalog (a test keeps the two equal); the widths need a config and are computed here."""
 
-BEFORE_LAYERS = ["embed"]
-AFTER_LAYERS = ["final_norm", "logits"]
+from ._points import (AFTER_LAYERS, BEFORE_LAYERS, CODE_LEAVES, CODE_LINEARS,  # noqa: F401
+                      LAYER_POINTS)
+from ._points import LAYER_SUFFIXES as _ALL_SUFFIXES
 
-# Every suffix a decoder layer's point can have, in execution order of a layer that had them all.
-ATTENTION_SUFFIXES = ["input_norm", "attn.qkv", "attn.q_norm", "attn.k_norm", "attn.rope_q",
-                      "attn.rope_k", "attn.k_cache", "attn.v_cache", "attn.core", "attn.out",
-                      "post_attn_norm"]
-DENSE_SUFFIXES = ["mlp.gate_up", "mlp.act", "mlp.out"]
-MOE_SUFFIXES = ["moe.router_logits", "moe.topk_ids", "moe.topk_weights", "moe.expert_out",
-                "moe.out"]
-LAYER_SUFFIXES = ATTENTION_SUFFIXES + DENSE_SUFFIXES + MOE_SUFFIXES + ["residual"]
 # The codes an activation-quantized linear's GEMM was fed ("layers.<i>.attn.qkv_proj.x_values",
 # [T, K], the decoded code values) and their scales (".x_scales", one row per token).
-CODE_LINEARS = ["attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
-CODE_SUFFIXES = [f"{lin}.{leaf}" for lin in CODE_LINEARS for leaf in ("x_values", "x_scales")]
+CODE_SUFFIXES = [f"{lin}.{leaf}" for lin in CODE_LINEARS for leaf in CODE_LEAVES]
+# Every suffix a decoder layer's point can have, in execution order of a layer that had them all
+# (the activation codes apart: CODE_SUFFIXES).
+LAYER_SUFFIXES = [s for s in _ALL_SUFFIXES if s not in CODE_SUFFIXES]
 
 
-def layer_points(layer, qk_norm=False, moe=False, kv_cache=False):
-    """The points of one decoder layer, "layers.<i>.<suffix>", in execution order."""
-    s = ["input_norm", "attn.qkv"]
-    if qk_norm:
-        s += ["attn.q_norm", "attn.k_norm"]
-    s += ["attn.rope_q", "attn.rope_k"]
-    if kv_cache:
-        s += ["attn.k_cache", "attn.v_cache"]
-    s += ["attn.core", "attn.out", "post_attn_norm"]
-    s += MOE_SUFFIXES if moe else DENSE_SUFFIXES
-    s.append("residual")
-    return [f"layers.{layer}.{x}" for x in s]
+def layer_points(layer, qk_norm=False, moe=False, kv_cache=False, linear_attention=False,
+                 attn_gate=False):
+    """The points of one decoder layer, "layers.<i>.<suffix>", in execution order (a Gated
+    DeltaNet layer has no q/k norm, KV-cache or gate points, as core's layer_shape says)."""
+    if linear_attention:
+        qk_norm = kv_cache = attn_gate = False
+    key = (bool(qk_norm), bool(moe), bool(kv_cache), bool(linear_attention), bool(attn_gate))
+    return [f"layers.{layer}.{x}" for x in LAYER_POINTS[key]]
 
 
 class ModelShape:
@@ -37,6 +30,8 @@ class ModelShape:
 
     def __init__(self, config):
         self.architecture = (config.get("architectures") or ["?"])[0]
+        # An image-text class keeps its language model's config under text_config.
+        config = {**config, **(config.get("text_config") or {})}
         self.hidden = int(config["hidden_size"])
         self.num_layers = int(config["num_hidden_layers"])
         self.num_heads = int(config["num_attention_heads"])
@@ -49,6 +44,21 @@ class ModelShape:
         self.top_k = int(config.get("num_experts_per_tok") or 0)
         self.moe_intermediate = int(config.get("moe_intermediate_size") or 0)
         self.qk_norm = self.architecture.startswith("Qwen3")
+        # Qwen3.5: Gated DeltaNet layers (layer_types, else every full_attention_interval-th
+        # layer is full attention) beside gated full attention (attn_output_gate, always on).
+        qwen35 = self.architecture.startswith("Qwen3_5")
+        types = config.get("layer_types")
+        if types is None and qwen35:
+            interval = int(config.get("full_attention_interval") or 4)
+            types = ["linear_attention" if (i + 1) % interval else "full_attention"
+                     for i in range(self.num_layers)]
+        self._linear = [t == "linear_attention" for t in (types or [])] or \
+            [False] * self.num_layers
+        self.attn_gate = qwen35
+        self.linear_key_heads = int(config.get("linear_num_key_heads") or 16)
+        self.linear_value_heads = int(config.get("linear_num_value_heads") or 32)
+        self.linear_key_head_dim = int(config.get("linear_key_head_dim") or 128)
+        self.linear_value_head_dim = int(config.get("linear_value_head_dim") or 128)
         step = int(config.get("decoder_sparse_step") or 1)
         dense_only = set(config.get("mlp_only_layers") or [])
         self._moe = [self.num_experts > 0 and i not in dense_only and (i + 1) % step == 0
@@ -56,6 +66,9 @@ class ModelShape:
 
     def is_moe_layer(self, layer):
         return self._moe[layer]
+
+    def is_linear_attention_layer(self, layer):
+        return self._linear[layer]
 
     def check_moe_layers(self, moe_layers, where):
         """The model's own layout (which layers run experts) must be what config.json says:
@@ -77,7 +90,8 @@ class ModelShape:
         """Every capture point of the model, in execution order."""
         out = list(BEFORE_LAYERS)
         for i in range(self.num_layers):
-            out += layer_points(i, self.qk_norm, self.is_moe_layer(i), kv_cache)
+            out += layer_points(i, self.qk_norm, self.is_moe_layer(i), kv_cache,
+                                self.is_linear_attention_layer(i), self.attn_gate)
         return out + AFTER_LAYERS
 
     def width(self, point):
@@ -89,8 +103,18 @@ class ModelShape:
         layer = int(point.split(".")[1])
         suffix = point.split(".", 2)[2]
         del layer  # dense layers of a MoE model use intermediate_size too
+        key_dim = self.linear_key_heads * self.linear_key_head_dim
+        value_dim = self.linear_value_heads * self.linear_value_head_dim
+        conv_dim = 2 * key_dim + value_dim
+        q_proj = self.q_size * (2 if self.attn_gate else 1)  # q and its gate, per head
         return {
-            "input_norm": self.hidden, "attn.qkv": self.q_size + 2 * self.kv_size,
+            "input_norm": self.hidden, "attn.qkv": q_proj + 2 * self.kv_size,
+            "attn.gated": self.q_size, "linear_attn.qkvz": conv_dim + value_dim,
+            "linear_attn.ba": 2 * self.linear_value_heads, "linear_attn.conv": conv_dim,
+            "linear_attn.beta": self.linear_value_heads,
+            "linear_attn.decay": self.linear_value_heads, "linear_attn.core": value_dim,
+            "linear_attn.state": self.linear_value_heads * self.linear_key_head_dim *
+            self.linear_value_head_dim, "linear_attn.norm": value_dim,
             "attn.q_norm": self.q_size, "attn.k_norm": self.kv_size, "attn.rope_q": self.q_size,
             "attn.rope_k": self.kv_size, "attn.k_cache": self.kv_size,
             "attn.v_cache": self.kv_size, "attn.core": self.q_size, "attn.out": self.hidden,
@@ -112,13 +136,8 @@ def order_of(points):
         parts = name.split(".", 2)
         if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit():
             sfx = parts[2]
-            before = {"attn.qkv_proj": "attn.qkv", "attn.o_proj": "attn.out",
-                      "mlp.gate_up_proj": "mlp.gate_up", "mlp.down_proj": "mlp.out"}
-            lin = sfx.rsplit(".", 1)[0]
-            if lin in before:  # a linear's codes come just before its output
-                rank = LAYER_SUFFIXES.index(before[lin]) - 0.5
-            else:
-                rank = LAYER_SUFFIXES.index(sfx) if sfx in LAYER_SUFFIXES else len(LAYER_SUFFIXES)
+            # The C++ catalog's order, activation codes included.
+            rank = _ALL_SUFFIXES.index(sfx) if sfx in _ALL_SUFFIXES else len(_ALL_SUFFIXES)
             return (1, int(parts[1]), rank, name)
         return (3, 0, 0, name)
     return sorted(points, key=key)

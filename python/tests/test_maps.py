@@ -3,7 +3,7 @@ import unittest
 
 import numpy as np
 
-from qparity_dump import ModelShape, Recorder, CandidateError
+from qparity_dump import ModelShape, Recorder, CandidateError, order_of
 from qparity_dump.maps import MAPS
 from qparity_dump.maps.base import heads_first_to_tokens
 from qparity_dump.maps.hf import hf_map
@@ -14,6 +14,11 @@ LLAMA = dict(architectures=["LlamaForCausalLM"], hidden_size=64, num_hidden_laye
 QWEN3 = dict(LLAMA, architectures=["Qwen3ForCausalLM"], head_dim=32)
 MOE = dict(QWEN3, architectures=["Qwen3MoeForCausalLM"], num_experts=8, num_experts_per_tok=2,
            moe_intermediate_size=32, mlp_only_layers=[0], norm_topk_prob=True)
+# Qwen3.5 as its image-text class nests it: Gated DeltaNet layers beside gated full attention.
+QWEN35 = dict(architectures=["Qwen3_5ForConditionalGeneration"],
+              text_config=dict(QWEN3, num_hidden_layers=4, full_attention_interval=4,
+                               linear_num_key_heads=2, linear_num_value_heads=4,
+                               linear_key_head_dim=16, linear_value_head_dim=8))
 
 
 class CatalogTest(unittest.TestCase):
@@ -30,6 +35,27 @@ class CatalogTest(unittest.TestCase):
         self.assertEqual(s.width("layers.0.mlp.gate_up"), 2 * 96)
         self.assertEqual(ModelShape(LLAMA).width("layers.1.attn.rope_q"), 64)
         self.assertFalse(ModelShape(LLAMA).qk_norm)
+
+    def test_qwen35_points_come_from_the_generated_catalog(self):
+        s = ModelShape(QWEN35)
+        p = s.points()
+        # Layers 0-2 Gated DeltaNet, layer 3 gated full attention (full_attention_interval 4).
+        layer0 = [x for x in p if x.startswith("layers.0.")]
+        self.assertEqual(layer0[:3], ["layers.0.input_norm", "layers.0.linear_attn.qkvz",
+                                      "layers.0.linear_attn.ba"])
+        self.assertNotIn("layers.0.attn.qkv", p)
+        self.assertNotIn("layers.0.attn.q_norm", p)
+        self.assertIn("layers.3.attn.q_norm", p)
+        self.assertLess(p.index("layers.3.attn.core"), p.index("layers.3.attn.gated"))
+        self.assertLess(p.index("layers.3.attn.gated"), p.index("layers.3.attn.out"))
+        # Widths from the text config: conv_dim = 2 * 2*16 + 4*8 = 96, value_dim 32.
+        self.assertEqual(s.width("layers.0.linear_attn.qkvz"), 96 + 32)
+        self.assertEqual(s.width("layers.0.linear_attn.conv"), 96)
+        self.assertEqual(s.width("layers.0.linear_attn.state"), 4 * 16 * 8)
+        self.assertEqual(s.width("layers.3.attn.qkv"), 2 * 4 * 32 + 2 * 2 * 32)  # q and gate
+        self.assertEqual(s.width("layers.3.attn.gated"), 4 * 32)
+        # The order helper knows them too (they used to sort last, as unknown names).
+        self.assertEqual(order_of(list(reversed(p))), p)
 
 
 class MapsTest(unittest.TestCase):

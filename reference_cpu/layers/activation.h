@@ -8,7 +8,7 @@
 // from torch is its vectorized exp against libm's (each within ~1 ulp), so the two agree to a few
 // ulp, far inside the 1e-12 contract. Extremes behave: x -> -inf gives -0 (exp overflows to inf),
 // x -> +inf gives x. Then act = silu(gate) * up, one more rounding. Elementwise, no reductions.
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::reference {
 

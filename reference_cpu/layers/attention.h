@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <span>
 
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::reference {
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/config/model_config.h"
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::reference {
 

@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::reference {
 

@@ -72,14 +72,4 @@ MropePositions mrope_positions(std::span<const int64_t> tokens, int64_t image_to
   return p;
 }
 
-std::vector<int> mrope_frequency_rows(int64_t freqs, std::span<const int64_t> sections) {
-  if (sections.size() != 3) throw Error("mrope_section", "needs 3 sections (t, h, w)");
-  std::vector<int> rows(static_cast<size_t>(freqs), 0);
-  for (int64_t i = 0; i < freqs; ++i) {
-    if (i % 3 == 1 && i < 3 * sections[1]) rows[static_cast<size_t>(i)] = 1;
-    if (i % 3 == 2 && i < 3 * sections[2]) rows[static_cast<size_t>(i)] = 2;
-  }
-  return rows;
-}
-
 }  // namespace qparity::reference

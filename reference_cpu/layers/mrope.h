@@ -44,7 +44,6 @@ MropePositions mrope_positions(std::span<const int64_t> tokens, int64_t image_to
                                std::span<const GridThw> grids, int64_t merge,
                                int64_t vision_start_token_id = -1);
 
-// The row (0 time, 1 height, 2 width) each of the `freqs` frequencies reads.
-std::vector<int> mrope_frequency_rows(int64_t freqs, std::span<const int64_t> sections);
+// The frequency rows: mrope_frequency_rows in core/config/rope_tables.h.
 
 }  // namespace qparity::reference

@@ -2,24 +2,7 @@
 // Rotary position embedding exactly as HF computes it (rotate-half / NeoX convention), in fp64,
 // and ChatGLM2's variant (interleaved pairs over the first half of each head).
 //
-// inv_freq (transformers src/transformers/modeling_rope_utils.py), dim = the rotary dim
-// (cfg.rotary_dim: head_dim, or head_dim / 2 for ChatGLM2, whose RotaryEmbedding(dim) computes
-// 1 / (base ** (arange(0, dim, 2) / dim)) the same way), i = 0..dim/2-1:
-//   default  inv_freq[i] = 1.0 / (base ** ((2i) / dim))        base = rope_theta; the exponent is
-//            the fp64 quotient double(2i) / double(dim), then std::pow, then a divide into 1.0
-//            (HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), same three roundings)
-//   linear   default, then inv_freq[i] / factor
-//   llama3   (_compute_llama3_parameters) from the default inv_freq:
-//              low_freq_wavelen  = old_context_len / low_freq_factor
-//              high_freq_wavelen = old_context_len / high_freq_factor
-//              wavelen           = (2 * pi) / inv_freq                (2*pi is exact: 2 * M_PI)
-//              llama             = wavelen > low_freq_wavelen ? inv_freq / factor : inv_freq
-//              smooth            = (old_context_len / wavelen - low_freq_factor)
-//                                  / (high_freq_factor - low_freq_factor)
-//              smoothed          = ((1 - smooth) * llama) / factor + smooth * llama
-//              result            = !(wavelen < high) && !(wavelen > low) ? smoothed : llama
-//   attention_scaling is 1.0 for all three (HF's attention_factor for these types).
-// Other rope types (dynamic, yarn, longrope) throw a qparity::Error naming the type.
+// The inverse frequencies of each rope type: core/config/rope_tables.h.
 //
 // Angles and rotation (HF <Model>RotaryEmbedding.forward and apply_rotary_pos_emb):
 //   freqs[i]    = double(pos) * inv_freq[i]                  (outer product: one rounding)
@@ -40,8 +23,9 @@
 #include <vector>
 
 #include "core/config/model_config.h"
+#include "core/config/rope_tables.h"
 #include "reference_cpu/layers/mrope.h"
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::reference {
 
@@ -81,13 +65,5 @@ class Rope {
   double attention_scaling_ = 1.0;
   std::vector<double> inv_freq_;
 };
-
-// The default inverse frequencies 1.0 / (base ** (double(2i) / dim)), i = 0..dim/2-1.
-std::vector<double> default_inv_freq(double base, int64_t dim);
-
-// HF _compute_llama3_parameters applied to a default inv_freq, in the order the header states.
-std::vector<double> llama3_inv_freq(const std::vector<double>& inv_freq, double factor,
-                                    double low_freq_factor, double high_freq_factor,
-                                    double old_context_len);
 
 }  // namespace qparity::reference

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "reference_cpu/models/causal_lm.h"
-#include "reference_cpu/quant/quantize_request.h"
+#include "schemes/method/quantize_request.h"
 
 namespace qparity::reference {
 

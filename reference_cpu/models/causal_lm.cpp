@@ -10,8 +10,8 @@
 #include "reference_cpu/layers/attention.h"
 #include "reference_cpu/layers/moe_router.h"
 #include "reference_cpu/layers/rms_norm.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/math/numeric.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::reference {
 

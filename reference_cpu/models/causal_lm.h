@@ -36,12 +36,12 @@
 
 #include "core/capture/trace.h"
 #include "core/config/model_config.h"
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
 #include "reference_cpu/layers/gated_delta_net.h"
 #include "reference_cpu/layers/rope.h"
-#include "reference_cpu/quant/kv_cache_method.h"
-#include "reference_cpu/quant/linear_method.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/kv/kv_cache_method.h"
+#include "schemes/method/linear_method.h"
 
 namespace qparity::reference {
 

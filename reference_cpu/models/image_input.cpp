@@ -7,7 +7,7 @@
 #include "core/json_util.h"
 #include "core/safetensors/chatglm_names.h"  // open_model_checkpoint
 #include "core/safetensors/safetensors_file.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::reference {
 

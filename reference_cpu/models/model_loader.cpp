@@ -8,8 +8,8 @@
 #include "core/safetensors/chatglm_names.h"
 #include "core/safetensors/language_model_names.h"
 #include "reference_cpu/models/architectures.h"
-#include "reference_cpu/quant/method_factory.h"
-#include "reference_cpu/quant/numeric.h"
+#include "schemes/math/numeric.h"
+#include "schemes/method/method_factory.h"
 
 namespace qparity::reference {
 

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "reference_cpu/layers/rope.h"
-#include "reference_cpu/quant/matrix.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/math/matmul.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::reference {
 

@@ -5,10 +5,10 @@
 
 #include "core/capture/capture_points.h"
 #include "core/error.h"
-#include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
 #include "core/safetensors/chatglm_names.h"
 #include "reference_cpu/models/model_loader.h"
+#include "schemes/parallel/checkpoint_shard.h"
 
 namespace qparity::reference {
 

@@ -2,7 +2,7 @@
 // The reference at tensor parallelism N: the arithmetic a TP engine does at its row-parallel
 // layers, emulated in fp64, so that the reference stays the spec of a TP run. Each o_proj and
 // down_proj becomes a RowParallelLinear over the ranks' methods, each loaded by the shared
-// loader from that rank's shard of the checkpoint (core/parallel/checkpoint_shard.h) and
+// loader from that rank's shard of the checkpoint (schemes/parallel/checkpoint_shard.h) and
 // processed per rank, as a TP engine's are:
 //   y = R(p_0 + p_1 + ... + p_N-1),  p_r = R(rank r's method on x[:, K_r])
 // where R rounds to the stored dtype in emulate mode (exact mode: R is the identity and the sum

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::test {
 

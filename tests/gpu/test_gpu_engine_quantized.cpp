@@ -18,8 +18,8 @@
 #include "code_flips.h"
 #include "core/capture/capture_points.h"
 #include "golden/compare.h"
+#include "golden/engine_golden.h"
 #include "gpu_engine/engine.h"
-#include "gpu_engine/engine_golden.h"
 #include "gpu_engine/model_loader.h"
 #include "gpu_test.h"
 
@@ -174,10 +174,26 @@ class GpuEngineQuantized : public test::GpuTest {};
 
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
-  for (const std::string scheme :
-       {"w8a16-ch", "w8a16-g64", "w4a16-g32", "ct-w4a16-g128", "ct-w4a16-g128-asym",
-        "ct-w8a16-g128", "ct-w8a16-ch-asym", "w8a8-static", "w8a8s", "smoothquant", "w8a8-int8-dyn",
-        "w4a8-dyn", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+  for (const std::string scheme : {"w8a16-ch",
+                                   "w8a16-g64",
+                                   "w4a16-g32",
+                                   "ct-w4a16-g128",
+                                   "ct-w4a16-g128-asym",
+                                   "ct-w8a16-g128",
+                                   "ct-w8a16-ch-asym",
+                                   "w8a8-static",
+                                   "w8a8s",
+                                   "smoothquant",
+                                   "w8a8-int8-dyn",
+                                   "ct-w8a8-int8-static-asym",
+                                   "ct-w8a8-int8-wtensor-static",
+                                   "w4a8-dyn",
+                                   "fp8-tensor",
+                                   "fp8-channel",
+                                   "fp8-block",
+                                   "mxfp8",
+                                   "mxfp4",
+                                   "nvfp4"})
     for (const std::string arch : {"llama", "qwen3", "qwen3-moe"})
       expect_scheme_rows(root, arch, scheme);
   fs::remove_all(root);
@@ -389,6 +405,7 @@ TEST_F(GpuEngineQuantized, PlantedKvScaleShowsFirstAtTheCache) {
       golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / "kv-fp8.json");
   golden::CompareOptions co;
   co.policy = &policy;
+  co.allow_other_checkpoint = true;  // the engine runs the planted copy on purpose
   const ModelConfig cfg = load_model_config(dir / "config.json");
   golden::ReferenceRunOptions ro;
   ro.mode = reference::PrecisionMode::kEmulate;

@@ -1,5 +1,5 @@
 // The quantized KV cache on the GPU (kernels/kv_quant.h) against the reference's KV-cache methods
-// (reference_cpu/quant/kv_int8.h, kv_fp8.h), built and loaded the way the engine builds them
+// (schemes/kv/kv_int8.h, kv_fp8.h), built and loaded the way the engine builds them
 // (gpu::upload_kv_cache of a processed reference method):
 //   - the codes every writer stores (the attention prologue, the fused decode attention for its
 //     batch's own tokens, kv_cache_write) are the reference's store() codes bit for bit, for
@@ -25,7 +25,6 @@
 #include "../unit/test_seed.h"
 #include "core/codecs/float_format.h"
 #include "core/error.h"
-#include "core/quant/scheme_registry.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/attention_prologue.h"
@@ -37,8 +36,9 @@
 #include "kernel_test_util.h"
 #include "reference_cpu/layers/attention.h"
 #include "reference_cpu/layers/rope.h"
-#include "reference_cpu/quant/kv_fp8.h"
-#include "reference_cpu/quant/kv_int8.h"
+#include "schemes/description/scheme_registry.h"
+#include "schemes/kv/kv_fp8.h"
+#include "schemes/kv/kv_int8.h"
 
 namespace qparity {
 namespace {
@@ -268,12 +268,13 @@ TEST_F(GpuKvCache, WrittenCodesAreTheReferencesBitForBit) {
                             << in(i, e) << " stored " << got << ", the reference " << want;
             if (c.scheme == "kv-int8") {  // a tie of x * (1/s) + o, when it is exactly one
               const double r = static_cast<double>(
-                  1.0f / static_cast<float>(static_cast<const reference::KvInt8CacheMethod&>(*m)
-                                                .scales(which)[static_cast<size_t>(e)]));
+                  1.0f /
+                  static_cast<float>(static_cast<const reference::KvInt8CacheMethod&>(*m).scales(
+                      which)[static_cast<size_t>(e)]));
               const double y = static_cast<double>(static_cast<float>(
                   static_cast<float>(in(i, e) * r) +
-                  static_cast<float>(static_cast<const reference::KvInt8CacheMethod&>(*m)
-                                         .offsets(which)[static_cast<size_t>(e)])));
+                  static_cast<float>(static_cast<const reference::KvInt8CacheMethod&>(*m).offsets(
+                      which)[static_cast<size_t>(e)])));
               ties += std::fabs(y - std::floor(y) - 0.5) == 0.0;
             }
           }
@@ -323,14 +324,16 @@ TEST_F(GpuKvCache, WrittenCodesAreTheReferencesBitForBit) {
                 static_cast<float>(mi.scales(which)[static_cast<size_t>(e)]);
           } else {
             f = static_cast<float>(ref_value(c, codes, i, e)) *
-                static_cast<float>(static_cast<const reference::KvFp8CacheMethod&>(*m).scale(which));
+                static_cast<float>(
+                    static_cast<const reference::KvFp8CacheMethod&>(*m).scale(which));
           }
           const double want = codec::bf16_to_double(codec::double_to_bf16(f));
           const double g2 = got[static_cast<size_t>(i * kv + e)];
           if (!(g2 == want) && bad++ < 5)
             ADD_FAILURE() << "read back row " << i << " channel " << e << ": " << g2 << " vs "
                           << want;
-          if (fp64(i, e) != 0) worst = std::max(worst, std::fabs(g2 - fp64(i, e)) / std::fabs(fp64(i, e)));
+          if (fp64(i, e) != 0)
+            worst = std::max(worst, std::fabs(g2 - fp64(i, e)) / std::fabs(fp64(i, e)));
         }
       EXPECT_EQ(bad, 0) << to_string(which);
       // Half a bf16 ULP is at most 2^-8 of the value (at the bottom of a binade).
@@ -348,11 +351,22 @@ TEST_F(GpuKvCache, WrittenCodesAreTheReferencesBitForBit) {
     DeviceBuffer<Bf16> dk(hk), dv(hv);
     DeviceBuffer<uint8_t> kc(static_cast<size_t>(block * kv)), vc(kc.size());
     DeviceBuffer<int32_t> z(std::vector<int32_t>{0}), zt(std::vector<int32_t>{0});
-    gpu::launch_kv_cache_write({.k = dk.get(), .v = dv.get(), .k_stride = kv, .v_stride = kv,
-                                .k_cache = kc.get(), .v_cache = vc.get(), .block_table = zt.get(),
-                                .seq = z.get(), .pos = z.get(), .tokens = 1,
-                                .num_kv_heads = kv_heads, .head_dim = d, .block_size = block,
-                                .max_blocks_per_seq = 1, .num_blocks = 1, .kv = g.quant},
+    gpu::launch_kv_cache_write({.k = dk.get(),
+                                .v = dv.get(),
+                                .k_stride = kv,
+                                .v_stride = kv,
+                                .k_cache = kc.get(),
+                                .v_cache = vc.get(),
+                                .block_table = zt.get(),
+                                .seq = z.get(),
+                                .pos = z.get(),
+                                .tokens = 1,
+                                .num_kv_heads = kv_heads,
+                                .head_dim = d,
+                                .block_size = block,
+                                .max_blocks_per_seq = 1,
+                                .num_blocks = 1,
+                                .kv = g.quant},
                                nullptr);
     const std::vector<uint8_t> b = kc.download();
     EXPECT_TRUE(std::isnan(codec::e4m3fn_to_double(b[3]))) << "byte " << int(b[3]);
@@ -413,12 +427,22 @@ TEST_F(GpuKvCache, AttentionKernelsReadWhatTheCacheHolds) {
         std::vector<int32_t> p(static_cast<size_t>(n)), sq(p.size(), static_cast<int32_t>(s));
         std::iota(p.begin(), p.end(), 0);
         DeviceBuffer<int32_t> dp(p), dsq(sq);
-        gpu::launch_kv_cache_write({.k = dk.get(), .v = dv.get(), .k_stride = kv, .v_stride = kv,
-                                    .k_cache = kc.get(), .v_cache = vc.get(),
-                                    .block_table = dt.get(), .seq = dsq.get(), .pos = dp.get(),
-                                    .tokens = n, .num_kv_heads = kv_heads, .head_dim = d,
-                                    .block_size = block, .max_blocks_per_seq = max_blocks,
-                                    .num_blocks = num_blocks, .kv = g.quant},
+        gpu::launch_kv_cache_write({.k = dk.get(),
+                                    .v = dv.get(),
+                                    .k_stride = kv,
+                                    .v_stride = kv,
+                                    .k_cache = kc.get(),
+                                    .v_cache = vc.get(),
+                                    .block_table = dt.get(),
+                                    .seq = dsq.get(),
+                                    .pos = dp.get(),
+                                    .tokens = n,
+                                    .num_kv_heads = kv_heads,
+                                    .head_dim = d,
+                                    .block_size = block,
+                                    .max_blocks_per_seq = max_blocks,
+                                    .num_blocks = num_blocks,
+                                    .kv = g.quant},
                                    nullptr);
       }
       // Queries: the last position of each sequence (paged), and sequence 2's last 20 rows
@@ -472,9 +496,8 @@ TEST_F(GpuKvCache, AttentionKernelsReadWhatTheCacheHolds) {
         const double e = rel_l2(got, want.data), e_plain = rel_l2(got, plain.data);
         EXPECT_LE(e, 4e-3) << "vs attention over the cache's round trip";
         EXPECT_GT(e_plain, 5 * e) << "the kernel must attend to the quantized values";
-        std::cout << c.name << " head_dim " << d << (tiled ? " prefill" : " paged")
-                  << ": rel_l2 " << e << " vs the round trip, " << e_plain
-                  << " vs unquantized K/V\n";
+        std::cout << c.name << " head_dim " << d << (tiled ? " prefill" : " paged") << ": rel_l2 "
+                  << e << " vs the round trip, " << e_plain << " vs unquantized K/V\n";
       }
     }
   }
@@ -514,12 +537,22 @@ TEST_F(GpuKvCache, DecodeAttentionEqualsPrologueThenPagedOnAQuantizedCache) {
         std::vector<int32_t> p(static_cast<size_t>(n)), sq(p.size(), s);
         std::iota(p.begin(), p.end(), 0);
         DeviceBuffer<int32_t> dpp(p), dsq(sq);
-        gpu::launch_kv_cache_write({.k = dk.get(), .v = dv.get(), .k_stride = kv, .v_stride = kv,
-                                    .k_cache = kc_a.get(), .v_cache = vc_a.get(),
-                                    .block_table = dt.get(), .seq = dsq.get(), .pos = dpp.get(),
-                                    .tokens = n, .num_kv_heads = kv_heads, .head_dim = d,
-                                    .block_size = block, .max_blocks_per_seq = max_blocks,
-                                    .num_blocks = num_blocks, .kv = g.quant},
+        gpu::launch_kv_cache_write({.k = dk.get(),
+                                    .v = dv.get(),
+                                    .k_stride = kv,
+                                    .v_stride = kv,
+                                    .k_cache = kc_a.get(),
+                                    .v_cache = vc_a.get(),
+                                    .block_table = dt.get(),
+                                    .seq = dsq.get(),
+                                    .pos = dpp.get(),
+                                    .tokens = n,
+                                    .num_kv_heads = kv_heads,
+                                    .head_dim = d,
+                                    .block_size = block,
+                                    .max_blocks_per_seq = max_blocks,
+                                    .num_blocks = num_blocks,
+                                    .kv = g.quant},
                                    nullptr);
       }
     }
@@ -536,8 +569,10 @@ TEST_F(GpuKvCache, DecodeAttentionEqualsPrologueThenPagedOnAQuantizedCache) {
     DeviceBuffer<uint32_t> done(std::vector<uint32_t>(static_cast<size_t>(sz.counters), 0u));
     const float scale = 1.f / std::sqrt(static_cast<float>(d));
     gpu::AttentionPrologueParams pro;
-    pro.qkv = roped.get(), pro.row_stride = qkv_w, pro.positions = dp.get(), pro.inv_freq = di.get();
-    pro.k_cache = kc_a.get(), pro.v_cache = vc_a.get(), pro.kv = g.quant, pro.block_table = dt.get();
+    pro.qkv = roped.get(), pro.row_stride = qkv_w, pro.positions = dp.get(),
+    pro.inv_freq = di.get();
+    pro.k_cache = kc_a.get(), pro.v_cache = vc_a.get(), pro.kv = g.quant,
+    pro.block_table = dt.get();
     pro.seq = ds.get(), pro.tokens = t, pro.num_heads = heads, pro.num_kv_heads = kv_heads;
     pro.head_dim = d, pro.block_size = block, pro.max_blocks_per_seq = max_blocks;
     gpu::launch_attention_prologue(pro, nullptr);

@@ -22,7 +22,7 @@
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_test.h"
 #include "kernel_test_util.h"
-#include "reference_cpu/quant/method_factory.h"
+#include "schemes/method/method_factory.h"
 
 namespace qparity {
 namespace {
@@ -79,7 +79,9 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
     r.weights = mc.weights;
     r.where = shape.shard_prefix(0, static_cast<int64_t>(p));
     r.input_activations = mc.input_activations;
-    r.activations = reference::ActivationStats{-4.0, 4.0, {}};  // static input scales
+    // Static input scales; an off-centre range for asymmetric inputs, so the zero point is not 0.
+    const bool asym_inputs = mc.input_activations && !mc.input_activations->symmetric;
+    r.activations = reference::ActivationStats{asym_inputs ? -1.5 : -4.0, 4.0, {}};
     r.group_size = effective_group_size(id);
     reference::TensorMap t = reference::quantize_linear(id, r);
     // quantize_linear fills in the scheme's default activations: a weight-only checkpoint has
@@ -111,7 +113,7 @@ GpuRun run_gpu_full(const gpu::GpuLinearMethod& g, const std::vector<Bf16>& hx, 
     QPARITY_CUDA_CHECK(cudaMemcpy(q.data(), c.values, q.size(), cudaMemcpyDeviceToHost));
     const bool fp8 = c.kind == gpu::GpuLinearMethod::ActivationCodes::Kind::kFp8E4m3;
     for (uint8_t b : q)
-      r.codes.push_back(fp8 ? codec::e4m3fn_to_double(b) : static_cast<int8_t>(b));
+      r.codes.push_back(fp8 ? codec::e4m3fn_to_double(b) : static_cast<int8_t>(b) - c.zero_point);
     std::vector<float> s(static_cast<size_t>(t * c.scale_cols));
     QPARITY_CUDA_CHECK(cudaMemcpy(s.data(), c.scales, s.size() * 4, cudaMemcpyDeviceToHost));
     r.scales.assign(s.begin(), s.end());
@@ -144,6 +146,13 @@ std::vector<Case> cases() {
       {"ct-w8a16-ch", true, {96, 32, 32}, 256},
       {"w8a8-int8-dyn", true, {192}, 512, Dialect::kVllm},
       {"w8a8-int8-dyn", true, {96, 32, 32}, 256, Dialect::kSglang},
+      // compressed-tensors' INT8 W8A8 space: static per-tensor inputs (vLLM's static and azp
+      // kernels; SGLang ignores the scales and quantizes per token), per-tensor weights.
+      {"ct-w8a8-int8-static", true, {192}, 512, Dialect::kVllm},
+      {"ct-w8a8-int8-static-asym", true, {96, 32, 32}, 256, Dialect::kVllm},
+      {"ct-w8a8-int8-wtensor-static-asym", true, {64, 32, 32}, 256, Dialect::kVllm},
+      {"ct-w8a8-int8-static-asym", true, {128}, 256, Dialect::kSglang},
+      {"ct-w8a8-int8-wtensor-dyn", true, {96, 32, 32}, 256, Dialect::kVllm},
       {"w4a8-dyn", true, {192}, 512, Dialect::kVllm},
       {"w4a8-dyn", true, {96, 32, 32}, 256, Dialect::kMsModelSlim},
       {"w8a8-static", true, {192}, 512, Dialect::kVllm},
@@ -223,8 +232,9 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 // that x * (127 / amax) is x), an all-zero row, a row of one value, huge and tiny magnitudes, a
 // negative maximum; codes and scales must equal the reference's for the dialect, bit for bit.
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
-  for (const std::string scheme : {"w8a8-int8-dyn", "w4a8-dyn", "w8a8-static", "fp8-tensor",
-                                   "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+  for (const std::string scheme :
+       {"w8a8-int8-dyn", "ct-w8a8-int8-static", "ct-w8a8-int8-static-asym", "w4a8-dyn",
+        "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang, Dialect::kCompressedTensors}) {
       // compressed-tensors' own activation rule: nvfp4's (its divisions, zero blocks 0.125).
       if (dialect == Dialect::kCompressedTensors && scheme != "nvfp4") continue;
@@ -318,6 +328,10 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
 }
 
 TEST_F(GpuQuantLinears, Int8IsRefusedOutsideTheVllmAndSglangDialects) {
+  const Case st{"ct-w8a8-int8-static-asym", true, {64}, 128, Dialect::kCompressedTensors};
+  const auto host_st = reference_method(st, rng);
+  EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host_st); }),
+              HasSubstr("run with --dialect vllm or --dialect sglang"));
   const Case c{"w8a8-int8-dyn", true, {64}, 128, Dialect::kIdeal};
   const auto host = reference_method(c, rng);
   EXPECT_THAT(test::error_of([&] { gpu::make_gpu_linear_method(*host); }),

@@ -15,7 +15,7 @@
 #include "gpu_engine/tensor_parallel.h"
 #include "gpu_test.h"
 #include "kernel_test_util.h"
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/safetensors/safetensors_file.h"
-#include "reference_cpu/quant/matrix.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/math/matmul.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::test {
 

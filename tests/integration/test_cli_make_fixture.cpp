@@ -7,9 +7,9 @@
 #include <string>
 
 #include "core/config/model_config.h"
-#include "core/quant/module_names.h"
-#include "core/quant/quant_plan.h"
 #include "fixtures/shaped_checkpoint.h"
+#include "schemes/description/module_names.h"
+#include "schemes/description/quant_plan.h"
 #include "tests/integration/cli_runner.h"
 
 namespace qparity::test {

@@ -11,11 +11,11 @@
 #include "../unit/quant_test_util.h"
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
-#include "core/quant/dialect.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/quant/host_tensor.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/description/dialect.h"
+#include "schemes/method/host_tensor.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity {
 namespace {

@@ -14,7 +14,7 @@
 #include "cli_runner.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity {
 namespace {

@@ -16,7 +16,6 @@
 #include "../unit/test_seed.h"
 #include "core/capture/capture_points.h"
 #include "core/memory_budget.h"
-#include "core/quant/module_names.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "fixtures/checkpoint_quantizer.h"
@@ -24,6 +23,7 @@
 #include "golden/reference_run.h"
 #include "reference_cpu/models/calibration.h"
 #include "reference_cpu/models/model_loader.h"
+#include "schemes/description/module_names.h"
 
 namespace qparity::reference {
 namespace {

@@ -22,7 +22,7 @@
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/model_loader.h"
-#include "reference_cpu/quant/parallel.h"
+#include "schemes/method/parallel.h"
 
 namespace qparity::reference {
 namespace {

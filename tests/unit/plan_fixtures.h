@@ -7,7 +7,7 @@
 
 #include "core/config/model_config.h"
 #include "core/json_util.h"
-#include "core/quant/module_names.h"
+#include "schemes/description/module_names.h"
 
 namespace qparity::test {
 

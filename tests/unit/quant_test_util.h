@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "reference_cpu/quant/matrix.h"
+#include "schemes/math/matmul.h"
 
 namespace qparity::test {
 

@@ -16,15 +16,15 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/quant/module_names.h"
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/chatglm_names.h"
 #include "core/safetensors/checkpoint.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
-#include "reference_cpu/quant/method_factory.h"
-#include "reference_cpu/quant/smoothquant.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/description/module_names.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/int/smoothquant.h"
+#include "schemes/method/method_factory.h"
+#include "schemes/method/tensor_decode.h"
 
 namespace qparity::fixtures {
 namespace {
@@ -420,6 +420,17 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
   const Checkpoint q = open_model_checkpoint(out, cfg);
   const Checkpoint fp = open_model_checkpoint(in, cfg);
   check_linears(cfg, plan, q, fp, c, scheme);
+  if (scheme.kind == SchemeKind::kW8A8Int8) {
+    // Static inputs: the calibrated input_scale [1] (and input_zero_point I8 [1] when
+    // asymmetric) on every quantized linear; dynamic inputs: neither.
+    const Int8ActPoint& a = scheme.int8_act;
+    for (const LinearModule& l : plan.modules().linears()) {
+      if (!plan.method_for(l.prefix).quantized()) continue;
+      EXPECT_EQ(q.contains(l.prefix + ".input_scale"), a.static_inputs) << l.prefix;
+      EXPECT_EQ(q.contains(l.prefix + ".input_zero_point"), a.static_inputs && !a.symmetric_inputs)
+          << l.prefix;
+    }
+  }
 
   const ModuleNames& mods = plan.modules();
   for (const AttentionModule& a : mods.attentions()) {
@@ -507,6 +518,10 @@ INSTANTIATE_TEST_SUITE_P(
         SchemeCase{"w8a8s", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
         SchemeCase{"w8a8-int8-dyn", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
         SchemeCase{"w8a8-int8-dyn", Arch::kLlama, Dialect::kMsModelSlim, 0.1},
+        SchemeCase{"ct-w8a8-int8-static-asym", Arch::kLlama, Dialect::kCompressedTensors, 0.1},
+        // Per-tensor int8 weights: one scale for the fixture's spiky weights (amax/RMS ~ 70).
+        SchemeCase{"ct-w8a8-int8-wtensor-static", Arch::kQwen3Moe, Dialect::kIdeal, 0.25},
+        SchemeCase{"ct-w8a8-int8-wtensor-dyn", Arch::kQwen3, Dialect::kCompressedTensors, 0.25},
         // int4 per channel, s = amax/7: RMS error amax/(7 sqrt(12)) = 0.0412 amax per row, so
         // 0.35 holds rows with amax/RMS <= 8.5 (the 4-bit bound of w4a16-g32 / mxint4 / nvfp4).
         SchemeCase{"w4a8-dyn", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.35},

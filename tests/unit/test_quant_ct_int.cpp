@@ -10,9 +10,9 @@
 #include "core/error.h"
 #include "error_of.h"
 #include "quant_test_util.h"
-#include "reference_cpu/quant/mxint4.h"
-#include "reference_cpu/quant/pack_quantized_int.h"
-#include "reference_cpu/quant/w8a8_int8_dynamic.h"
+#include "schemes/int/mxint4.h"
+#include "schemes/int/pack_quantized_int.h"
+#include "schemes/int/w8a8_int8_dynamic.h"
 #include "test_seed.h"
 
 namespace qparity::reference {
@@ -122,7 +122,7 @@ TEST(W8A8Int8Dyn, AllZeroTokenScalesPerDialect) {
 std::unique_ptr<LinearMethod> int8_layer(const std::vector<int64_t>& codes, int64_t n, int64_t k,
                                          Dialect d) {
   auto m = make_w8a8_int8_dynamic_method(LinearShape::dense("l", n, k, DType::kF32),
-                                         config(SchemeKind::kW8A8Int8Dyn, d));
+                                         config(SchemeKind::kW8A8Int8, d));
   m->load("weight", encode_ints(DType::kI8, {n, k}, codes, "w").view());
   const std::vector<double> ones(sz(n), 1.0);
   m->load("weight_scale", encode(DType::kF32, {n, 1}, ones, Encoding::kExact, "s").view());
@@ -188,7 +188,7 @@ TEST(W8A8Int8Dyn, ApplyMatchesQdqReferenceFused) {
   for (Dialect d : kAllDialects) {
     const bool msm = d == Dialect::kMsModelSlim;
     auto m = make_w8a8_int8_dynamic_method(
-        s, config(SchemeKind::kW8A8Int8Dyn, d, std::nullopt, std::nullopt,
+        s, config(SchemeKind::kW8A8Int8, d, std::nullopt, std::nullopt,
                   msm ? "msmodelslim" : "int-quantized"));
     for (int64_t p = 0; p < 3; ++p) {
       auto req = request(realistic_matrix(rng, s.partitions[sz(p)], s.in_features), d);
@@ -230,7 +230,7 @@ TEST(W8A8Int8Dyn, AllZeroChannelGivesDtypeEpsAndZeroOutput) {
   const TensorMap m = quantize_w8a8_int8_dynamic(request(w, Dialect::kMsModelSlim));
   EXPECT_EQ(decode(m.at("weight_scale").view(), "s")[0], kFltEpsilon);  // FLT_EPSILON floor
   auto lm = make_w8a8_int8_dynamic_method(LinearShape::dense("l", 2, 4),
-                                          config(SchemeKind::kW8A8Int8Dyn, Dialect::kVllm));
+                                          config(SchemeKind::kW8A8Int8, Dialect::kVllm));
   lm->load_all(t);
   lm->process_weights_after_loading();
   EXPECT_EQ(lm->apply(row_matrix({1, 2, 3, 4}))(0, 0), 0.0);
@@ -254,7 +254,7 @@ TEST(W8A8Int8Dyn, SglangTensorRequantThroughFp8) {
   s.in_features = 2;
   const QuantArgs tensor_w = qargs(R"({"num_bits":8,"type":"int","strategy":"tensor"})");
   for (Dialect d : {Dialect::kVllm, Dialect::kSglang}) {
-    auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, d, tensor_w));
+    auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, d, tensor_w));
     const std::vector<double> s0 = {0.25}, s1 = {0.5};
     m->load("weight", encode_ints(DType::kI8, {1, 2}, std::vector<int64_t>{100, -7}, "w").view(),
             0);
@@ -291,7 +291,7 @@ TEST(W8A8Int8Dyn, StaticInputsAndSglangIgnoresThem) {
   for (Dialect d : {Dialect::kVllm, Dialect::kSglang}) {
     auto m = make_w8a8_int8_dynamic_method(
         LinearShape::dense("model.layers.0.mlp.down_proj", 2, 4, DType::kF32),
-        config(SchemeKind::kW8A8Int8Dyn, d, std::nullopt, static_asym));
+        config(SchemeKind::kW8A8Int8, d, std::nullopt, static_asym));
     m->load_all(t);
     m->process_weights_after_loading();
     const auto xq = *m->quantize_input(x);
@@ -311,11 +311,35 @@ TEST(W8A8Int8Dyn, StaticInputsAndSglangIgnoresThem) {
   }
 }
 
+// vLLM's static_scaled_int8_azp_quant_kernel rounds x * fp32(1/s) to an integer and then adds
+// the zero point; a float sum x/s + z rounded afterwards (msModelSlim's order here) lands on the
+// other side of a tie: x = -2.75, s = fp32(5.5/255), z = 37 gives x/s = -127.5 exactly, which
+// rounds (half-even) to -128 -> -91, while -127.5 + 37 = -90.5 rounds to -90.
+TEST(W8A8Int8Dyn, VllmStaticAsymRoundsBeforeAddingTheZeroPoint) {
+  const double s = static_cast<double>(5.5f / 255.0f);
+  const Matrix x = row_matrix({-2.75});
+  const QuantizedMatrix v =
+      quantize_int8_static(x, s, 37, true, int8_act_rules(Dialect::kVllm), DType::kBF16);
+  EXPECT_EQ(v.codes, (std::vector<int64_t>{-91}));
+  EXPECT_EQ(v.code(0, 0), -128);
+  const QuantizedMatrix m =
+      quantize_int8_static(x, s, 37, true, int8_act_rules(Dialect::kMsModelSlim), DType::kBF16);
+  EXPECT_EQ(m.codes, (std::vector<int64_t>{-90}));
+  // Symmetric inputs take vLLM's other kernel (rn_sat(x / s)): no zero point to add.
+  const QuantizedMatrix sym =
+      quantize_int8_static(x, s, 0, false, int8_act_rules(Dialect::kVllm), DType::kBF16);
+  EXPECT_EQ(sym.codes, (std::vector<int64_t>{-128}));
+  // The ideal dialect: the exact quotient's tie, decided exactly, then z.
+  const QuantizedMatrix ideal =
+      quantize_int8_static(x, s, 37, true, int8_act_rules(Dialect::kIdeal), DType::kBF16);
+  EXPECT_EQ(ideal.codes[0], static_cast<int64_t>(std::nearbyint(-2.75 / s)) + 37);
+}
+
 TEST(W8A8Int8Dyn, MsModelSlimNamingAndOffsetCheck) {
   const Matrix w = row_matrix({0.5, -1.0, 0.25});
   TensorMap t = quantize_w8a8_int8_dynamic(request(w, Dialect::kMsModelSlim));
   const LinearShape s = LinearShape::dense("model.layers.0.mlp.down_proj", 1, 3);
-  auto ok = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kMsModelSlim,
+  auto ok = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kMsModelSlim,
                                                     std::nullopt, std::nullopt, "msmodelslim"));
   ok->load_all(t);
   ok->process_weights_after_loading();
@@ -323,7 +347,7 @@ TEST(W8A8Int8Dyn, MsModelSlimNamingAndOffsetCheck) {
   const std::vector<double> off = {1.0};
   t["weight_offset"] = encode(DType::kF32, {1, 1}, off, Encoding::kExact, "o");
   auto bad =
-      make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kMsModelSlim,
+      make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kMsModelSlim,
                                               std::nullopt, std::nullopt, "msmodelslim"));
   bad->load_all(t);
   EXPECT_THAT(error_of([&] { bad->process_weights_after_loading(); }),
@@ -332,13 +356,13 @@ TEST(W8A8Int8Dyn, MsModelSlimNamingAndOffsetCheck) {
 
 TEST(W8A8Int8Dyn, ConstraintErrorsNameTheTensor) {
   const LinearShape s = LinearShape::dense("model.layers.0.mlp.down_proj", 2, 3);
-  auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kIdeal));
+  auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kIdeal));
   m->load("weight", encode_ints(DType::kI8, {2, 3}, std::vector<int64_t>(6, 1), "w").view());
   const std::vector<double> sc = {0.5, 0.0};
   m->load("weight_scale", encode(DType::kBF16, {2, 1}, sc, Encoding::kExact, "s").view());
   EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
               HasSubstr("model.layers.0.mlp.down_proj.weight_scale"));
-  auto m2 = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kIdeal));
+  auto m2 = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kIdeal));
   EXPECT_THAT(error_of([&] {
                 m2->load("weight",
                          encode_ints(DType::kI16, {2, 3}, std::vector<int64_t>(6, 1), "w").view());
@@ -346,7 +370,7 @@ TEST(W8A8Int8Dyn, ConstraintErrorsNameTheTensor) {
               HasSubstr("model.layers.0.mlp.down_proj.weight"));
   EXPECT_THAT(error_of([&] {
                 make_w8a8_int8_dynamic_method(
-                    s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kIdeal,
+                    s, config(SchemeKind::kW8A8Int8, Dialect::kIdeal,
                               qargs(R"({"num_bits":8,"type":"int","strategy":"channel",
                                         "symmetric":false})")));
               }),
@@ -363,7 +387,7 @@ TEST(W8A8Int8Dyn, MoeGateUpStack) {
   s.partitions = {8, 8};
   s.in_features = 32;
   s.num_experts = 2;
-  auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8Dyn, Dialect::kVllm));
+  auto m = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kVllm));
   std::vector<Matrix> ws;
   for (int64_t e = 0; e < 2; ++e)
     for (int64_t p = 0; p < 2; ++p) {

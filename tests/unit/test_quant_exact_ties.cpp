@@ -11,10 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "core/codecs/float_format.h"
-#include "reference_cpu/quant/fp8_common.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/quant/pack_quantized_int.h"
-#include "reference_cpu/quant/w8a8_int8_dynamic.h"
+#include "schemes/fp8/fp8_common.h"
+#include "schemes/int/pack_quantized_int.h"
+#include "schemes/int/w8a8_int8_dynamic.h"
+#include "schemes/math/numeric.h"
 
 namespace qparity::reference {
 namespace {

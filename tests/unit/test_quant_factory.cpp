@@ -6,12 +6,12 @@
 
 #include <random>
 
-#include "core/quant/compressed_tensors_config.h"
-#include "core/quant/msmodelslim_config.h"
 #include "error_of.h"
 #include "plan_fixtures.h"
 #include "quant_test_util.h"
-#include "reference_cpu/quant/method_factory.h"
+#include "schemes/description/compressed_tensors_config.h"
+#include "schemes/description/msmodelslim_config.h"
+#include "schemes/method/method_factory.h"
 #include "test_seed.h"
 
 namespace qparity::reference {

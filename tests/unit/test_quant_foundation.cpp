@@ -11,15 +11,15 @@
 #include <random>
 
 #include "core/codecs/float_format.h"
-#include "core/quant/dialect.h"
 #include "error_of.h"
 #include "quant_test_util.h"
-#include "reference_cpu/quant/host_tensor.h"
-#include "reference_cpu/quant/kv_cache_method.h"
-#include "reference_cpu/quant/matrix.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/quant/scaled_gemm.h"
-#include "reference_cpu/quant/unquantized.h"
+#include "schemes/description/dialect.h"
+#include "schemes/kv/kv_cache_method.h"
+#include "schemes/math/matmul.h"
+#include "schemes/math/numeric.h"
+#include "schemes/math/scaled_gemm.h"
+#include "schemes/method/host_tensor.h"
+#include "schemes/method/unquantized.h"
 #include "test_seed.h"
 
 namespace qparity::reference {

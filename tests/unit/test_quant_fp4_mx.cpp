@@ -1,5 +1,5 @@
-// NVFP4, MXFP4, MXFP8 and the E8M0 shared-exponent rules (reference_cpu/quant/nvfp4, mx_scale,
-// mxfp4, mxfp8; spec/FORMATS.md §1.3, §1.4, §2.7, §2.8, §3.4, §3.5, §4.2, §5.9).
+// NVFP4, MXFP4, MXFP8 and the E8M0 shared-exponent rules (schemes/fp4/nvfp4, math/mx_scale,
+// fp4/mxfp4, fp8/mxfp8; spec/FORMATS.md §1.3, §1.4, §2.7, §2.8, §3.4, §3.5, §4.2, §5.9).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,10 +8,10 @@
 
 #include "core/codecs/float_format.h"
 #include "core/codecs/int_packing.h"
-#include "reference_cpu/quant/mx_scale.h"
-#include "reference_cpu/quant/mxfp4.h"
-#include "reference_cpu/quant/mxfp8.h"
-#include "reference_cpu/quant/nvfp4.h"
+#include "schemes/fp4/mxfp4.h"
+#include "schemes/fp4/nvfp4.h"
+#include "schemes/fp8/mxfp8.h"
+#include "schemes/math/mx_scale.h"
 #include "tests/unit/error_of.h"
 #include "tests/unit/quant_test_util.h"
 #include "tests/unit/test_seed.h"

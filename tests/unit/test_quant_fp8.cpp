@@ -1,4 +1,4 @@
-// FP8 E4M3 schemes: fp8-tensor, fp8-channel, fp8-block, kv-fp8 (reference_cpu/quant/fp8_*.h).
+// FP8 E4M3 schemes: fp8-tensor, fp8-channel, fp8-block, kv-fp8 (schemes/fp8/fp8_*.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -6,12 +6,12 @@
 #include <random>
 
 #include "core/codecs/float_format.h"
-#include "core/quant/quant_args.h"
-#include "reference_cpu/quant/fp8_block.h"
-#include "reference_cpu/quant/fp8_channel.h"
-#include "reference_cpu/quant/fp8_common.h"
-#include "reference_cpu/quant/fp8_tensor.h"
-#include "reference_cpu/quant/kv_fp8.h"
+#include "schemes/description/quant_args.h"
+#include "schemes/fp8/fp8_block.h"
+#include "schemes/fp8/fp8_channel.h"
+#include "schemes/fp8/fp8_common.h"
+#include "schemes/fp8/fp8_tensor.h"
+#include "schemes/kv/kv_fp8.h"
 #include "tests/unit/error_of.h"
 #include "tests/unit/quant_test_util.h"
 #include "tests/unit/test_seed.h"

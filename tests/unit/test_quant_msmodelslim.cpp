@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 
 #include "core/config/model_config.h"
-#include "core/quant/quant_plan.h"
-#include "reference_cpu/quant/kv_int8.h"
-#include "reference_cpu/quant/smoothquant.h"
-#include "reference_cpu/quant/w8a16.h"
-#include "reference_cpu/quant/w8a8_static.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/int/smoothquant.h"
+#include "schemes/int/w8a16.h"
+#include "schemes/int/w8a8_static.h"
+#include "schemes/kv/kv_int8.h"
 
 #include "error_of.h"
 #include "quant_test_util.h"

@@ -9,9 +9,9 @@
 
 #include "core/config/model_config.h"
 #include "core/error.h"
-#include "core/quant/compressed_tensors_config.h"
-#include "core/quant/quant_args.h"
-#include "core/quant/quant_plan.h"
+#include "schemes/description/compressed_tensors_config.h"
+#include "schemes/description/quant_args.h"
+#include "schemes/description/quant_plan.h"
 
 #include "error_of.h"
 
@@ -514,13 +514,29 @@ TEST(CompressedTensorsPlan, FormatRules) {
   const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "config_groups": {"FP8_DYNAMIC": ["Linear"]}, "ignore": ["lm_head"]})");
   EXPECT_EQ(p.method_for("model.layers.0.mlp.up_proj").format, "float-quantized");
+  // INT8 W8A8 with static per-tensor inputs (no "dynamic" key: static, symmetric by default),
+  // a point of the INT8 space; asymmetric inputs keep their zero point; asymmetric dynamic
+  // per-token inputs are refused naming the rule.
+  const QuantPlan st = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "int-quantized", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "strategy": "tensor"}}}, "ignore": ["lm_head"]})");
+  EXPECT_EQ(scheme_of(st, "model.layers.0.mlp.up_proj"), "ct-w8a8-int8-static");
+  EXPECT_FALSE(st.method_for("model.layers.0.mlp.up_proj").input_activations->is_dynamic());
+  const QuantPlan sta = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "format": "naive-quantized", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "strategy": "tensor"},
+      "input_activations": {"num_bits": 8, "strategy": "tensor", "symmetric": false}}},
+      "ignore": ["lm_head"]})");
+  EXPECT_EQ(scheme_of(sta, "model.layers.0.self_attn.k_proj"), "ct-w8a8-int8-wtensor-static-asym");
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
                     "format": "int-quantized", "config_groups": {"g": {"targets": ["Linear"],
                     "weights": {"num_bits": 8, "strategy": "channel"},
-                    "input_activations": {"num_bits": 8, "strategy": "tensor"}}}})");
+                    "input_activations": {"num_bits": 8, "strategy": "token", "dynamic": true,
+                                          "symmetric": false}}}})");
               }),
-              HasSubstr("W8A8-INT8 with static per-tensor input activations is not implemented"));
+              HasSubstr("asymmetric dynamic per-token inputs is not implemented"));
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
                     "format": "float-quantized", "config_groups": {"FP8": ["Linear"]},

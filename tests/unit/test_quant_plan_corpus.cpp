@@ -16,8 +16,8 @@
 #include "core/config/model_config.h"
 #include "core/error.h"
 #include "core/json_util.h"
-#include "core/quant/compressed_tensors_config.h"
-#include "core/quant/quant_plan.h"
+#include "schemes/description/compressed_tensors_config.h"
+#include "schemes/description/quant_plan.h"
 
 namespace qparity {
 namespace {
@@ -42,8 +42,9 @@ ModelConfig model(const std::string& kind) {
 }
 
 struct Expected {
-  const char* model;   // "moe" or "dense"
-  const char* result;  // "" = planned; otherwise a substring of the refusal
+  const char* model;             // "moe" or "dense"
+  const char* result;            // "" = planned; otherwise a substring of the refusal
+  const char* scheme = nullptr;  // planned: the scheme of model.layers.0.mlp.down_proj
 };
 
 // "" = planned; otherwise a substring of the refusal.
@@ -61,17 +62,16 @@ const std::map<std::string, Expected> kExpected = {
     {"08-redhat-deepseek-v4-flash-nvfp4-fp8-mixed.json",
      {"dense", "matches no module of the model"}},
     {"09-kimi-k3-mxfp4-g32.json", {"dense", ""}},
-    // 2:4 sparsity (sparse-24-bitmask) and W8A8 int8 with static per-tensor activations: not
-    // implemented yet (issue "Real checkpoints (1/2)"), refused by name.
+    // 2:4 sparsity (sparse-24-bitmask): not implemented yet (issue "Real checkpoints (1/2)"),
+    // refused by name.
     {"10-llama2c-stories42m-sparse-24-bitmask-only.json", {"dense", "sparse"}},
     {"11-tinyllama-fp8-static-tensor-legacy-actorder-false.json", {"dense", ""}},
     {"12-tinyllama-fp8-minimal.json", {"dense", ""}},
     {"13-tinyllama-fp8-minimal-kv-cache.json", {"dense", ""}},
     {"14-ct-example-int4-asym-tensor-pack.json", {"dense", ""}},
-    {"15-ct-example-w8a8-int8-naive.json", {"dense", "static per-tensor input activations"}},
+    {"15-ct-example-w8a8-int8-naive.json", {"dense", "", "ct-w8a8-int8-wtensor-static"}},
     {"16-ct-test-w4-channel-pack-frozen.json", {"dense", ""}},
-    {"17-tinyllama-w8a8-int8-static-per-tensor-act.json",
-     {"dense", "static per-tensor input activations"}},
+    {"17-tinyllama-w8a8-int8-static-per-tensor-act.json", {"dense", "", "ct-w8a8-int8-static"}},
     {"18-deepseek-coder-v2-lite-w8a8-int8-dynamic-token.json", {"dense", ""}},
     {"19-phi3-mini-fp8-static-naive-frozen.json", {"dense", ""}},
     {"20-hf-docs-llama31-fp8-simplified.json", {"dense", ""}},
@@ -94,6 +94,9 @@ TEST(PublishedQuantizationConfigs, ArePlannedUnchangedOrRefusedByName) {
         const QuantPlan p =
             plan_from_quantization_config(model(kind), read_json_file(e.path()), name);
         got[name] = "";
+        if (it != kExpected.end() && it->second.scheme)
+          EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").scheme_string(), it->second.scheme)
+              << name;
       } catch (const Error& err) {
         got[name] = err.what();
       }

@@ -11,9 +11,9 @@
 
 #include "core/config/model_config.h"
 #include "core/error.h"
-#include "core/quant/module_names.h"
-#include "core/quant/msmodelslim_config.h"
-#include "core/quant/quant_plan.h"
+#include "schemes/description/module_names.h"
+#include "schemes/description/msmodelslim_config.h"
+#include "schemes/description/quant_plan.h"
 
 #include "error_of.h"
 #include "plan_fixtures.h"

@@ -1,4 +1,4 @@
-// msModelSlim W4A8_DYNAMIC (`w4a8-dyn`, reference_cpu/quant/w4a8_dynamic.h): hand-worked weight
+// msModelSlim W4A8_DYNAMIC (`w4a8-dyn`, schemes/int/w4a8_dynamic.h): hand-worked weight
 // codes and scales (round half even, the clamp at -8), the packed bytes, scale_bias [N, 1] and
 // [N, 16], per-token int8 activation codes (the NPU's x * (127 / amax) and the ideal rule), the
 // exact integer accumulation, the scale_bias load check, refusals, and an expert stack.
@@ -10,8 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "reference_cpu/quant/method_factory.h"
-#include "reference_cpu/quant/w4a8_dynamic.h"
+#include "schemes/int/w4a8_dynamic.h"
+#include "schemes/method/method_factory.h"
 
 #include "error_of.h"
 #include "quant_test_util.h"

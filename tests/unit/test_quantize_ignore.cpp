@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "reference_cpu/models/model_loader.h"
+#include "schemes/description/quant_plan.h"
 #include "tests/unit/error_of.h"
 
 namespace qparity::fixtures {

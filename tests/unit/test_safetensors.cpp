@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/method/tensor_decode.h"
 #include "test_seed.h"
 
 namespace qparity {

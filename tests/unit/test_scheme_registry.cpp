@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "core/quant/quant_plan.h"
-#include "core/quant/scheme_registry.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/description/scheme_registry.h"
 
 #include "error_of.h"
 
@@ -48,7 +48,8 @@ TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
   EXPECT_EQ(all_schemes().size(), std::size(kAllSchemeKinds));
   EXPECT_THAT(valid_scheme_ids(),
               ::testing::StartsWith(
-                  "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, w4a8-dyn, "
+                  "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, "
+                  "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym], w4a8-dyn, "
                   "w4a16-g32, ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
                   "fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, kv-fp8, "
                   "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, FP8,"));
@@ -145,6 +146,63 @@ TEST(SchemeRegistry, PackedIntPointsRoundTripThroughTheirIds) {
               HasSubstr("compressed-tensors preset W4A8 (weights int4 group(128)"));
 }
 
+TEST(SchemeRegistry, Int8W8A8PointsRoundTripThroughTheirIds) {
+  for (bool tensor_weights : {false, true})
+    for (bool static_inputs : {false, true})
+      for (bool sym : {true, false}) {
+        if (!static_inputs && !sym) continue;  // dynamic per-token inputs are symmetric
+        const SchemeId id{.kind = SchemeKind::kW8A8Int8,
+                          .int8_act = Int8ActPoint{tensor_weights, static_inputs, sym}};
+        const std::string name = to_string(id);
+        EXPECT_EQ(parse_scheme_id(name), id) << name;
+        EXPECT_EQ(parse_scheme_id(upper_ascii(name)), id) << name;
+        // The args the writer puts in the config resolve to the same point.
+        EXPECT_EQ(w8a8_int8_scheme(w8a8_int8_weight_args(id.int8_act),
+                                   w8a8_int8_input_args(id.int8_act), "args"),
+                  id)
+            << name;
+        const ImpliedArgs a = implied_args(id);
+        ASSERT_TRUE(a.input_activations.has_value()) << name;
+        EXPECT_EQ(a.input_activations->is_dynamic(), !static_inputs) << name;
+        EXPECT_EQ(a.input_activations->symmetric, sym) << name;
+        EXPECT_EQ(a.weights->strategy,
+                  tensor_weights ? QuantStrategy::kTensor : QuantStrategy::kChannel)
+            << name;
+      }
+  // The default point keeps its name; the producer-first spelling of it is an alias.
+  EXPECT_EQ(to_string(SchemeId{SchemeKind::kW8A8Int8, 0}), "w8a8-int8-dyn");
+  EXPECT_EQ(parse_scheme_id("ct-w8a8-int8-dyn"), (SchemeId{SchemeKind::kW8A8Int8, 0}));
+  EXPECT_EQ(to_string(parse_scheme_id("INT8")), "w8a8-int8-dyn");
+  for (const char* bad : {"ct-w8a8-int8-dyn-asym", "ct-w8a8-int8", "ct-w8a8-int8-static-sym",
+                          "ct-w8a8-int8-wchannel-dyn", "ct-w8a8-int8-static-asym-x"})
+    EXPECT_THAT(error_of([&] { parse_scheme_id(bad); }), HasSubstr("scheme '")) << bad;
+  // Outside the space: refused naming the field.
+  const auto args = [](const char* j) { return parse_quant_args(Json::parse(j), "t"); };
+  const QuantArgs w = args(R"({"num_bits":8,"type":"int","strategy":"channel","symmetric":true})");
+  EXPECT_THAT(
+      error_of([&] {
+        w8a8_int8_scheme(
+            w,
+            args(
+                R"({"num_bits":8,"type":"int","strategy":"token","symmetric":false,"dynamic":true})"),
+            "m");
+      }),
+      HasSubstr("asymmetric dynamic per-token"));
+  EXPECT_THAT(error_of([&] {
+                w8a8_int8_scheme(
+                    w, args(R"({"num_bits":8,"type":"int","strategy":"channel","symmetric":true})"),
+                    "m");
+              }),
+              HasSubstr("dynamic per-token or static per-tensor"));
+  EXPECT_THAT(error_of([&] {
+                w8a8_int8_scheme(
+                    args(R"({"num_bits":8,"type":"int","strategy":"channel","symmetric":false})"),
+                    args(R"({"num_bits":8,"type":"int","strategy":"tensor","symmetric":true})"),
+                    "m");
+              }),
+              HasSubstr("symmetric weights"));
+}
+
 TEST(SchemeRegistry, EveryPresetIsListedWithItsPointOrTheReason) {
   std::set<std::string> names;
   for (const SchemePreset& p : scheme_presets()) {
@@ -178,7 +236,7 @@ TEST(SchemeRegistry, ProducersMatchTheSources) {
     return out;
   };
   EXPECT_EQ(producers(SchemeKind::kW8A16Channel), std::set<std::string>{"msModelSlim"});
-  EXPECT_EQ(producers(SchemeKind::kW8A8Int8Dyn),
+  EXPECT_EQ(producers(SchemeKind::kW8A8Int8),
             (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
   EXPECT_EQ(producers(SchemeKind::kFp8Block), (std::set<std::string>{"compressed-tensors", "fp8"}));
   EXPECT_EQ(producers(SchemeKind::kFp8Channel),

@@ -1,5 +1,5 @@
-// A tensor-parallel rank's shard of a checkpoint (core/parallel/checkpoint_shard.h) loaded by the
-// reference's own loader with the rank's config (tp_rank_config): every linear of every rank,
+// A tensor-parallel rank's shard of a checkpoint (schemes/parallel/checkpoint_shard.h) loaded by
+// the reference's own loader with the rank's config (tp_rank_config): every linear of every rank,
 // dequantized after the rank's own process_weights_after_loading, must be exactly the rows /
 // columns of the whole model's dequantized weight that the rank holds (q / k / v and gate / up
 // by their partitions, KV heads replicated past num_key_value_heads, o_proj / down by input
@@ -13,11 +13,11 @@
 #include <cstring>
 
 #include "../accuracy/accuracy_util.h"
-#include "core/parallel/checkpoint_shard.h"
 #include "core/parallel/tp_sharding.h"
 #include "error_of.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/model_loader.h"
+#include "schemes/parallel/checkpoint_shard.h"
 #include "scratch_dir.h"
 
 namespace qparity {

@@ -1,5 +1,5 @@
-// Tensor-parallel sharding of quantized tensors (core/parallel/quant_sharding.h) on CPU shapes, for
-// TP = 1, 2, 4, 8: every tensor every weight scheme stores (as `qparity schemes` lists them) on
+// Tensor-parallel sharding of quantized tensors (schemes/parallel/quant_sharding.h) on CPU shapes,
+// for TP = 1, 2, 4, 8: every tensor every weight scheme stores (as `qparity schemes` lists them) on
 // column- and row-parallel linears. Each rank's slice must cover exactly the weight rows /
 // columns of that rank's weight shard (so scales, offsets and packed words travel with their
 // codes), the ranks' slices must tile the tensor once, per-channel terms on a row-parallel layer
@@ -14,9 +14,9 @@
 #include <map>
 #include <optional>
 
-#include "core/parallel/quant_sharding.h"
 #include "core/parallel/tp_sharding.h"
 #include "error_of.h"
+#include "schemes/parallel/quant_sharding.h"
 
 namespace qparity {
 namespace {

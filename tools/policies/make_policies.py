@@ -38,7 +38,7 @@ SCHEMES = {
 }
 
 # compressed-tensors' integer weight-only space (`ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]`,
-# core/quant/scheme_registry.h): policies follow from the point, not from a preset name. The
+# schemes/description/scheme_registry.h): policies follow from the point, not from a preset name. The
 # half step is that of the symmetric absmax grid 0.5/(2^(b-1)-1) (compressed-tensors' divisor
 # (2^b-1)/2 gives a slightly smaller one, 1/(2^b-1); asymmetric grids spread 2^b-1 steps over
 # max-min <= 2 amax: no larger). actorder changes which inputs share a scale, not its size.
@@ -48,6 +48,35 @@ CT_INT_GRID = ([(4, g, sym, False) for g in (32, 64, 128, "ch") for sym in (True
                [(8, g, sym, False) for g in (32, 64, 128, "ch") for sym in (True, False)] +
                [(b, g, sym, False) for b in (2, 3) for g in (64, 128) for sym in (True, False)] +
                [(4, 128, sym, True) for sym in (True, False)] + [(8, 128, True, True)])
+
+
+# compressed-tensors' INT8 W8A8 space (`ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]`): int8
+# weights per channel or per tensor, int8 inputs dynamic per token or static per tensor
+# (symmetric or not). The default point is w8a8-int8-dyn; the static ones share msModelSlim
+# W8A8's static-step measurements (STATIC_INT8).
+CT_INT8_POINTS = [(wt, st, sym) for wt in (False, True) for st in (False, True)
+                  for sym in ((True, False) if st else (True,))]
+
+
+def ct_int8_id(tensor_weights, static, sym):
+    if (tensor_weights, static, sym) == (False, False, True):
+        return "w8a8-int8-dyn"
+    return ("ct-w8a8-int8" + ("-wtensor" if tensor_weights else "") +
+            ("-static" if static else "-dyn") + ("" if sym else "-asym"))
+
+
+def add_ct_int8_scheme(tensor_weights, static, sym):
+    scheme = ct_int8_id(tensor_weights, static, sym)
+    if scheme in SCHEMES:
+        return
+    desc = (f"int8 per-{'tensor' if tensor_weights else 'channel'} weights, " +
+            (f"static per-tensor {'symmetric' if sym else 'asymmetric'} int8 activations"
+             if static else "dynamic per-token int8 activations"))
+    SCHEMES[scheme] = ("int8act", 0.5 / 127, desc)
+    if tensor_weights:
+        TENSOR_BLOCK.add(scheme)
+    if static:
+        STATIC_INT8.add(scheme)
 
 
 def ct_int_id(bits, group, sym, act):
@@ -457,8 +486,12 @@ def main():
     args = ap.parse_args()
     for point in CT_INT_GRID:
         add_ct_int_scheme(*point)
+    for point in CT_INT8_POINTS:
+        add_ct_int8_scheme(*point)
     for scheme in args.scheme:
         point = ct_int_point(scheme)
+        if point is None and scheme in map(lambda p: ct_int8_id(*p), CT_INT8_POINTS):
+            continue
         if point is None:
             ap.error(f"--scheme {scheme}: not a ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder] id")
         add_ct_int_scheme(*point)

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/memory_budget.h"
-#include "core/quant/dialect.h"
+#include "schemes/description/dialect.h"
 
 namespace qparity::cli {
 

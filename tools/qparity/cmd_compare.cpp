@@ -13,8 +13,8 @@
 
 #include "commands.h"
 #ifdef QPARITY_HAS_ENGINE
+#include "golden/engine_golden.h"
 #include "gpu_engine/device_info.h"
-#include "gpu_engine/engine_golden.h"
 #include "gpu_engine/model_loader.h"
 #endif
 #include "core/capture/capture_points.h"

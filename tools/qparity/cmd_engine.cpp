@@ -32,10 +32,10 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "golden/compare.h"
+#include "golden/engine_golden.h"
 #include "golden/reference_run.h"
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/engine.h"
-#include "gpu_engine/engine_golden.h"
 #include "gpu_engine/model_loader.h"
 #include "gpu_engine/sampler.h"
 #ifdef QPARITY_HAS_TP

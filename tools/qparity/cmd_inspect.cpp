@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "core/config/model_config.h"
-#include "core/quant/quant_plan.h"
 #include "core/safetensors/checkpoint.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/description/quant_plan.h"
+#include "schemes/method/tensor_decode.h"
 #include "tools/qparity/commands.h"
 
 namespace qparity::cli {

@@ -25,10 +25,10 @@
 #include <utility>
 
 #include "core/error.h"
-#include "core/quant/scheme_registry.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "fixtures/shaped_checkpoint.h"
+#include "schemes/description/scheme_registry.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 

@@ -13,12 +13,12 @@
 #include <memory>
 
 #include "core/error.h"
-#include "core/quant/scheme_registry.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
-#include "reference_cpu/quant/method_factory.h"
-#include "reference_cpu/quant/numeric.h"
-#include "reference_cpu/tensor_decode.h"
+#include "schemes/description/scheme_registry.h"
+#include "schemes/math/numeric.h"
+#include "schemes/method/method_factory.h"
+#include "schemes/method/tensor_decode.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 

@@ -18,10 +18,10 @@
 
 #include "core/config/model_config.h"
 #include "core/error.h"
-#include "core/quant/scheme_registry.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/calibration.h"
+#include "schemes/description/scheme_registry.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 

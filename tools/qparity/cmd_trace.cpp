@@ -22,7 +22,7 @@
 #include "core/safetensors/safetensors_writer.h"
 #include "reference_cpu/models/image_input.h"
 #include "reference_cpu/models/model_loader.h"
-#include "reference_cpu/quant/host_tensor.h"
+#include "schemes/method/host_tensor.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
 

@@ -29,8 +29,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/memory_budget.h"
-#include "core/quant/dialect.h"
-#include "core/quant/quant_plan.h"
 #include "core/sha256.h"
 #include "core/temp_cleanup.h"
 #include "fixtures/checkpoint_quantizer.h"
@@ -38,10 +36,12 @@
 #include "golden/reference_run.h"
 #include "golden/report.h"
 #include "reference_cpu/models/calibration.h"
+#include "schemes/description/dialect.h"
+#include "schemes/description/quant_plan.h"
 #include "tools/qparity/cli_support.h"
 #ifdef QPARITY_HAS_ENGINE
+#include "golden/engine_golden.h"
 #include "gpu_engine/device_info.h"
-#include "gpu_engine/engine_golden.h"
 #include "gpu_engine/model_loader.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #endif

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   qparity::cli::add_report_command(app, rc);
   qparity::cli::add_validate_command(app, rc);
   qparity::cli::add_tokenize_command(app, rc);
+  qparity::cli::add_catalog_command(app, rc);
 #ifdef QPARITY_HAS_ENGINE
   qparity::cli::add_engine_command(app, rc);
 #endif

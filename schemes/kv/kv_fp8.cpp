@@ -1,0 +1,146 @@
+#include "schemes/kv/kv_fp8.h"
+
+#include <cmath>
+
+#include "core/codecs/float_format.h"
+#include "core/error.h"
+
+namespace qparity::reference {
+
+KvFp8Rules kv_fp8_rules(Dialect d) {
+  KvFp8Rules r;
+  r.dialect = d;
+  switch (d) {
+    case Dialect::kIdeal:
+      break;
+    case Dialect::kCompressedTensors:
+      r.store_in_model_dtype = true;
+      r.read_in_model_dtype = true;
+      break;
+    case Dialect::kVllm:
+    case Dialect::kMsModelSlim:
+      r.store_arith = Arith::kFp32;
+      r.read_fp32_then_model = true;
+      break;
+    case Dialect::kSglang:
+      r.store_in_model_dtype = true;
+      r.store_saturates = false;
+      r.read_arith = Arith::kFp32;
+      break;
+  }
+  return r;
+}
+
+TensorMap quantize_kv_fp8(double k_amax, double v_amax, DType scale_dtype, DType model_dtype,
+                          Dialect dialect) {
+  const Fp8Rules rules = fp8_rules(dialect);
+  Fp8ScaleRule rule = rules.weight_rule(Fp8Granularity::kTensor, scale_dtype, model_dtype);
+  rule.zero_saturates = false;
+  if (rule.zero_scale == 0) rule.zero_scale = dtype_eps(scale_dtype);
+  TensorMap out;
+  for (auto [name, amax] :
+       {std::pair<const char*, double>{"k_scale", k_amax}, {"v_scale", v_amax}}) {
+    if (!std::isfinite(amax) || amax < 0)
+      throw Error(name, "calibration amax must be finite and >= 0");
+    const double s = round_to_dtype(fp8_scale(amax, rule), scale_dtype);
+    out[name] = encode(scale_dtype, {1}, std::vector<double>{s}, Encoding::kExact, name);
+  }
+  return out;
+}
+
+KvFp8CacheMethod::KvFp8CacheMethod(KvShape shape, MethodConfig config)
+    : KvCacheMethod(std::move(shape), std::move(config)),
+      rules_(kv_fp8_rules(this->config().dialect)) {
+  arith_of(this->shape().model_dtype, this->shape().prefix);
+}
+
+std::vector<ParamSpec> KvFp8CacheMethod::create_weights() const {
+  const DType m = shape().model_dtype;
+  std::vector<DType> d{m};
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+    if (t != m) d.push_back(t);
+  return {{"k_scale", d, {1}, false, "k_scale or k_proj.output_scale"},
+          {"v_scale", d, {1}, false, "v_scale or v_proj.output_scale"},
+          {"k_proj.output_scale", d, {1}, false, "older llm-compressor name of k_scale"},
+          {"v_proj.output_scale", d, {1}, false, "older llm-compressor name of v_scale"}};
+}
+
+void KvFp8CacheMethod::process() {
+  auto pick = [&](const std::string& a, const std::string& b) {
+    const HostTensor* ta = find_loaded(a);
+    const HostTensor* tb = find_loaded(b);
+    if (ta && tb) throw Error(where(a), "both " + a + " and " + b + " are present");
+    if (!ta && !tb) throw Error(where(a), "missing: kv-fp8 needs " + a + " (or " + b + ")");
+    const std::string w = where(ta ? a : b);
+    const auto v = decode((ta ? ta : tb)->view(), w);
+    require_finite(v, w);
+    if (!(v[0] > 0)) throw Error(w, "KV scale must be > 0, got " + std::to_string(v[0]));
+    return v[0];
+  };
+  k_scale_ = pick("k_scale", "k_proj.output_scale");
+  v_scale_ = pick("v_scale", "v_proj.output_scale");
+}
+
+double KvFp8CacheMethod::scale(KvWhich which) const {
+  return which == KvWhich::kKey ? k_scale_ : v_scale_;
+}
+
+QuantizedMatrix KvFp8CacheMethod::do_store(KvWhich which, const Matrix& x) const {
+  const double s = scale(which);
+  const Arith m = arith_of(shape().model_dtype, shape().prefix);
+  const std::string w = shape().prefix + " " + std::string(to_string(which)) + " cache";
+  std::vector<double> v(x.data.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    double t;
+    if (rules_.store_in_model_dtype) {
+      t = in(m, div_in(Arith::kFp32, x.data[i], s));  // fp32 quotient rounded to the model dtype
+    } else if (rules_.store_arith == Arith::kFp64 && rules_.store_saturates && s > 0) {
+      v[i] = e4m3_of_quotient(x.data[i], 1.0, s);  // the exact x/s rounded once (ideal)
+      continue;
+    } else {
+      t = div_in(rules_.store_arith, x.data[i], s);
+    }
+    if (!rules_.store_saturates) {
+      if (std::fabs(t) > 464.0)
+        throw Error(w, "element " + std::to_string(i) + ": x/s = " + std::to_string(t) +
+                           " is beyond 464; SGLang's unclamped .to(float8_e4m3fn) stores NaN");
+      v[i] = codec::round_to(codec::kE4M3FN, t, codec::Overflow::kNonSaturating);
+    } else {
+      v[i] = fp8_saturate(t, w);
+    }
+  }
+  QuantizedMatrix q;
+  q.rows = x.rows;
+  q.cols = x.cols;
+  q.codes = fp8_lattice_codes(v);
+  q.lattice = kFp8Lattice;
+  q.block_rows = std::max<int64_t>(x.rows, 1);
+  q.block_cols = std::max<int64_t>(x.cols, 1);
+  q.scales = Matrix(x.rows > 0 ? 1 : 0, 1, s);
+  return q;
+}
+
+Matrix KvFp8CacheMethod::do_read(KvWhich which, const QuantizedMatrix& stored) const {
+  const double s = scale(which);
+  const Arith m = arith_of(shape().model_dtype, shape().prefix);
+  Matrix out(stored.rows, stored.cols);
+  for (int64_t r = 0; r < stored.rows; ++r)
+    for (int64_t c = 0; c < stored.cols; ++c) {
+      const double q = static_cast<double>(stored.code(r, c)) * stored.lattice;
+      double v;
+      if (rules_.read_in_model_dtype)
+        v = mul_in(m, q, s);
+      else if (rules_.read_fp32_then_model)
+        v = in(m, mul_in(Arith::kFp32, q, s));
+      else
+        v = mul_in(rules_.read_arith, q, s);
+      out(r, c) = v;
+    }
+  return out;
+}
+
+std::unique_ptr<KvCacheMethod> make_kv_fp8_method(KvShape shape, MethodConfig config) {
+  return std::make_unique<KvFp8CacheMethod>(std::move(shape), std::move(config));
+}
+
+}  // namespace qparity::reference

@@ -1,0 +1,219 @@
+#include "schemes/method/method_factory.h"
+
+#include "core/error.h"
+#include "schemes/fp4/mxfp4.h"
+#include "schemes/fp4/nvfp4.h"
+#include "schemes/fp8/fp8_block.h"
+#include "schemes/fp8/fp8_channel.h"
+#include "schemes/fp8/fp8_common.h"
+#include "schemes/fp8/fp8_tensor.h"
+#include "schemes/fp8/mxfp8.h"
+#include "schemes/int/mxint4.h"
+#include "schemes/int/pack_quantized_int.h"
+#include "schemes/int/w4a8_dynamic.h"
+#include "schemes/int/w8a16.h"
+#include "schemes/int/w8a8_int8_dynamic.h"
+#include "schemes/int/w8a8_static.h"
+#include "schemes/kv/kv_fp8.h"
+#include "schemes/kv/kv_int8.h"
+#include "schemes/method/unquantized.h"
+
+namespace qparity::reference {
+
+namespace {
+
+std::string default_format(SchemeKind k) {
+  switch (k) {
+    case SchemeKind::kBf16:
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kSmoothQuant:
+      return "dense";
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+    case SchemeKind::kW4A8Dyn:
+    case SchemeKind::kKvInt8:
+      return "msmodelslim";
+    case SchemeKind::kW8A8Int8:
+      return "int-quantized";
+    case SchemeKind::kPackedInt:
+    case SchemeKind::kMxint4:
+      return "pack-quantized";
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+    case SchemeKind::kKvFp8:
+      return "float-quantized";
+    case SchemeKind::kNvfp4:
+      return "nvfp4-pack-quantized";
+    case SchemeKind::kMxfp4:
+      return "mxfp4-pack-quantized";
+    case SchemeKind::kMxfp8:
+      return "mxfp8-quantized";
+  }
+  return "dense";
+}
+
+}  // namespace
+
+MethodConfig method_config(const PlanEntry& entry, Dialect dialect) {
+  MethodConfig c;
+  c.scheme = entry.scheme.value_or(SchemeId{});
+  c.dialect = dialect;
+  c.weights = entry.weights;
+  c.input_activations = entry.input_activations;
+  c.format = entry.format;
+  c.source_type = entry.source_type;
+  if (entry.role == ModuleRole::kKvCache) c.weights = entry.kv_cache;
+  // An override (--scheme) has no checkpoint of its own: the files are the ones this dialect's
+  // producer would write (quantize_linear), so their layout is the scheme's default for it.
+  if (entry.format == "override" && entry.scheme)
+    c.format = method_config(*entry.scheme, dialect).format;
+  return c;
+}
+
+MethodConfig method_config(const SchemeId& scheme, Dialect dialect) {
+  const ImpliedArgs a = implied_args(scheme);
+  MethodConfig c;
+  c.scheme = scheme;
+  c.dialect = dialect;
+  c.weights = scheme_family(scheme.kind) == SchemeFamily::kKvCache ? a.kv_cache : a.weights;
+  c.input_activations = a.input_activations;
+  c.format = default_format(scheme.kind);
+  // A producer dialect also picks that producer's file layout where it has one (msModelSlim
+  // W8A8_DYNAMIC and WFP8AFP8_DYNAMIC use msModelSlim names), as quantize_<scheme> does.
+  if (dialect == Dialect::kMsModelSlim)
+    for (Producer p : scheme_info(scheme.kind).producers)
+      if (p == Producer::kMsModelSlim) c.format = "msmodelslim";
+  return c;
+}
+
+std::unique_ptr<LinearMethod> make_linear_method(LinearShape shape, MethodConfig config) {
+  switch (config.scheme.kind) {
+    case SchemeKind::kBf16:
+      return std::make_unique<UnquantizedLinearMethod>(std::move(shape), std::move(config));
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+      return make_w8a16_method(std::move(shape), std::move(config));
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+      return make_w8a8_static_method(std::move(shape), std::move(config));
+    case SchemeKind::kW8A8Int8:
+      return make_w8a8_int8_dynamic_method(std::move(shape), std::move(config));
+    case SchemeKind::kW4A8Dyn:
+      return make_w4a8_dynamic_method(std::move(shape), std::move(config));
+    case SchemeKind::kPackedInt:
+      return make_pack_quantized_method(std::move(shape), std::move(config));
+    case SchemeKind::kMxint4:
+      return make_mxint4_method(std::move(shape), std::move(config));
+    case SchemeKind::kFp8Tensor:
+      return make_fp8_tensor_method(std::move(shape), std::move(config));
+    case SchemeKind::kFp8Channel:
+      return make_fp8_channel_method(std::move(shape), std::move(config));
+    case SchemeKind::kFp8Block:
+      return make_fp8_block_method(std::move(shape), std::move(config));
+    case SchemeKind::kNvfp4:
+      return make_nvfp4_method(std::move(shape), std::move(config));
+    case SchemeKind::kMxfp4:
+      return make_mxfp4_method(std::move(shape), std::move(config));
+    case SchemeKind::kMxfp8:
+      return make_mxfp8_method(std::move(shape), std::move(config));
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kKvInt8:
+    case SchemeKind::kKvFp8:
+    case SchemeKind::kSmoothQuant:
+      break;
+  }
+  throw Error(shape.prefix, "scheme " + to_string(config.scheme) +
+                                " is not a linear-layer scheme (it applies to " +
+                                std::string(to_string(scheme_family(config.scheme.kind))) + ")");
+}
+
+std::unique_ptr<KvCacheMethod> make_kv_cache_method(KvShape shape, MethodConfig config) {
+  switch (config.scheme.kind) {
+    case SchemeKind::kKvBf16:
+      return std::make_unique<UnquantizedKvCacheMethod>(std::move(shape), std::move(config));
+    case SchemeKind::kKvInt8:
+      return make_kv_int8_method(std::move(shape), std::move(config));
+    case SchemeKind::kKvFp8:
+      return make_kv_fp8_method(std::move(shape), std::move(config));
+    case SchemeKind::kBf16:
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+    case SchemeKind::kW8A8Int8:
+    case SchemeKind::kW4A8Dyn:
+    case SchemeKind::kPackedInt:
+    case SchemeKind::kMxint4:
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+    case SchemeKind::kNvfp4:
+    case SchemeKind::kMxfp4:
+    case SchemeKind::kMxfp8:
+    case SchemeKind::kSmoothQuant:
+      break;
+  }
+  throw Error(shape.prefix, "scheme " + to_string(config.scheme) + " is not a KV-cache scheme");
+}
+
+TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
+  const MethodConfig defaults = method_config(scheme, request.dialect);
+  if (!request.weights) request.weights = defaults.weights;
+  if (!request.input_activations) request.input_activations = defaults.input_activations;
+  if (scheme.kind == SchemeKind::kW8A16Group && request.group_size == 0)
+    request.group_size = scheme.group_size;
+  switch (scheme.kind) {
+    case SchemeKind::kBf16:
+      return quantize_unquantized(request.weight, request.model_dtype,
+                                  request.bias ? &*request.bias : nullptr);
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A16Group:
+      return quantize_w8a16(request);
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+      return quantize_w8a8_static(request);
+    case SchemeKind::kW8A8Int8:
+      return quantize_w8a8_int8_dynamic(request);
+    case SchemeKind::kW4A8Dyn:
+      return quantize_w4a8_dynamic(request);
+    case SchemeKind::kPackedInt:
+      return quantize_pack_quantized(request);
+    case SchemeKind::kMxint4:
+      return quantize_mxint4(request);
+    case SchemeKind::kFp8Tensor:
+      return quantize_fp8_tensor(request, {fp8_file_of(defaults)});
+    case SchemeKind::kFp8Channel:
+      return quantize_fp8_channel(request, {fp8_file_of(defaults)});
+    case SchemeKind::kFp8Block:
+      return quantize_fp8_block(request, {fp8_file_of(defaults)});
+    case SchemeKind::kNvfp4:
+      return quantize_nvfp4(request);
+    case SchemeKind::kMxfp4:
+      return quantize_mxfp4(request);
+    case SchemeKind::kMxfp8:
+      return quantize_mxfp8(request);
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kKvInt8:
+    case SchemeKind::kKvFp8:
+    case SchemeKind::kSmoothQuant:
+      break;
+  }
+  throw Error(request.where, "scheme " + to_string(scheme) +
+                                 " does not quantize a linear weight (it applies to " +
+                                 std::string(to_string(scheme_family(scheme.kind))) + ")");
+}
+
+Matrix dequantize_linear(const MethodConfig& config, const TensorMap& tensors, int64_t out_features,
+                         int64_t in_features, DType model_dtype) {
+  auto m = make_linear_method(
+      LinearShape::dense("", out_features, in_features, model_dtype, tensors.count("bias") > 0),
+      config);
+  m->load_all(tensors);
+  m->process_weights_after_loading();
+  return m->dequantized_weight();
+}
+
+}  // namespace qparity::reference
