@@ -151,8 +151,8 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
         codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
         mismatches += p.stats.mismatches;
       }
-    if (scheme.rfind("w8a8", 0) == 0 || scheme == "w4a8-dyn" || scheme.rfind("fp8", 0) == 0 ||
-        scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
+    if (scheme.rfind("w8a8", 0) == 0 || scheme.rfind("ct-w8a8", 0) == 0 || scheme == "w4a8-dyn" ||
+        scheme.rfind("fp8", 0) == 0 || scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
       EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
       std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
                 << " in " << code_points << " points";
