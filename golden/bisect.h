@@ -14,7 +14,7 @@
 //              (spec) the layer as the reference (the spec) computes it, re-run on the
 //                     CANDIDATE's own dumped inputs: does it reproduce the candidate's dumped
 //                     point? If it does, the candidate's layer did its job on what it was given.
-// The decision table (README "bisect"), first matching row wins:
+// The decision table (docs/JUDGE.md, "bisect"), first matching row wins:
 //   0. the point is `embed` (its only input is the token ids both runs share) -> LOCAL
 //   1. the dump is layer-local (every layer ran on the golden's inputs)   -> LOCAL
 //   2. own re-run on golden inputs fails                                  -> LOCAL

@@ -111,7 +111,7 @@ PolicySection parse_section(const Json& j, const std::string& where) {
     only_keys(e, {"max_kld_upper", "min_top1_lower", "max_dln_ppl_upper", "why"}, w);
     s.end_to_end.max_kld_upper = opt_bound(e, "max_kld_upper", w);
     s.end_to_end.min_top1_lower = opt_number(e, "min_top1_lower", w, 0, 1, "[0, 1]");
-    // >= 0 as every other bound (README): a negative one would demand the quantized model beat
+    // >= 0 as every other bound (docs/JUDGE.md): a negative one would demand the quantized model beat
     // the unquantized one's perplexity.
     s.end_to_end.max_dln_ppl_upper = opt_bound(e, "max_dln_ppl_upper", w);
     s.end_to_end.why = opt_string(e, "why", w);

@@ -184,9 +184,19 @@ std::string first_non_linear_match(const ModelConfig& cfg, const ModuleNames& mo
     consider(o.prefix, o.class_name);
   // An image-text checkpoint's vision tower (its linears and its merger's): producers' ignore
   // lists name it; the reference does not run it, so it has no plan entries.
-  if (hit.empty() && cfg.image_text)
-    for (const char* v : {"model.visual.blocks.0.attn.qkv", "model.visual.merger.linear_fc1"})
-      if (p.matches_name(v)) hit = "model.visual (the vision tower, not run on text-only input)";
+  // Exact names anywhere under model.visual (real configs list every block's linears, the
+  // merger's and the deepstack mergers'); a regex by the tower's module shapes.
+  if (hit.empty() && cfg.image_text) {
+    const char* const kTower = "model.visual (the vision tower, not run on text-only input)";
+    if (!p.is_regex && (p.text.rfind("model.visual.", 0) == 0 || p.text == "model.visual"))
+      hit = kTower;
+    for (const char* v :
+         {"model.visual.blocks.0.attn.qkv", "model.visual.blocks.0.attn.proj",
+          "model.visual.blocks.0.mlp.linear_fc1", "model.visual.blocks.0.mlp.linear_fc2",
+          "model.visual.merger.linear_fc1", "model.visual.merger.linear_fc2",
+          "model.visual.deepstack_merger_list.0.linear_fc1"})
+      if (hit.empty() && p.matches_name(v)) hit = kTower;
+  }
   return hit;
 }
 
@@ -649,8 +659,7 @@ std::vector<std::string> compressed_tensors_presets() {
   return out;
 }
 
-// The fields of two args that change the checkpoint's tensors or the arithmetic (not observers).
-bool same_point(const std::optional<QuantArgs>& a, const std::optional<QuantArgs>& b) {
+bool same_quant_point(const std::optional<QuantArgs>& a, const std::optional<QuantArgs>& b) {
   if (a.has_value() != b.has_value()) return false;
   if (!a) return true;
   return a->num_bits == b->num_bits && a->type == b->type && a->symmetric == b->symmetric &&
@@ -684,8 +693,8 @@ const std::vector<SchemePreset>& scheme_presets() {
         // those are the preset's, e.g. not NVFP4A16, whose weights nvfp4 reads from a config
         // but whose id implies W4A4 activations.
         const ImpliedArgs implied = implied_args(id);
-        if (same_point(implied.weights, g.weights) &&
-            same_point(implied.input_activations, g.input_activations))
+        if (same_quant_point(implied.weights, g.weights) &&
+            same_quant_point(implied.input_activations, g.input_activations))
           sp.scheme = id;
         else
           sp.why = "a checkpoint config with these args is read (as " + to_string(id) +

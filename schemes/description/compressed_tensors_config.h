@@ -62,6 +62,11 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
 bool ct_name_matches(std::string_view target, std::string_view module_name,
                      const std::string& where);
 
+// Whether two args describe the same point: the fields that change the checkpoint's tensors or
+// the arithmetic (bits, type, symmetry, strategy, group size, block, dynamic, actorder group),
+// not observers or calibration order.
+bool same_quant_point(const std::optional<QuantArgs>& a, const std::optional<QuantArgs>& b);
+
 // The plan of any quantization_config: dispatches on quant_method ("compressed-tensors", "fp8");
 // other methods are rejected by name. `where` is the config file ("config.json").
 QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,

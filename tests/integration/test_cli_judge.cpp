@@ -273,7 +273,7 @@ TEST_F(CliJudge, Item6EmptyOrDisjointInputsAreErrorsAndMissingPointsFail) {
   EXPECT_THAT(opt.out, HasSubstr("(allowed by the policy)"));
 }
 
-// Item 7: bisect's diagnosis by the decision table (README): the repro (only
+// Item 7: bisect's diagnosis by the decision table (docs/JUDGE.md): the repro (only
 // layers.0.attn.out of a copy multiplied by 1.01) is LOCAL, not INHERITED.
 TEST_F(CliJudge, Item7BisectTellsLocalFromInherited) {
   const std::string tampered = candidate("tampered.h5", [](golden::Golden& g) {

@@ -153,6 +153,64 @@ TEST_F(CliTraceQuantize, IgnoreListAndUnsupportedLinears) {
   }
 }
 
+// --config: a published-style quantization_config (compressed-tensors' W4A16 recipe with a
+// regex ignore) is written as the point it names, its ignored linears left unquantized, and the
+// output plans as the config did; the same point by --scheme gives the same tensors. Configs
+// quantize writes no single checkpoint for are refused naming why, before anything is read.
+TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
+  ASSERT_EQ(run("make-fixture --arch qwen3 --seed 5 --out " + p("fp")).status, 0);
+  const auto write = [&](const std::string& leaf, const std::string& text) {
+    std::ofstream(dir_ / leaf) << text;
+    return p(leaf);
+  };
+  const std::string w4 = write("w4.json", R"({"quantization_config": {
+      "quant_method": "compressed-tensors", "format": "pack-quantized",
+      "quantization_status": "compressed", "ignore": ["lm_head", "re:.*layers\\.1\\.mlp\\.down"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4,
+        "type": "int", "symmetric": true, "strategy": "group", "group_size": 128,
+        "actorder": null, "observer": "minmax"}, "input_activations": null,
+        "output_activations": null}}}})");
+  auto r = run("quantize --in " + p("fp") + " --config " + w4 + " --out " + p("qc"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("asks for ct-w4a16-g128 (1 linears left unquantized)"));
+  r = run("inspect " + p("qc"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("summary: bf16 x2 ct-w4a16-g128 x13"));
+  // The same point and ignore list by --scheme: the same tensors, byte for byte.
+  r = run("quantize --in " + p("fp") + " --scheme W4A16 --ignore model.layers.1.mlp.down_proj" +
+          " --out " + p("qs"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::slurp(dir_ / "qc" / "model.safetensors"),
+            test::slurp(dir_ / "qs" / "model.safetensors"));
+
+  // Two weight points: refused naming both.
+  const std::string mixed = write("mixed.json", R"({"quant_method": "compressed-tensors",
+      "format": "mixed-precision", "ignore": ["lm_head"], "config_groups": {
+      "attn": {"targets": ["re:.*self_attn.*"], "format": "pack-quantized", "weights": {
+        "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}},
+      "mlp": {"targets": ["re:.*mlp.*"], "format": "float-quantized", "weights": {
+        "num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": {
+        "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + mixed + " --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("asks for 2 weight points"));
+  EXPECT_THAT(r.err, HasSubstr("quantize writes one point per checkpoint"));
+  EXPECT_FALSE(fs::exists(dir_ / "qm"));
+  // FP8 weights with unquantized inputs (FP8 W8A16): read as fp8-channel's method, but no id
+  // writes that point: refused rather than written with fp8-channel's dynamic inputs.
+  const std::string fp8a16 = write("fp8a16.json", R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"g": {
+      "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + fp8a16 + " --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("no scheme id names this point yet"));
+  // --scheme and --config together, or neither: usage errors.
+  EXPECT_EQ(run("quantize --in " + p("fp") + " --config " + w4 + " --scheme W4A16 --out " + p("qx"))
+                .status,
+            2);
+  EXPECT_EQ(run("quantize --in " + p("fp") + " --out " + p("qx")).status, 2);
+}
+
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
   const std::string s = std::to_string(seed_ % 1000);
   ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);

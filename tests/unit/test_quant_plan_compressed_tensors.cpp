@@ -446,6 +446,36 @@ TEST(CompressedTensorsPlan, IgnoreWinsOverTargets) {
             "of the model");
 }
 
+// An image-text checkpoint's ignore list names its vision tower module by module (Qwen3.5's
+// published configs list every block's linears and the mergers'): those are the tower's, which
+// the reference does not run, not names that "match no module"; a name under no module at all
+// still warns.
+TEST(CompressedTensorsPlan, VisionTowerIgnoreEntriesAreTheTowers) {
+  Json j = Json::parse(R"({"architectures": ["Qwen3VLForConditionalGeneration"],
+    "model_type": "qwen3_vl", "text_config": {"head_dim": 32, "hidden_size": 64,
+      "intermediate_size": 128, "max_position_embeddings": 4096, "model_type": "qwen3_vl_text",
+      "num_attention_heads": 2, "num_hidden_layers": 2, "num_key_value_heads": 1,
+      "rms_norm_eps": 1e-06, "rope_scaling": {"mrope_interleaved": true,
+      "mrope_section": [6, 5, 5], "rope_type": "default"}, "rope_theta": 5000000,
+      "tie_word_embeddings": true, "vocab_size": 256, "torch_dtype": "bfloat16"},
+    "tie_word_embeddings": true, "image_token_id": 250, "video_token_id": 251,
+    "vision_start_token_id": 252, "vision_end_token_id": 253,
+    "vision_config": {"deepstack_visual_indexes": [0], "depth": 2, "hidden_size": 32,
+      "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64, "patch_size": 4,
+      "spatial_merge_size": 2, "temporal_patch_size": 2, "model_type": "qwen3_vl",
+      "hidden_act": "gelu_pytorch_tanh", "num_position_embeddings": 64}})");
+  const ModelConfig cfg = parse_model_config(j, "config.json");
+  ASSERT_TRUE(cfg.image_text);
+  const QuantPlan p = plan_of(cfg, R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"FP8_DYNAMIC": ["Linear"]},
+      "ignore": ["lm_head", "model.visual.blocks.1.attn.proj", "model.visual.blocks.0.mlp.linear_fc2",
+                 "model.visual.merger.linear_fc2", "model.visual.deepstack_merger_list.0.linear_fc1",
+                 "re:model\\.visual\\.blocks\\..*", "model.vision_tower.blocks.0.qkv"]})");
+  ASSERT_EQ(p.warnings().size(), 1u) << p.warnings().front();
+  EXPECT_THAT(p.warnings()[0], HasSubstr("ignore[6]': 'model.vision_tower.blocks.0.qkv' matches "
+                                         "no module of the model"));
+}
+
 TEST(CompressedTensorsPlan, ExactNameBeatsRegexBeatsClass) {
   const QuantPlan p = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "format": "mixed-precision",

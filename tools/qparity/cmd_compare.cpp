@@ -358,7 +358,7 @@ void add_compare_command(CLI::App& app, int& rc) {
                 "engine role: bisect although the candidate records another checkpoint's hashes "
                 "(a checkpoint with a planted fault)");
   bis->add_option("--model", b->model,
-                  "the candidate's checkpoint: re-run the failing layer (README: the bisect "
+                  "the candidate's checkpoint: re-run the failing layer (docs/JUDGE.md: the bisect "
                   "decision table)");
   bis->add_option("--scheme", b->scheme, "with --model: scheme override");
   bis->add_option("--dialect", b->dialect, "with --model: dialect (default: the candidate's)")

@@ -111,7 +111,7 @@ void run(const MakeFixtureOptions& o) {
     return;
   }
   const SchemeId scheme = parse_scheme_id(o.scheme);
-  // One default dialect everywhere: ideal, the format as written (README "Dialects").
+  // One default dialect everywhere: ideal, the format as written (docs/DIALECTS.md).
   const Dialect dialect = parse_dialect(o.dialect.empty() ? "ideal" : o.dialect);
   const TempDir tmp(
       fs::temp_directory_path() /

@@ -10,17 +10,28 @@
 // leaves linears in the model dtype. Before calibrating, the scheme's shape rules are checked
 // (fixtures::scheme_exclusions): a linear the scheme cannot take that is not ignored is an error
 // naming it and its rule; --ignore-unsupported ignores exactly those linears instead.
+// --config FILE instead of --scheme: a full quantization_config (the block, or a config.json
+// holding one) planned against the input model; the one point it asks for is written, with the
+// linears it leaves unquantized ignored by name. A config that asks for several weight points,
+// weights and a KV cache at once, or args no scheme id names (fp8 inputs static where the id
+// implies dynamic, ...) is refused naming them, before anything is read.
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/config/model_config.h"
 #include "core/error.h"
+#include "core/json_util.h"
 #include "fixtures/checkpoint_quantizer.h"
 #include "golden/reference_run.h"
 #include "reference_cpu/models/calibration.h"
+#include "schemes/description/compressed_tensors_config.h"
+#include "schemes/description/module_names.h"
+#include "schemes/description/quant_plan.h"
 #include "schemes/description/scheme_registry.h"
 #include "tools/qparity/cli_support.h"
 #include "tools/qparity/commands.h"
@@ -30,7 +41,7 @@ namespace qparity::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, scheme, dialect = "ideal", calib;
+  std::string in, out, scheme, config, dialect = "ideal", calib;
   int64_t calib_synthetic = 2048;
   uint64_t seed = 0;
   bool force = false;
@@ -38,8 +49,89 @@ struct QuantizeOptions {
   bool ignore_unsupported = false;
 };
 
+// The point a quantization_config asks for on `cfg`'s linears (or its KV cache), and the linears
+// it leaves unquantized (their names, for --ignore).
+struct ConfigPoint {
+  SchemeId scheme;
+  std::vector<std::string> unquantized;
+};
+
+ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
+  const Json j = read_json_file(file);
+  const bool whole = j.is_object() && j.contains("quantization_config");
+  const Json& block = whole ? j.at("quantization_config") : j;
+  const std::string where = file + (whole ? ": quantization_config" : "");
+  const QuantPlan plan = plan_from_quantization_config(cfg, block, where);
+  for (const std::string& w : plan.warnings())
+    std::cerr << "quantize: " << where << ": " << w << "\n";
+  std::map<std::string, std::vector<std::string>> by_point;  // scheme id -> its modules
+  const PlanEntry* first = nullptr;
+  ConfigPoint out;
+  for (const LinearModule& l : plan.modules().linears()) {
+    if (l.tied || l.kind == LinearKind::kLmHead) continue;
+    const PlanEntry& e = plan.method_for(l.prefix);
+    if (l.kind == LinearKind::kRouter) {
+      if (e.quantized())
+        throw Error(where, l.prefix + ": the config quantizes the MoE router (" +
+                               e.scheme_string() +
+                               "); quantize leaves routers unquantized, as the published "
+                               "recipes do (ignore re:.*mlp.gate$)");
+      continue;
+    }
+    if (!e.quantized()) {
+      out.unquantized.push_back(l.prefix);
+      continue;
+    }
+    by_point[e.scheme_string()].push_back(l.prefix);
+    if (!first) first = &e;
+    // The id writes its implied args: the config's must be that point, or the file written
+    // would not be what the config asks for.
+    const ImpliedArgs implied = implied_args(*e.scheme);
+    if (!same_quant_point(implied.weights, e.weights) ||
+        !same_quant_point(implied.input_activations, e.input_activations))
+      throw Error(where, l.prefix + ": the config's args (weights " +
+                             (e.weights ? describe(*e.weights) : "none") + "; input activations " +
+                             (e.input_activations ? describe(*e.input_activations) : "none") +
+                             ") are read as " + e.scheme_string() +
+                             ", whose writer implies other args; no scheme id names this point "
+                             "yet");
+  }
+  std::set<std::string> kv;
+  for (const AttentionModule& a : plan.modules().attentions()) {
+    const PlanEntry& e = plan.method_for(a.prefix);
+    if (e.quantized()) kv.insert(e.scheme_string());
+  }
+  if (by_point.size() > 1) {
+    std::string list;
+    for (const auto& [id, mods] : by_point)
+      list += (list.empty() ? "" : "; ") + id + " on " + std::to_string(mods.size()) +
+              " linears (" + mods.front() + ", ...)";
+    throw Error(where, "asks for " + std::to_string(by_point.size()) + " weight points (" + list +
+                           "): quantize writes one point per checkpoint");
+  }
+  if (!by_point.empty() && !kv.empty())
+    throw Error(where, "asks for weights in " + by_point.begin()->first + " and a KV cache in " +
+                           *kv.begin() + ": quantize writes one scheme per checkpoint");
+  if (by_point.empty() && kv.empty()) throw Error(where, "quantizes nothing of this model");
+  out.scheme = by_point.empty() ? parse_scheme_id(*kv.begin()) : *first->scheme;
+  return out;
+}
+
 void run(const QuantizeOptions& o) {
-  const SchemeId scheme = parse_scheme_id(o.scheme);
+  if (o.scheme.empty() == o.config.empty())
+    throw UsageError("quantize", "give exactly one of --scheme ID and --config FILE");
+  std::vector<std::string> config_ignore;
+  SchemeId scheme;
+  if (!o.config.empty()) {
+    const ConfigPoint c =
+        point_of_config(load_model_config(std::filesystem::path(o.in) / "config.json"), o.config);
+    scheme = c.scheme;
+    config_ignore = c.unquantized;
+    std::cerr << "quantize: " << o.config << " asks for " << to_string(scheme) << " ("
+              << c.unquantized.size() << " linears left unquantized)\n";
+  } else {
+    scheme = parse_scheme_id(o.scheme);
+  }
   const std::vector<Producer>& producers = scheme_info(scheme.kind).producers;
   // One default dialect everywhere (ideal: the format as written); the producer's own arithmetic
   // is one --dialect away, and every output says which was used.
@@ -53,6 +145,7 @@ void run(const QuantizeOptions& o) {
   // Cheap checks first (headers only): calibration can take minutes.
   fixtures::QuantizeCheckpointOptions qo;
   qo.ignore = o.ignore;
+  qo.ignore.insert(qo.ignore.end(), config_ignore.begin(), config_ignore.end());
   qo.ignore_unsupported = o.ignore_unsupported;
   const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
   for (const fixtures::SchemeExclusion& x : ignored.added)
@@ -83,7 +176,12 @@ void add_quantize_command(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand(
       "quantize", "Quantize a floating-point checkpoint into a scheme, as its producer writes it");
   cmd->add_option("--in", o->in, "floating-point Hugging Face checkpoint directory")->required();
-  cmd->add_option("--scheme", o->scheme, "Scheme id (see `qparity schemes`)")->required();
+  cmd->add_option("--scheme", o->scheme, "Scheme id or preset name (see `qparity schemes`)");
+  cmd->add_option("--config", o->config,
+                  "instead of --scheme: a quantization_config JSON (the block, or a config.json "
+                  "holding one); the point it asks for is written, the linears it leaves "
+                  "unquantized ignored")
+      ->excludes("--scheme");
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->add_option("--dialect", o->dialect,
                   "producer arithmetic: ideal (the format as written) | compressed-tensors | "
