@@ -303,7 +303,7 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
                     "\"local\", or none; got " +
                         describe(*a));
       require_format("NVFP4", {"nvfp4-pack-quantized"});
-      return {SchemeId{SchemeKind::kNvfp4, 0}, format};
+      return {SchemeId{.kind = SchemeKind::kNvfp4, .weight_only = !a.has_value()}, format};
     }
     if (w.strategy == QuantStrategy::kGroup) {
       if (*w.group_size != 32)
@@ -318,7 +318,7 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
                     "got " +
                         describe(*a));
       require_format("MXFP4", {"mxfp4-pack-quantized"});
-      return {SchemeId{SchemeKind::kMxfp4, 0}, format};
+      return {SchemeId{.kind = SchemeKind::kMxfp4, .weight_only = !a.has_value()}, format};
     }
     throw Error(where,
                 "FP4 weights require strategy tensor_group (NVFP4) or group (MXFP4), got " + ws);
@@ -339,7 +339,7 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
                   "MXFP8 requires input activations float8 group(32) dynamic, or none; got " +
                       describe(*a));
     require_format("MXFP8", {"mxfp8-quantized"});
-    return {SchemeId{SchemeKind::kMxfp8, 0}, format};
+    return {SchemeId{.kind = SchemeKind::kMxfp8, .weight_only = !a.has_value()}, format};
   }
   require_format("FP8", {"float-quantized", "naive-quantized"});
   switch (w.strategy) {

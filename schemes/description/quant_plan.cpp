@@ -162,6 +162,8 @@ ImpliedArgs implied_args(const SchemeId& s) {
       a.kv_cache = args(R"({"num_bits":8,"type":"float","strategy":"tensor","symmetric":true})");
       break;
   }
+  // The A16 points of the fp4 / MX families: weights only.
+  if (s.weight_only) a.input_activations.reset();
   return a;
 }
 

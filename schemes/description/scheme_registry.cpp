@@ -268,6 +268,8 @@ SchemeInfo make_info(SchemeKind k) {
       s.parameters = {{"group_size", "16", "inputs per FP8 scale"},
                       {"activations", "fp4 tensor_group local | none", "NVFP4 vs NVFP4A16"}};
       s.constraints = {
+          "weight-only (no input activations, compressed-tensors' NVFP4A16): the point nvfp4a16",
+
           "weights float 4-bit, strategy tensor_group, group_size 16, symmetric, static",
           "inputs float 4-bit, strategy tensor_group, group_size 16, dynamic \"local\", or none",
           "format nvfp4-pack-quantized; K % 16 == 0",
@@ -309,6 +311,8 @@ SchemeInfo make_info(SchemeKind k) {
       s.parameters = {{"group_size", "32", "inputs per E8M0 scale"},
                       {"activations", "fp4 group(32) dynamic | none", "MXFP4 vs MXFP4A16"}};
       s.constraints = {
+          "weight-only (no input activations, compressed-tensors' MXFP4A16): the point mxfp4a16",
+
           "weights float 4-bit, strategy group, group_size 32, scale_dtype torch.uint8, "
           "symmetric, static",
           "inputs float 4-bit, strategy group, group_size 32, dynamic, or none",
@@ -326,6 +330,8 @@ SchemeInfo make_info(SchemeKind k) {
       s.parameters = {{"group_size", "32", "inputs per E8M0 scale"},
                       {"activations", "fp8 group(32) dynamic | none", "MXFP8 vs MXFP8A16"}};
       s.constraints = {
+          "weight-only (no input activations, compressed-tensors' MXFP8A16): the point mxfp8a16",
+
           "weights float 8-bit, strategy group, group_size 32, scale_dtype torch.uint8, "
           "symmetric, static",
           "inputs float 8-bit, strategy group, group_size 32, dynamic, or none",
@@ -544,6 +550,8 @@ std::string valid_scheme_ids() {
     if (k == SchemeKind::kPackedInt) out += "w4a16-g32, ";
     out += scheme_pattern(k);
     if (k == SchemeKind::kW8A8Int8) out += ", ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]";
+    if (k == SchemeKind::kNvfp4 || k == SchemeKind::kMxfp4 || k == SchemeKind::kMxfp8)
+      out += ", " + std::string(scheme_pattern(k)) + "a16";
   }
   out += "; presets: ";
   bool first = true;
@@ -754,6 +762,9 @@ SchemeId parse_scheme_id(std::string_view id) {
   const std::string s = lower(id);
   if (s == "w4a16-g32") return SchemeId{SchemeKind::kPackedInt, 0, kW4A16G32Point};
   if (auto p = parse_w8a8_int8(s, id)) return *p;
+  for (SchemeKind k : {SchemeKind::kNvfp4, SchemeKind::kMxfp4, SchemeKind::kMxfp8})
+    if (s == std::string(scheme_pattern(k)) + "a16")
+      return SchemeId{.kind = k, .weight_only = true};
   if (auto p = parse_packed_int(s, id)) return *p;
   for (const SchemePreset& p : scheme_presets())
     if (lower(p.name) == s) {
@@ -807,6 +818,7 @@ std::string to_string(const SchemeId& s) {
     if (p.static_inputs && !p.symmetric_inputs) out += "-asym";
     return out;
   }
+  if (s.weight_only) return std::string(scheme_pattern(s.kind)) + "a16";
   return std::string(scheme_pattern(s.kind));
 }
 

@@ -95,6 +95,9 @@ struct SchemeId {
   int64_t group_size = 0;
   IntWeightPoint int_weights{};
   Int8ActPoint int8_act{};
+  // kNvfp4, kMxfp4, kMxfp8 only: no input activations (compressed-tensors' NVFP4A16, MXFP4A16,
+  // MXFP8A16 presets; ids nvfp4a16, mxfp4a16, mxfp8a16).
+  bool weight_only = false;
   friend bool operator==(const SchemeId&, const SchemeId&) = default;
 };
 
@@ -104,7 +107,8 @@ struct SchemeId {
 SchemeId parse_scheme_id(std::string_view id);
 // The canonical id: the pattern, w8a16-g<N>, for kPackedInt "w4a16-g32" at that point and
 // "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]" elsewhere, for kW8A8Int8 "w8a8-int8-dyn" at
-// its default point and "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]" elsewhere.
+// its default point and "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]" elsewhere, and the
+// weight-only points of the fp4 / MX families as "nvfp4a16", "mxfp4a16", "mxfp8a16".
 std::string to_string(const SchemeId& s);
 // The kPackedInt scheme of a compressed-tensors weights QuantizationArgs (int, static, strategy
 // group / channel / tensor); an Error naming `where` and the field otherwise.

@@ -420,6 +420,12 @@ TEST_P(QuantizeCheckpoint, PlanRoundTripAndTensorsLoad) {
   const Checkpoint q = open_model_checkpoint(out, cfg);
   const Checkpoint fp = open_model_checkpoint(in, cfg);
   check_linears(cfg, plan, q, fp, c, scheme);
+  if (scheme.weight_only) {
+    for (const auto& [name, ref] : q.tensors())
+      EXPECT_TRUE(name.find(".input_global_scale") == std::string::npos &&
+                  name.find(".input_scale") == std::string::npos)
+          << name << ": a weight-only point";
+  }
   if (scheme.kind == SchemeKind::kW8A8Int8) {
     // Static inputs: the calibrated input_scale [1] (and input_zero_point I8 [1] when
     // asymmetric) on every quantized linear; dynamic inputs: neither.
@@ -541,6 +547,9 @@ INSTANTIATE_TEST_SUITE_P(
         SchemeCase{"fp8-channel", Arch::kQwen3, Dialect::kMsModelSlim, 0.1},
         SchemeCase{"fp8-block", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
         SchemeCase{"nvfp4", Arch::kLlama, Dialect::kCompressedTensors, 0.35},
+        // compressed-tensors' weight-only A16 presets: no input scales written.
+        SchemeCase{"NVFP4A16", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"mxfp8a16", Arch::kQwen3Moe, Dialect::kIdeal, 0.1},
         SchemeCase{"mxint4", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.35},
         SchemeCase{"mxfp4", Arch::kQwen3, Dialect::kCompressedTensors, 0.35},
         SchemeCase{"mxfp8", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},

@@ -324,7 +324,7 @@ TEST(CompressedTensorsPlan, Nvfp4AndNvfp4A16) {
   const QuantPlan w = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "format": "nvfp4-pack-quantized", "config_groups": {"NVFP4A16": ["Linear"]},
       "ignore": ["lm_head"]})");
-  expect_all_linears(w, "nvfp4");
+  expect_all_linears(w, "nvfp4a16");  // the weight-only point
   EXPECT_FALSE(w.method_for("model.layers.0.mlp.up_proj").input_activations.has_value());
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
@@ -343,7 +343,7 @@ TEST(CompressedTensorsPlan, MxFormats) {
   const QuantPlan a16 = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "format": "mxfp4-pack-quantized", "config_groups": {"MXFP4A16": ["Linear"]},
       "ignore": ["lm_head"]})");
-  expect_all_linears(a16, "mxfp4");
+  expect_all_linears(a16, "mxfp4a16");
   const QuantPlan p8 = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
       "format": "mxfp8-quantized", "config_groups": {"MXFP8": ["Linear"]},
       "ignore": ["lm_head"]})");

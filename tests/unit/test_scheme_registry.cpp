@@ -51,7 +51,8 @@ TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
                   "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, "
                   "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym], w4a8-dyn, "
                   "w4a16-g32, ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
-                  "fp8-channel, fp8-block, nvfp4, mxint4, mxfp4, mxfp8, kv-bf16, kv-int8, kv-fp8, "
+                  "fp8-channel, fp8-block, nvfp4, nvfp4a16, mxint4, mxfp4, mxfp4a16, mxfp8, "
+                  "mxfp8a16, kv-bf16, kv-int8, kv-fp8, "
                   "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, FP8,"));
 }
 
@@ -201,6 +202,25 @@ TEST(SchemeRegistry, Int8W8A8PointsRoundTripThroughTheirIds) {
                     "m");
               }),
               HasSubstr("symmetric weights"));
+}
+
+TEST(SchemeRegistry, WeightOnlyFloatPointsAreTheA16Presets) {
+  for (SchemeKind k : {SchemeKind::kNvfp4, SchemeKind::kMxfp4, SchemeKind::kMxfp8}) {
+    const SchemeId id{.kind = k, .weight_only = true};
+    const std::string name = to_string(id);
+    EXPECT_EQ(name, std::string(scheme_pattern(k)) + "a16");
+    EXPECT_EQ(parse_scheme_id(name), id) << name;
+    EXPECT_EQ(parse_scheme_id(upper_ascii(name)), id) << name;
+    const ImpliedArgs a = implied_args(id);
+    EXPECT_TRUE(a.weights.has_value()) << name;
+    EXPECT_FALSE(a.input_activations.has_value()) << name;
+    EXPECT_TRUE(implied_args(SchemeId{k, 0}).input_activations.has_value()) << name;
+  }
+  // compressed-tensors' A16 presets name these points now.
+  EXPECT_EQ(to_string(parse_scheme_id("NVFP4A16")), "nvfp4a16");
+  EXPECT_EQ(to_string(parse_scheme_id("MXFP4A16")), "mxfp4a16");
+  EXPECT_EQ(to_string(parse_scheme_id("MXFP8A16")), "mxfp8a16");
+  EXPECT_THAT(error_of([] { parse_scheme_id("fp8-blocka16"); }), HasSubstr("unknown scheme id"));
 }
 
 TEST(SchemeRegistry, EveryPresetIsListedWithItsPointOrTheReason) {

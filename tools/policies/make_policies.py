@@ -33,6 +33,12 @@ SCHEMES = {
     "mxfp8": ("fp8act", 2.0 ** -4 * 2, "e4m3 elements, E8M0 block-32 scales"),
     "nvfp4": ("fp4act", 2.0 ** -2, "e2m1 elements, e4m3 group-16 scales, global scale"),
     "mxfp4": ("fp4act", 2.0 ** -2 * 2, "e2m1 elements, E8M0 block-32 scales"),
+    "nvfp4a16": ("fp4weight", 2.0 ** -2, "e2m1 weights, e4m3 group-16 scales, global scale; "
+                 "activations in the model dtype (compressed-tensors NVFP4A16)"),
+    "mxfp4a16": ("fp4weight", 2.0 ** -2 * 2, "e2m1 weights, E8M0 block-32 scales; activations "
+                 "in the model dtype (MXFP4A16)"),
+    "mxfp8a16": ("fp8weight", 2.0 ** -4 * 2, "e4m3 weights, E8M0 block-32 scales; activations "
+                 "in the model dtype (MXFP8A16)"),
     "kv-int8": ("kv", 0.5 / 127, "int8 KV cache (msModelSlim C8)"),
     "kv-fp8": ("kv", 2.0 ** -4, "e4m3 KV cache"),
 }
@@ -336,6 +342,8 @@ BUDGETS = {
     "kv": (0.01, 0.9, "an 8-bit KV cache"),
     "weight4": (0.05, 0.8, "4-bit weights"),
     "fp4act": (0.10, 0.75, "4-bit weights and activations"),
+    "fp4weight": (0.05, 0.8, "4-bit weights"),
+    "fp8weight": (0.01, 0.9, "8-bit weights"),
 }
 
 
@@ -415,14 +423,15 @@ def section_format(scheme, family, half_step, desc):
             "points": [{"match": "layers.0.attn.qkv", "max_rel_l2": round(bound, 6),
                         "why": "first linear after the first folded norm; see derivation"}],
         }
-    floating = family in ("fp8act", "fp4act") or (family == "kv" and "fp8" in scheme)
+    floating = (family in ("fp8act", "fp4act", "fp8weight", "fp4weight") or
+                (family == "kv" and "fp8" in scheme))
     step = 2 * half_step
     if floating:
         elem = step / math.sqrt(12)
         how = (f"a floating format: each element's rounding error is uniform within +-{half_step:.4g}"
                f" of its own value (top of the binade; less below), RMS {elem:.3g} relative, "
                f"whatever the block's amax")
-        if family == "fp4act":
+        if family in ("fp4act", "fp4weight"):
             how += (" (e2m1 has one mantissa bit; values below its smallest subnormal flush, which"
                     " this model covers with margin: quantizing Gaussian, Laplace and Student-t(3)"
                     " blocks gives 0.087-0.094 for nvfp4 and 0.115-0.150 for mxfp4)")
