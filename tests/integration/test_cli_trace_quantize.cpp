@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -204,6 +206,21 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
   r = run("quantize --in " + p("fp") + " --config " + fp8a16 + " --out " + p("qm"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("no scheme id names this point yet"));
+  // The config file as an attacker would give it: a FIFO (never waited on), a duplicate key (the
+  // later value would silently win), an empty file; each one error line, nothing written.
+  ASSERT_EQ(mkfifo((dir_ / "fifo.json").c_str(), 0600), 0);
+  write("dup.json", R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "format": "dense", "config_groups": {"W4A16": ["Linear"]}})");
+  write("empty.json", "");
+  for (const auto& [leaf, want] :
+       std::vector<std::pair<std::string, std::string>>{{"fifo.json", "is not a regular file"},
+                                                        {"dup.json", "duplicate key 'format'"},
+                                                        {"empty.json", "invalid JSON"}}) {
+    r = run("quantize --in " + p("fp") + " --config " + p(leaf) + " --out " + p("qa"));
+    EXPECT_EQ(r.status, 1) << leaf;
+    EXPECT_THAT(r.err, HasSubstr(want)) << leaf;
+    EXPECT_FALSE(fs::exists(dir_ / "qa")) << leaf;
+  }
   // --scheme and --config together, or neither: usage errors.
   EXPECT_EQ(run("quantize --in " + p("fp") + " --config " + w4 + " --scheme W4A16 --out " + p("qx"))
                 .status,
