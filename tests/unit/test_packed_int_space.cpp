@@ -75,16 +75,13 @@ int64_t field(const std::vector<uint32_t>& words, int64_t i, int b) {
   return u;
 }
 
-// An independent bf16 rounding (round-half-even) of a double, for the scale check.
+// An independent bf16 rounding of a double, round-half-even, in one step (through fp32 it would
+// round twice and could land one ulp off the ideal dialect's exact-then-once scale). Normal range.
 double to_bf16(double v) {
-  const float f = static_cast<float>(v);  // exact enough: the checks below allow one ulp
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  b += 0x7fffu + ((b >> 16) & 1u);
-  b &= 0xffff0000u;
-  float r;
-  std::memcpy(&r, &b, 4);
-  return r;
+  if (v == 0.0) return 0.0;
+  int e = 0;
+  const double m = std::frexp(v, &e);                          // v = m * 2^e, 0.5 <= |m| < 1
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);  // 8 significant bits, RNE
 }
 
 struct Point {
