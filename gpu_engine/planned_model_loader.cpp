@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 
 bool plan_quantizes_anything(const QuantPlan& plan) {
   for (const PlanEntry& e : plan)
-    if (e.quantized() || (e.role == ModuleRole::kNorm && e.scheme)) return true;
+    // A sparse-compressed weight is decompressed by the host loader (sparse_weight.h) as well.
+    if (e.quantized() || !e.sparsity.empty() || (e.role == ModuleRole::kNorm && e.scheme))
+      return true;
   return false;
 }
 
@@ -64,8 +66,8 @@ void check_gpu_can_run(const QuantPlan& plan) {
       case ModuleRole::kExpertStack: {
         std::string why;
         if (e.quantized() && !gpu_supports_expert_scheme(*e.scheme, &why))
-          throw Error(e.prefix, "scheme " + scheme + why_entry + ": quantized MoE experts: " +
-                                    why + "; the engine never runs a quantized layer as bf16");
+          throw Error(e.prefix, "scheme " + scheme + why_entry + ": quantized MoE experts: " + why +
+                                    "; the engine never runs a quantized layer as bf16");
         break;
       }
       case ModuleRole::kKvCache:

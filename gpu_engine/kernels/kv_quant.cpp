@@ -35,9 +35,15 @@ void require_kv_quant(const char* kernel, const KvQuant& q, int64_t num_kv_heads
                   std::to_string(q.num_channels) + ")");
       return;
     case KvCacheFormat::kFp8E4m3:
-      require(std::isfinite(q.k_scale) && q.k_scale > 0 && std::isfinite(q.v_scale) &&
-                  q.v_scale > 0,
-              kernel, "an fp8 KV cache needs finite positive k_scale and v_scale");
+      require(
+          std::isfinite(q.k_scale) && q.k_scale > 0 && std::isfinite(q.v_scale) && q.v_scale > 0,
+          kernel, "an fp8 KV cache needs finite positive k_scale and v_scale");
+      // Per-head scales (checked finite and > 0 on the host when uploaded).
+      require(!q.fp8_heads || (q.fp8_num_heads == num_kv_heads && q.fp8_head_dim == head_dim),
+              kernel,
+              "per-head fp8 KV scales for " + std::to_string(q.fp8_num_heads) +
+                  " heads of head_dim " + std::to_string(q.fp8_head_dim) + ", the cache has " +
+                  std::to_string(num_kv_heads) + " of " + std::to_string(head_dim));
       return;
   }
   require(false, kernel, "unknown KV cache format");

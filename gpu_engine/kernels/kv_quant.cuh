@@ -50,6 +50,12 @@ __device__ __forceinline__ float kv_fp8_decode(uint8_t c, float scale) {
   return __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3))), scale);  // exact
 }
 
+// The fp8 scale of K (which = 0) or V (1) at channel ch: its head's, or the tensor's.
+__device__ __forceinline__ float kv_fp8_scale(const KvQuant& q, int which, int64_t ch) {
+  if (q.fp8_heads) return __ldg(q.fp8_heads + which * q.fp8_num_heads + ch / q.fp8_head_dim);
+  return which ? q.v_scale : q.k_scale;
+}
+
 // One element x of K (which = 0) or V (1) at channel ch: written at element `at` of `cache`;
 // returns what a read of it gives (bf16).
 __device__ __forceinline__ __nv_bfloat16 kv_store(const KvQuant& q, void* cache, int64_t at,
@@ -63,7 +69,7 @@ __device__ __forceinline__ __nv_bfloat16 kv_store(const KvQuant& q, void* cache,
       return __float2bfloat16_rn(kv_int8_decode(c, s, o));
     }
     case KvCacheFormat::kFp8E4m3: {
-      const float s = which ? q.v_scale : q.k_scale;
+      const float s = kv_fp8_scale(q, which, ch);
       const uint8_t c = kv_fp8_encode(__bfloat162float(x), s, q.fp8_bf16_quotient);
       static_cast<uint8_t*>(cache)[at] = c;
       return __float2bfloat16_rn(kv_fp8_decode(c, s));
@@ -80,12 +86,12 @@ __device__ __forceinline__ __nv_bfloat16 kv_load(const KvQuant& q, const void* c
   switch (q.format) {
     case KvCacheFormat::kInt8: {
       const float* row = q.channels + (which ? kVScale : kKScale) * q.num_channels + ch;
-      return __float2bfloat16_rn(kv_int8_decode(static_cast<const int8_t*>(cache)[at], row[0],
-                                                row[2 * q.num_channels]));
+      return __float2bfloat16_rn(
+          kv_int8_decode(static_cast<const int8_t*>(cache)[at], row[0], row[2 * q.num_channels]));
     }
     case KvCacheFormat::kFp8E4m3:
       return __float2bfloat16_rn(
-          kv_fp8_decode(static_cast<const uint8_t*>(cache)[at], which ? q.v_scale : q.k_scale));
+          kv_fp8_decode(static_cast<const uint8_t*>(cache)[at], kv_fp8_scale(q, which, ch)));
     default:
       return static_cast<const __nv_bfloat16*>(cache)[at];
   }
@@ -154,8 +160,8 @@ template <int kN>
 struct KvLaneScales<KvCacheFormat::kFp8E4m3, kN> {
   float s;
   bool round;
-  __device__ __forceinline__ void load(const KvQuant& q, int which, int64_t) {
-    s = which ? q.v_scale : q.k_scale;
+  __device__ __forceinline__ void load(const KvQuant& q, int which, int64_t ch0) {
+    s = kv_fp8_scale(q, which, ch0);  // a lane's elements are in one head
     round = q.read_bf16;
   }
 };
@@ -179,7 +185,8 @@ __device__ __forceinline__ float kv_value(const KvCodes<F, kN>& c, const KvLaneS
 
 // A cache whose read is fp32 (int8 C8; fp8 under SGLang's rule: KvQuant::read_bf16 false) is
 // attended with its scales factored out of the inner loops:
-//   q . ((c - o) * s) = (q * s) . c - (q * s) . o      sum_u e_u (c_u - o) s = s (sum_u e_u c_u - o l)
+//   q . ((c - o) * s) = (q * s) . c - (q * s) . o      sum_u e_u (c_u - o) s = s (sum_u e_u c_u - o
+//   l)
 // (l = sum_u e_u, rescaled online with the accumulator; fp8: o = 0, s per tensor), so the loops
 // multiply raw code values, about as cheaply as bf16 ones, and load no scale per key (reading
 // each element dequantized ran at 0.7x the bf16 cache's speed, bound by those loads). fp32
@@ -205,8 +212,9 @@ template <KvCacheFormat F, int kN>
 __device__ __forceinline__ float kv_scale_q(const KvQuant& kq, int64_t ch0, float (&q)[kN]) {
   if constexpr (F == KvCacheFormat::kFp8E4m3) {
 #pragma unroll
+    const float s = kv_fp8_scale(kq, 0, ch0);
     for (int j = 0; j < kN; ++j)
-      q[j] = __fmul_rn(q[j], kq.k_scale);
+      q[j] = __fmul_rn(q[j], s);
     return 0.f;
   } else {
     const float* s = kq.channels + kKScale * kq.num_channels + ch0;
@@ -228,9 +236,10 @@ template <KvCacheFormat F, int kN>
 __device__ __forceinline__ void kv_finish_acc(const KvQuant& kq, int64_t ch0, float l,
                                               float (&acc)[kN]) {
   if constexpr (F == KvCacheFormat::kFp8E4m3) {
+    const float s = kv_fp8_scale(kq, 1, ch0);
 #pragma unroll
     for (int j = 0; j < kN; ++j)
-      acc[j] *= kq.v_scale;
+      acc[j] *= s;
   } else {
     const float* s = kq.channels + kVScale * kq.num_channels + ch0;
     const float* o = kq.channels + kVOffset * kq.num_channels + ch0;
@@ -304,11 +313,11 @@ __device__ __forceinline__ uint4 kv_dequantize8(uint2 codes, const KvQuant& q, i
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int8_t c = static_cast<int8_t>((j < 4 ? codes.x : codes.y) >> (8 * (j % 4)));
-      out.set(j, __float2bfloat16_rn(kv_int8_decode(c, __ldg(row + j),
-                                                    __ldg(row + 2 * q.num_channels + j))));
+      out.set(j, __float2bfloat16_rn(
+                     kv_int8_decode(c, __ldg(row + j), __ldg(row + 2 * q.num_channels + j))));
     }
   } else {
-    const float s = which ? q.v_scale : q.k_scale;
+    const float s = kv_fp8_scale(q, which, ch0);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       out.set(j, __float2bfloat16_rn(kv_fp8_decode(

@@ -13,7 +13,8 @@
 //             (kv_int8.h: c * (1/s) + off in fp32, half-even), bit for bit.
 //             Read: fp32((code - o) * s) (code - o is exact): within 2^-24 of the reference's
 //             fp64 read, and used as fp32 by the CUDA-core attention kernels.
-//   kFp8E4m3  one scale per tensor for K and for V (scheme kv-fp8). Store, vLLM
+//   kFp8E4m3  one scale per tensor for K and for V (scheme kv-fp8), or per KV head (kv-fp8-head:
+//             the same rules with head h's scale on its channels). Store, vLLM
 //             (scaled_vec_conversion): e4m3(fp32(x / s)), saturating, RNE; SGLang
 //             (set_kv_buffer): the quotient rounded to bf16 first, then a NON-saturating cast:
 //             |x/s| in (448, 464] stores 448, beyond 464 NaN (the reference refuses that input
@@ -44,6 +45,10 @@ struct KvQuant {
   int64_t num_channels = 0;  // num_kv_heads * head_dim of the kernels' layout
   // kFp8E4m3: the per-tensor scales (> 0, finite).
   float k_scale = 1.f, v_scale = 1.f;
+  // kFp8E4m3 per KV head (kv-fp8-head): device floats [2, fp8_num_heads], K's then V's, used
+  // instead of k_scale / v_scale; channel ch is head ch / fp8_head_dim (the kernels' head_dim).
+  const float* fp8_heads = nullptr;
+  int64_t fp8_num_heads = 0, fp8_head_dim = 0;
   bool fp8_bf16_quotient = false;  // SGLang's store; false: vLLM's
   // Whether a read is rounded to bf16 before attention uses it (vLLM's fp8); else fp32.
   bool read_bf16 = false;

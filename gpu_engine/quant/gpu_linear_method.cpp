@@ -16,7 +16,21 @@ namespace {
 // The points of compressed-tensors' integer weight space the weight-only kernels take
 // (kernels/weight_only_gemm.h): int4 and int8 codes in column order. The K-multiple rules (32 for
 // int4, 16 for int8) are checked per layer when the method is built.
-bool packed_int_runs(const IntWeightPoint& p, std::string* why) {
+// Said before any weight is uploaded (validate then reports "no engine row" with it).
+constexpr const char* kMxfp8a16Refusal =
+    "MXFP8A16 (weight-only) is not on the GPU yet: its fp8 GEMM takes fp8 inputs, and there is no "
+    "kernel for e4m3 weights with bf16 inputs";
+
+bool packed_int_runs(const SchemeId& s, std::string* why) {
+  const IntWeightPoint& p = s.int_weights;
+  if (s.int_inputs != IntWeightInputs::kNone) {
+    if (why)
+      *why = to_string(s) +
+             ": integer weights with per-token 8-bit inputs (compressed-tensors W4A8 / W4AFP8) "
+             "need a GEMM that scales each K-group's integer sum; the GPU has none yet (the "
+             "reference runs the point)";
+    return false;
+  }
   if (p.bits != 4 && p.bits != 8) {
     if (why)
       *why = "int" + std::to_string(p.bits) +
@@ -48,14 +62,15 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
-    case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
       return true;
+    case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
+      return s.weight_only ? no(kMxfp8a16Refusal) : true;
     case SchemeKind::kW8A8Int8:  // static inputs: vllm, sglang (quant/w8a8_int8.h)
       return true;
     case SchemeKind::kPackedInt:
-      return packed_int_runs(s.int_weights, why);
+      return packed_int_runs(s, why);
     case SchemeKind::kMxint4:
       return no("mxint4 is an expert-stack format (a dense linear in it is w4a16-g32)");
     case SchemeKind::kKvBf16:
@@ -70,7 +85,7 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
 bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
   switch (s.kind) {
     case SchemeKind::kPackedInt:
-      return packed_int_runs(s.int_weights, why);
+      return packed_int_runs(s, why);
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
     case SchemeKind::kMxint4:   // compressed-tensors int4 group-32 experts, bf16 scales
@@ -78,10 +93,13 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
-    case SchemeKind::kMxfp8:
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:
       return true;
+    case SchemeKind::kMxfp8:
+      if (!s.weight_only) return true;
+      if (why) *why = kMxfp8a16Refusal;
+      return false;
     case SchemeKind::kW8A8Int8:
       return gpu_supports_linear_scheme(s, why);
     case SchemeKind::kW8A8Static:

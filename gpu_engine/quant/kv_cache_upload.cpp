@@ -54,7 +54,7 @@ GpuKvCache upload_int8(const reference::KvInt8CacheMethod& m, int64_t kd) {
   return g;
 }
 
-GpuKvCache upload_fp8(const reference::KvFp8CacheMethod& m) {
+GpuKvCache upload_fp8(const reference::KvFp8CacheMethod& m, int64_t kernel_head_dim) {
   const auto& r = m.rules();
   GpuKvCache g;
   g.quant.format = KvCacheFormat::kFp8E4m3;
@@ -71,8 +71,21 @@ GpuKvCache upload_fp8(const reference::KvFp8CacheMethod& m) {
                                       " here; the GPU runs bf16");
   g.quant.fp8_bf16_quotient = sglang;
   g.quant.read_bf16 = r.read_fp32_then_model;  // vLLM: fp32 product, then the model dtype
-  g.quant.k_scale = exact_f32({m.scale(KvWhich::kKey)}, m.shape().prefix + ".k_scale")[0];
-  g.quant.v_scale = exact_f32({m.scale(KvWhich::kValue)}, m.shape().prefix + ".v_scale")[0];
+  if (!m.per_head()) {
+    g.quant.k_scale = exact_f32({m.scale(KvWhich::kKey)}, m.shape().prefix + ".k_scale")[0];
+    g.quant.v_scale = exact_f32({m.scale(KvWhich::kValue)}, m.shape().prefix + ".v_scale")[0];
+    return g;
+  }
+  // kv-fp8-head: rows K, V of one scale per head (exact in fp32, as every scale the GPU takes).
+  const int64_t h = m.shape().num_kv_heads;
+  std::vector<double> both;
+  for (const KvWhich w : {KvWhich::kKey, KvWhich::kValue})
+    for (int64_t i = 0; i < h; ++i)
+      both.push_back(m.head_scale(w, i));
+  g.channels = DeviceBuffer<float>(exact_f32(both, m.shape().prefix + ".k_scale / v_scale"));
+  g.quant.fp8_heads = g.channels.get();
+  g.quant.fp8_num_heads = h;
+  g.quant.fp8_head_dim = kernel_head_dim;
   return g;
 }
 
@@ -89,7 +102,7 @@ GpuKvCache upload_kv_cache(const reference::KvCacheMethod& host, int64_t kernel_
     case SchemeKind::kKvInt8:
       return upload_int8(dynamic_cast<const reference::KvInt8CacheMethod&>(host), kernel_head_dim);
     case SchemeKind::kKvFp8:
-      return upload_fp8(dynamic_cast<const reference::KvFp8CacheMethod&>(host));
+      return upload_fp8(dynamic_cast<const reference::KvFp8CacheMethod&>(host), kernel_head_dim);
     default:
       throw Error(host.shape().prefix,
                   "KV-cache scheme " + to_string(host.config().scheme) + " is not on the GPU");

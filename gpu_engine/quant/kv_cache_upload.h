@@ -16,8 +16,9 @@ class KvCacheMethod;
 namespace qparity::gpu {
 
 struct GpuKvCache {
-  KvQuant quant;                 // quant.channels points into `channels`
-  DeviceBuffer<float> channels;  // int8: [6, num_kv_heads * kernel_head_dim]
+  KvQuant quant;  // quant.channels points into `channels`
+  DeviceBuffer<float>
+      channels;  // int8: [6, num_kv_heads * kernel_head_dim]; fp8 per head: [2, Hkv]
 };
 
 // `kernel_head_dim` >= the method's head_dim: the kernels' (zero-padded) head length; a padded

@@ -1,5 +1,6 @@
 #include "reference_cpu/models/model_loader.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -10,6 +11,7 @@
 #include "reference_cpu/models/architectures.h"
 #include "schemes/math/numeric.h"
 #include "schemes/method/method_factory.h"
+#include "schemes/method/sparse_weight.h"
 
 namespace qparity::reference {
 
@@ -33,11 +35,19 @@ struct ShardTarget {
   LinearMethod* method = nullptr;
   int64_t partition = 0;
   int64_t expert = 0;
+  std::string sparsity;  // the plan entry's: its `weight` may come as sparse parts
 };
 
 // An already fused checkpoint module (qkv_proj, gate_up_proj) and the method it fills.
 struct FusedTarget {
   LinearMethod* method = nullptr;
+  std::string sparsity;
+};
+
+// The parts of one sparse-compressed `weight` seen so far (sparse_weight.h).
+struct PendingSparse {
+  std::string format;
+  std::map<std::string, TensorView> parts;
 };
 
 // One norm's tensors, resolved once everything is read.
@@ -158,6 +168,11 @@ class Loader {
                     "is not used by a " + std::string(arch_name(cfg_.arch)) +
                         " model under this quantization plan (unexpected tensor)");
     if (dry_) return;
+    for (const auto& [prefix, ps] : pending_sparse_)
+      for (const std::string& p : sparse_weight_parts(ps.format))
+        if (!ps.parts.count(p))
+          throw Error(ckpt_->root().string() + ": tensor '" + prefix + "." + p + "'",
+                      "missing (the " + ps.format + " parts of " + prefix + ".weight)");
     if (top_) {
       if (embed_.bytes.empty())
         throw Error(ckpt_->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
@@ -207,8 +222,8 @@ class Loader {
     auto lm = make_linear_method(ll.shape, method_config(first, m_.dialect()));
     methods_.push_back(lm.get());
     for (const LinearLayer::Member& mb : ll.members)
-      shards_[mb.module] = {lm.get(), mb.partition, mb.expert};
-    if (!ll.fused_module.empty()) fused_[ll.fused_module] = {lm.get()};
+      shards_[mb.module] = {lm.get(), mb.partition, mb.expert, plan.method_for(mb.module).sparsity};
+    if (!ll.fused_module.empty()) fused_[ll.fused_module] = {lm.get(), first.sparsity};
     return lm;
   }
 
@@ -243,6 +258,12 @@ class Loader {
 
   void norm_slot(const std::string& prefix, NormWeights* out, int64_t dim, bool zero_centred) {
     norms_[prefix] = NormSlot{out, dim, {}, zero_centred};
+  }
+
+  std::string sparsity_of(const std::string& prefix) const {
+    if (const auto it = shards_.find(prefix); it != shards_.end()) return it->second.sparsity;
+    if (const auto it = fused_.find(prefix); it != fused_.end()) return it->second.sparsity;
+    return "";
   }
 
   void resolve_param(const std::string& name, ParamSlot& slot) {
@@ -302,6 +323,20 @@ class Loader {
         }
     }
     const std::string prefix = name.substr(0, dot), param = name.substr(dot + 1);
+    if (const std::string sp = sparsity_of(prefix); !sp.empty()) {
+      const auto& parts = sparse_weight_parts(sp);
+      if (std::find(parts.begin(), parts.end(), param) != parts.end()) {
+        if (dry_) return true;
+        PendingSparse& ps = pending_sparse_[prefix];
+        ps.format = sp;
+        if (!ps.parts.emplace(param, v).second) throw Error(name, "given twice");
+        if (ps.parts.size() < parts.size()) return true;
+        // The dense weight the scheme's method would have found; the method copies it.
+        const HostTensor w = decompress_sparse_weight(sp, ps.parts, prefix);
+        pending_sparse_.erase(prefix);
+        return route(prefix + ".weight", w.view());
+      }
+    }
     if (const auto it = shards_.find(prefix); it != shards_.end()) {
       if (!dry_) it->second.method->load(param, v, it->second.partition, it->second.expert);
       return true;
@@ -387,6 +422,7 @@ class Loader {
   std::vector<LinearMethod*> methods_;
   std::map<std::string, ShardTarget> shards_;
   std::map<std::string, FusedTarget> fused_;
+  std::map<std::string, PendingSparse> pending_sparse_;
   std::map<std::string, KvCacheMethod*> kv_;
   std::map<std::string, NormSlot> norms_;
   std::map<std::string, ParamSlot> params_;

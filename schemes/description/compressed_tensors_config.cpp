@@ -53,6 +53,13 @@ constexpr const char* kInt8TokA =
     R"({"num_bits":8,"type":"int","strategy":"token","symmetric":true,"dynamic":true})";
 constexpr const char* kInt4G128W =
     R"({"num_bits":4,"type":"int","strategy":"group","group_size":128,"symmetric":true,"dynamic":false})";
+// compressed-tensors' _int_wnam(b, a): int b-bit group-128 symmetric weights, a < 16: int a-bit
+// symmetric dynamic per-token inputs.
+#define QP_INT_G128W(b) \
+  R"({"num_bits":)" #b  \
+  R"(,"type":"int","strategy":"group","group_size":128,"symmetric":true,"dynamic":false})"
+constexpr const char* kInt4TokA =
+    R"({"num_bits":4,"type":"int","strategy":"token","symmetric":true,"dynamic":true})";
 
 constexpr Preset kPresets[] = {
     {"UNQUANTIZED", nullptr, nullptr},
@@ -68,6 +75,19 @@ constexpr Preset kPresets[] = {
     {"W4A8", kInt4G128W, kInt8TokA},
     {"W4AFP8", kInt4G128W,
      R"({"num_bits":8,"type":"float","strategy":"token","symmetric":true,"dynamic":true})"},
+    {"W2A16", QP_INT_G128W(2), nullptr},
+    {"W3A16", QP_INT_G128W(3), nullptr},
+    {"W5A16", QP_INT_G128W(5), nullptr},
+    {"W6A16", QP_INT_G128W(6), nullptr},
+    {"W7A16", QP_INT_G128W(7), nullptr},
+    {"W2A8", QP_INT_G128W(2), kInt8TokA},
+    {"W3A8", QP_INT_G128W(3), kInt8TokA},
+    {"W5A8", QP_INT_G128W(5), kInt8TokA},
+    {"W6A8", QP_INT_G128W(6), kInt8TokA},
+    {"W7A8", QP_INT_G128W(7), kInt8TokA},
+    {"W2A4", QP_INT_G128W(2), kInt4TokA},
+    {"W3A4", QP_INT_G128W(3), kInt4TokA},
+    {"W4A4", QP_INT_G128W(4), kInt4TokA},
     {"FP8", R"({"num_bits":8,"type":"float","strategy":"tensor","symmetric":true,"dynamic":false})",
      R"({"num_bits":8,"type":"float","strategy":"tensor","symmetric":true,"dynamic":false})"},
     {"FP8_DYNAMIC",
@@ -260,11 +280,22 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
   const std::string ws = std::string(to_string(w.strategy));
 
   if (w.type == QuantType::kInt) {
+    const bool int8_w8a8 =
+        a && w.num_bits == 8 && a->type == QuantType::kInt && a->num_bits == 8 &&
+        (w.strategy == QuantStrategy::kChannel || w.strategy == QuantStrategy::kTensor);
+    if (a && !int8_w8a8) {
+      // compressed-tensors' WnA8 / W4AFP8 space: packed-int weights (any point) with 8-bit
+      // per-token inputs. int-quantized stores the codes unpacked (I8 `weight`), pack-quantized
+      // packed (llm-compressor's W4AFP8 example saves it so, for vLLM's CompressedTensorsW4A8Fp8).
+      SchemeId point = packed_int_scheme(w, where + " (" + gname + ")");
+      point.int_inputs = int_weight_inputs_of(*a, where + " (" + gname + ") input_activations");
+      require_format("W" + std::to_string(w.num_bits) +
+                         (point.int_inputs == IntWeightInputs::kInt8Token ? "A8" : "AFP8") +
+                         " integer weights",
+                     {"int-quantized", "pack-quantized", "naive-quantized"});
+      return {point, format};
+    }
     if (a) {
-      if (w.num_bits != 8 || a->type != QuantType::kInt || a->num_bits != 8)
-        throw Error(where, "weights " + describe(w) + " with input activations " + describe(*a) +
-                               " match no qparity scheme (W4A8, W4AFP8 and other mixes are not "
-                               "implemented)");
       const char* label = "W8A8-INT8";
       const SchemeId point = w8a8_int8_scheme(w, *a, where + " (" + gname + ")");
       require_format(label, {"int-quantized", "naive-quantized"});
@@ -390,6 +421,51 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
 }
 
 // ---- compressed-tensors ----
+
+}  // namespace
+
+bool format_stores_weight(const std::string& format) {
+  return format != "pack-quantized" && format != "nvfp4-pack-quantized" &&
+         format != "mxfp4-pack-quantized" && format != "marlin-24";
+}
+
+namespace {
+
+// Marks the linears whose `weight` tensor the sparse compressor stored compressed: matched by a
+// sparsity target (exact name, "re:" regex or class name, as config groups match), not by the
+// sparsity ignore list, and stored with a tensor named `weight` by their scheme (the compressor
+// only touches `<module>.weight`: a pack-quantized `weight_packed` stays as it is, which the
+// plan records as a warning).
+void apply_sparsity(const CtSparsity& sp, const ModelConfig& cfg, QuantPlan& plan,
+                    const std::string& where) {
+  std::vector<Pattern> targets, ignores;
+  for (size_t i = 0; i < sp.targets.size(); ++i)
+    targets.emplace_back(sp.targets[i], key_where(where, "targets[" + std::to_string(i) + "]"));
+  for (size_t i = 0; i < sp.ignore.size(); ++i)
+    ignores.emplace_back(sp.ignore[i], key_where(where, "ignore[" + std::to_string(i) + "]"));
+  auto any = [](const std::vector<Pattern>& ps, const std::string& name, const std::string& cls) {
+    for (const Pattern& p : ps)
+      if (p.matches_name(name) || p.matches_class(cls)) return true;
+    return false;
+  };
+  int64_t packed = 0;
+  std::string first_packed;
+  for (const LinearModule& m : plan.modules().linears()) {
+    const std::string hf_name = language_model_checkpoint_name(cfg, m.prefix);
+    if (!any(targets, hf_name, m.class_name) || any(ignores, hf_name, m.class_name)) continue;
+    PlanEntry& e = plan.mutable_entry(m.prefix);
+    if (!format_stores_weight(e.format)) {
+      if (packed++ == 0) first_packed = m.prefix;
+      continue;
+    }
+    e.sparsity = sp.format;
+  }
+  if (packed > 0)
+    plan.add_warning(where + ": " + std::to_string(packed) + " targeted linear(s) (first " +
+                     first_packed + ") store no `weight` tensor (" +
+                     plan.method_for(first_packed).scheme_string() +
+                     "): the sparse compressor leaves them as their format stores them");
+}
 
 QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
                                        const std::string& where) {
@@ -521,6 +597,8 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
                        "' matches no module of the model");
   }
 
+  if (c.sparsity) apply_sparsity(*c.sparsity, cfg, plan, key("sparsity_config"));
+
   for (const NormModule& n : mods.norms())
     if (plan.find(n.prefix)) plan.mutable_entry(n.prefix).why.note.clear();
   for (const AttentionModule& a : mods.attentions())
@@ -531,13 +609,15 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
     if (kv.type != QuantType::kFloat || kv.num_bits != 8)
       throw Error(k, "only an FP8 KV cache (kv-fp8: type float, num_bits 8) is implemented, got " +
                          describe(kv));
-    if (kv.strategy != QuantStrategy::kTensor)
-      throw Error(k, "kv-fp8 requires strategy tensor, got " + std::string(to_string(kv.strategy)));
+    if (kv.strategy != QuantStrategy::kTensor && kv.strategy != QuantStrategy::kAttnHead)
+      throw Error(k, "kv-fp8 requires strategy tensor or attn_head (vLLM's two), got " +
+                         std::string(to_string(kv.strategy)));
     if (!kv.symmetric) throw Error(k, "kv-fp8 requires a symmetric scheme");
     if (kv.is_dynamic()) throw Error(k, "kv-fp8 requires static (calibrated) k/v scales");
     for (const AttentionModule& a : mods.attentions()) {
       PlanEntry& e = plan.mutable_entry(a.prefix);
-      e.scheme = SchemeId{SchemeKind::kKvFp8, 0};
+      e.scheme = SchemeId{.kind = SchemeKind::kKvFp8,
+                          .kv_per_head = kv.strategy == QuantStrategy::kAttnHead};
       e.kv_cache = kv;
       e.format = "compressed-tensors";
       e.why.key = "quantization_config.kv_cache_scheme";
@@ -740,6 +820,44 @@ bool ct_name_matches(std::string_view target, std::string_view module_name,
   return Pattern(std::string(target), where).matches_name(module_name);
 }
 
+namespace {
+
+// SparsityCompressionConfig (compressed-tensors <= 0.12 config/sparsity_config; removed with the
+// sparse compressors in later releases, whose checkpoints stay on the Hub). "dense" records a
+// sparsity without compressing it; the two bitmask formats are decompressed exactly at load
+// (schemes/method/sparse_weight.h). marlin-24 is refused: its producer cannot decompress it
+// (Marlin24Compressor.decompress raises NotImplementedError), so no exact reading is specified.
+std::optional<CtSparsity> parse_sparsity_config(const Json& j, const std::string& where) {
+  CtSparsity s;
+  s.format = opt_string(j, "format", where).value_or("dense");
+  const std::string fk = key_where(where, "format");
+  if (s.format == "marlin-24")
+    throw Error(fk,
+                "'marlin-24' (Marlin's 2:4 tile layout) cannot be read exactly: "
+                "compressed-tensors' Marlin24Compressor has no decompress; qparity reads "
+                "sparse-24-bitmask and sparse-bitmask");
+  if (s.format != "dense" && s.format != "sparse-24-bitmask" && s.format != "sparse-bitmask")
+    throw Error(fk, "unknown sparsity format '" + s.format +
+                        "' (known: dense, sparse-24-bitmask, sparse-bitmask, marlin-24)");
+  s.structure = opt_string(j, "sparsity_structure", where).value_or("unstructured");
+  if (s.format == "sparse-24-bitmask" && s.structure != "2:4")
+    throw Error(key_where(where, "sparsity_structure"),
+                "sparse-24-bitmask stores exactly 2 of every 4 weights and requires "
+                "sparsity_structure \"2:4\", got '" +
+                    s.structure + "'");
+  if (auto it = j.find("targets"); it != j.end() && !it->is_null())
+    s.targets = as_string_list(*it, key_where(where, "targets"));
+  if (auto it = j.find("ignore"); it != j.end() && !it->is_null())
+    s.ignore = as_string_list(*it, key_where(where, "ignore"));
+  if (s.format == "dense") return std::nullopt;  // nothing stored differently
+  if (s.targets.empty())
+    throw Error(key_where(where, "targets"),
+                "a " + s.format + " sparsity_config needs the targets it compressed");
+  return s;
+}
+
+}  // namespace
+
 CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const std::string& where) {
   const std::string qw = key_where(where, kQc);
   auto key = [&](const std::string& path) {
@@ -762,7 +880,14 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
   c.quantization_status = opt_string(qc, "quantization_status", qw);
   c.version = opt_string(qc, "version", qw).value_or("");
 
-  const Json& groups = require_key(qc, "config_groups", qw);
+  // A sparsity-only checkpoint (compressed-tensors writes no quantization block then) has no
+  // config_groups; anything else without them is refused as before.
+  const auto sparsity_it = qc.find("sparsity_config");
+  const bool has_sparsity =
+      sparsity_it != qc.end() && sparsity_it->is_object() && !sparsity_it->empty();
+  const auto groups_it = qc.find("config_groups");
+  if (groups_it == qc.end() && !has_sparsity) require_key(qc, "config_groups", qw);
+  const Json groups = groups_it == qc.end() ? Json::object() : *groups_it;
   require_object(groups, key("config_groups"));
   for (const auto& [name, value] : groups.items()) {
     const std::string gk = key("config_groups." + name);
@@ -803,11 +928,7 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
   if (auto it = qc.find("kv_cache_scheme"); it != qc.end() && !it->is_null())
     c.kv_cache_scheme = parse_quant_args(*it, key("kv_cache_scheme"));
 
-  if (auto it = qc.find("sparsity_config"); it != qc.end() && it->is_object() && !it->empty()) {
-    const auto f = opt_string(*it, "format", key("sparsity_config"));
-    if (f && *f != "dense")
-      throw Error(key("sparsity_config"), "sparsity compression '" + *f + "' is not implemented");
-  }
+  if (has_sparsity) c.sparsity = parse_sparsity_config(*sparsity_it, key("sparsity_config"));
   if (auto it = qc.find("transform_config"); it != qc.end() && it->is_object() && !it->empty()) {
     auto cg = it->find("config_groups");
     if (cg == it->end() || !cg->is_object() || !cg->empty())

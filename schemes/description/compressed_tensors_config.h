@@ -37,6 +37,17 @@ struct CtGroup {
   std::string preset;                 // the preset it was expanded from ("" for inline schemes)
 };
 
+// compressed-tensors' sparsity_config (SparsityCompressionConfig): which linears' `weight`
+// tensors a sparse compressor stored as values plus a bitmask. The compressor ran after the
+// quantization compressor, on tensors named `<module>.weight` only (the dense weight, or the
+// F8_E4M3 / I8 codes of float-/int-/naive-quantized; a packed `weight_packed` is untouched).
+struct CtSparsity {
+  std::string format;                // "dense" (no-op), "sparse-24-bitmask", "sparse-bitmask"
+  std::string structure;             // sparsity_structure: "2:4", "unstructured", ...
+  std::vector<std::string> targets;  // as config group targets
+  std::vector<std::string> ignore;   // its own ignore list (not quantization_config.ignore)
+};
+
 struct CompressedTensorsConfig {
   std::string format;  // top level; "mixed-precision" means "read each group's format"
   std::optional<std::string> quantization_status;
@@ -44,7 +55,13 @@ struct CompressedTensorsConfig {
   std::vector<CtGroup> groups;
   std::vector<std::string> ignore;
   std::optional<QuantArgs> kv_cache_scheme;
+  std::optional<CtSparsity> sparsity;  // set when sparsity_config compresses anything
 };
+
+// Whether a linear stored in `format` has a tensor named `weight` (the dense weight or its
+// unpacked codes), the one tensor a sparse compressor compresses; the packed formats store
+// weight_packed instead.
+bool format_stores_weight(const std::string& format);
 
 // The compressed-tensors CompressionFormat values qparity recognizes.
 const std::vector<std::string>& compressed_tensors_formats();

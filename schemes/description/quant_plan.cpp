@@ -18,7 +18,8 @@ QuantArgs args(const char* json) {
 
 bool same_quantization(const PlanEntry& a, const PlanEntry& b) {
   return a.scheme == b.scheme && a.weights == b.weights &&
-         a.input_activations == b.input_activations && a.format == b.format;
+         a.input_activations == b.input_activations && a.format == b.format &&
+         a.sparsity == b.sparsity;
 }
 
 std::string describe_entry(const PlanEntry& e) {
@@ -27,6 +28,7 @@ std::string describe_entry(const PlanEntry& e) {
   if (e.input_activations)
     s += std::string(e.weights ? "; " : " [") + "inputs " + describe(*e.input_activations);
   if (e.weights || e.input_activations) s += "]";
+  if (!e.sparsity.empty()) s += " (" + e.sparsity + ")";
   return s;
 }
 
@@ -164,6 +166,9 @@ ImpliedArgs implied_args(const SchemeId& s) {
   }
   // The A16 points of the fp4 / MX families: weights only.
   if (s.weight_only) a.input_activations.reset();
+  if (s.kind == SchemeKind::kPackedInt) a.input_activations = int_weight_input_args(s.int_inputs);
+  if (s.kv_per_head)
+    a.kv_cache = args(R"({"num_bits":8,"type":"float","strategy":"attn_head","symmetric":true})");
   return a;
 }
 
@@ -347,6 +352,7 @@ void QuantPlan::finalize() {
     se.weights = first->weights;
     se.input_activations = first->input_activations;
     se.format = first->format;
+    se.sparsity = first->sparsity;
     se.source_type = first->source_type;
     se.why = first->why;
   }
@@ -397,6 +403,7 @@ Json QuantPlan::to_json() const {
               {"quantized", e.quantized()},
               {"format", e.format},
               {"decided_by", provenance_json(e.why)}};
+    if (!e.sparsity.empty()) j["sparsity"] = e.sparsity;
     if (!e.source_type.empty()) j["source_type"] = e.source_type;
     if (e.weights) j["weights"] = qparity::to_json(*e.weights);
     if (e.input_activations) j["input_activations"] = qparity::to_json(*e.input_activations);

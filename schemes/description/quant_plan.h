@@ -61,6 +61,10 @@ struct PlanEntry {
   // Checkpoint layout the loader reads: "dense", a compressed-tensors format
   // ("pack-quantized", "float-quantized", ...), "fp8" (quant_method fp8) or "msmodelslim".
   std::string format = "dense";
+  // Linears only: how a sparse compressor stored the `weight` tensor on top of `format`
+  // ("sparse-24-bitmask", "sparse-bitmask": <prefix>.compressed / .bitmask / .shape
+  // [/ .row_offsets] in place of <prefix>.weight); empty when stored as the format says.
+  std::string sparsity;
   std::string source_type;  // msModelSlim type ("W8A8"), compressed-tensors preset, ...
   Provenance why;
 

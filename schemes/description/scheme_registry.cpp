@@ -175,27 +175,37 @@ SchemeInfo make_info(SchemeKind k) {
           "(compressed-tensors pack-quantized W<b>A16). A point of the space; w4a16-g32 is int4, "
           "group 32, symmetric; compressed-tensors' W4A16 / W4A16_ASYM / W8A16 presets are "
           "ct-w4a16-g128 / ct-w4a16-g128-asym / ct-w8a16-g128 (W8A16 was per channel, "
-          "ct-w8a16-ch, up to compressed-tensors 0.15).";
-      s.parameters = {{"num_bits", "<b>", "2..8"},
-                      {"strategy", "group(<N>) | channel | tensor", "inputs per scale along K"},
-                      {"symmetric", "true | false", "false: weight_zero_point"},
-                      {"actorder", "none | group | weight", "group: weight_g_idx stored"}};
-      s.constraints = {"weights int, static; no input_activations; format pack-quantized",
-                       "group: K % group_size == 0",
-                       "stored u = q + 2^(b-1), packed into int32 words along K",
-                       "on MoE expert stacks int4 group 32 symmetric without actorder is mxint4"};
+          "ct-w8a16-ch, up to compressed-tensors 0.15). With per-token 8-bit inputs the same "
+          "weights are compressed-tensors' W<b>A8 (int8 inputs: ct-w<b>a8-..., W4A8 is "
+          "ct-w4a8-g128) and W4AFP8 (fp8 e4m3 inputs: ct-w4afp8-g128).";
+      s.parameters = {
+          {"num_bits", "<b>", "2..8"},
+          {"strategy", "group(<N>) | channel | tensor", "inputs per scale along K"},
+          {"symmetric", "true | false", "false: weight_zero_point"},
+          {"actorder", "none | group | weight", "group: weight_g_idx stored"},
+          {"inputs", "a16 | a8 | afp8", "none, or int8 / fp8 symmetric dynamic per token"}};
+      s.constraints = {
+          "weights int, static; format pack-quantized (codes packed) or, with a8 / "
+          "afp8 inputs, int-quantized / naive-quantized (one I8 code per element)",
+          "a8 / afp8: input_activations symmetric, dynamic, strategy token, 8 bits",
+          "group: K % group_size == 0", "stored u = q + 2^(b-1), packed into int32 words along K",
+          "on MoE expert stacks int4 group 32 symmetric without actorder is mxint4"};
       // Shapes are read by the TP sharding rules (schemes/parallel/quant_sharding.cpp): one row per
       // strategy's shape, b = num_bits.
-      s.tensors = {{"weight_packed", "I32", "[N, ceil(K*b/32)]", "", "dense int32 stream along K"},
-                   {"weight_scale", "model dtype", "[N, K/G]", "", "strategy group"},
-                   {"weight_scale", "model dtype", "[N, 1]", "", "strategy channel"},
-                   {"weight_scale", "model dtype", "[1]", "", "strategy tensor"},
-                   {"weight_zero_point", "I32", "[ceil(N*b/32), K/G]", "",
-                    "asymmetric group: packed along N like the codes"},
-                   {"weight_zero_point", "I32", "[ceil(N*b/32), 1]", "", "asymmetric channel"},
-                   {"weight_zero_point", "I8", "[1]", "", "asymmetric tensor"},
-                   {"weight_shape", "I64", "[2]", "", "holds [N, K]"},
-                   {"weight_g_idx", "I32", "[K]", "", "only with actorder 'group'"}};
+      s.tensors = {
+          {"weight_packed", "I32", "[N, ceil(K*b/32)]", "", "dense int32 stream along K"},
+          {"weight", "I8", "[N, K]", "",
+           "int-quantized (a8 / afp8 points) instead of weight_packed and weight_shape"},
+          {"weight_zero_point", "I8", "[N, K/G]", "", "int-quantized asymmetric group: unpacked"},
+          {"weight_scale", "model dtype", "[N, K/G]", "", "strategy group"},
+          {"weight_scale", "model dtype", "[N, 1]", "", "strategy channel"},
+          {"weight_scale", "model dtype", "[1]", "", "strategy tensor"},
+          {"weight_zero_point", "I32", "[ceil(N*b/32), K/G]", "",
+           "asymmetric group: packed along N like the codes"},
+          {"weight_zero_point", "I32", "[ceil(N*b/32), 1]", "", "asymmetric channel"},
+          {"weight_zero_point", "I8", "[1]", "", "asymmetric tensor"},
+          {"weight_shape", "I64", "[2]", "", "holds [N, K]"},
+          {"weight_g_idx", "I32", "[K]", "", "only with actorder 'group'"}};
       s.spec = "FORMATS.md §2.2-2.6(b); card C1";
       break;
     case SchemeKind::kFp8Tensor:
@@ -367,12 +377,20 @@ SchemeInfo make_info(SchemeKind k) {
       s.description =
           "FP8 E4M3 KV cache with one scale per tensor for K and for V (compressed-tensors "
           "kv_cache_scheme; an engine flag such as --kv-cache-dtype fp8 uses scale 1.0 when the "
-          "checkpoint has none).";
-      s.constraints = {"kv_cache_scheme: float 8-bit, strategy tensor, symmetric, static",
-                       "store e4m3(clamp(k / k_scale)), read k_q * k_scale (engine semantics "
-                       "UNCONFIRMED, FORMATS.md §7)"};
-      s.tensors = {{"k_scale", "model dtype or scale_dtype", "[1]", kCt, ""},
-                   {"v_scale", "model dtype or scale_dtype", "[1]", kCt, ""},
+          "checkpoint has none), or one per KV head: the point kv-fp8-head (strategy "
+          "attn_head).";
+      s.parameters = {{"per head", "kv-fp8-head",
+                       "strategy attn_head: k_scale / v_scale [Hkv, 1, 1], head h's channels "
+                       "h*D..h*D+D-1 use scale h"}};
+      s.constraints = {
+          "kv_cache_scheme: float 8-bit, strategy tensor or attn_head, symmetric, "
+          "static",
+          "store e4m3(clamp(k / k_scale)), read k_q * k_scale (engine semantics "
+          "UNCONFIRMED, FORMATS.md §7)"};
+      s.tensors = {{"k_scale", "model dtype or scale_dtype", "[1]", kCt,
+                    "kv-fp8-head: [Hkv, 1, 1] (or [Hkv])"},
+                   {"v_scale", "model dtype or scale_dtype", "[1]", kCt,
+                    "kv-fp8-head: [Hkv, 1, 1] (or [Hkv])"},
                    {"k_proj.output_scale", "model dtype", "[1]", kCt,
                     "older llm-compressor files; engines rename it to k_scale"},
                    {"v_proj.output_scale", "model dtype", "[1]", kCt,
@@ -453,7 +471,7 @@ std::string_view scheme_pattern(SchemeKind k) {
     case SchemeKind::kW4A8Dyn:
       return "w4a8-dyn";
     case SchemeKind::kPackedInt:
-      return "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]";
+      return "ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder]";
     case SchemeKind::kFp8Tensor:
       return "fp8-tensor";
     case SchemeKind::kFp8Channel:
@@ -574,12 +592,13 @@ bool all_digits(const std::string& d, size_t max_len) {
          std::all_of(d.begin(), d.end(), [](unsigned char ch) { return std::isdigit(ch); });
 }
 
-// "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]" (already lower-cased).
+// "ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder]" (already lower-cased).
 std::optional<SchemeId> parse_packed_int(const std::string& s, std::string_view id) {
   if (s.rfind(kPackedIntPrefix, 0) != 0) return std::nullopt;
   const std::string where = "scheme '" + std::string(id) + "'";
   const std::string usage =
-      "expected ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder] with b in 2..8 and N in [1, " +
+      "expected ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder] with b in 2..8 and N in "
+      "[1, " +
       std::to_string(kMaxGroupSize) + "]";
   std::vector<std::string> parts;
   size_t start = kPackedIntPrefix.size() - 1;  // at the 'w'
@@ -590,8 +609,15 @@ std::optional<SchemeId> parse_packed_int(const std::string& s, std::string_view 
   }
   if (parts.size() < 2 || parts.size() > 4) throw Error(where, usage);
   const std::string& wa = parts[0];
-  if (wa.size() != 5 || wa[0] != 'w' || wa.substr(2) != "a16" || wa[1] < '2' || wa[1] > '8')
+  IntWeightInputs inputs = IntWeightInputs::kNone;
+  const std::string act = wa.size() >= 2 ? wa.substr(2) : "";
+  if (act == "a8")
+    inputs = IntWeightInputs::kInt8Token;
+  else if (act == "afp8")
+    inputs = IntWeightInputs::kFp8Token;
+  else if (act != "a16")
     throw Error(where, "'" + wa + "': " + usage);
+  if (wa[0] != 'w' || wa[1] < '2' || wa[1] > '8') throw Error(where, "'" + wa + "': " + usage);
   IntWeightPoint p;
   p.bits = wa[1] - '0';
   const std::string& g = parts[1];
@@ -618,10 +644,40 @@ std::optional<SchemeId> parse_packed_int(const std::string& s, std::string_view 
   if (p.actorder && p.group <= 0)
     throw Error(where,
                 "actorder group needs strategy group (g<N>), as compressed-tensors requires");
-  return SchemeId{SchemeKind::kPackedInt, 0, p};
+  return SchemeId{SchemeKind::kPackedInt, 0, p, inputs};
 }
 
 }  // namespace
+
+std::optional<QuantArgs> int_weight_input_args(IntWeightInputs in) {
+  switch (in) {
+    case IntWeightInputs::kNone:
+      return std::nullopt;
+    case IntWeightInputs::kInt8Token:
+      return parse_quant_args(
+          Json::parse(
+              R"({"num_bits":8,"type":"int","strategy":"token","symmetric":true,"dynamic":true})"),
+          "int8 per-token inputs");
+    case IntWeightInputs::kFp8Token:
+      return parse_quant_args(
+          Json::parse(
+              R"({"num_bits":8,"type":"float","strategy":"token","symmetric":true,"dynamic":true})"),
+          "fp8 per-token inputs");
+  }
+  return std::nullopt;
+}
+
+IntWeightInputs int_weight_inputs_of(const QuantArgs& a, const std::string& where) {
+  // vLLM's CompressedTensorsW4A8Int / W4A8Fp8 and SGLang read symmetric dynamic per-token 8-bit
+  // inputs only; static or asymmetric ones have no engine kernel to compare against.
+  if (a.num_bits != 8 || a.strategy != QuantStrategy::kToken ||
+      a.dynamic != DynamicMode::kDynamic || !a.symmetric)
+    throw Error(where,
+                "integer weights with input activations need symmetric dynamic per-token "
+                "8-bit inputs (compressed-tensors W4A8 / W4AFP8), got " +
+                    describe(a));
+  return a.type == QuantType::kInt ? IntWeightInputs::kInt8Token : IntWeightInputs::kFp8Token;
+}
 
 SchemeId packed_int_scheme(const QuantArgs& w, const std::string& where) {
   if (w.type != QuantType::kInt)
@@ -762,6 +818,7 @@ SchemeId parse_scheme_id(std::string_view id) {
   const std::string s = lower(id);
   if (s == "w4a16-g32") return SchemeId{SchemeKind::kPackedInt, 0, kW4A16G32Point};
   if (auto p = parse_w8a8_int8(s, id)) return *p;
+  if (s == "kv-fp8-head") return SchemeId{.kind = SchemeKind::kKvFp8, .kv_per_head = true};
   for (SchemeKind k : {SchemeKind::kNvfp4, SchemeKind::kMxfp4, SchemeKind::kMxfp8})
     if (s == std::string(scheme_pattern(k)) + "a16")
       return SchemeId{.kind = k, .weight_only = true};
@@ -802,8 +859,11 @@ std::string to_string(const SchemeId& s) {
   if (s.kind == SchemeKind::kW8A16Group) return "w8a16-g" + std::to_string(s.group_size);
   if (s.kind == SchemeKind::kPackedInt) {
     const IntWeightPoint& p = s.int_weights;
-    if (p == kW4A16G32Point) return "w4a16-g32";
-    std::string out = "ct-w" + std::to_string(p.bits) + "a16-";
+    if (p == kW4A16G32Point && s.int_inputs == IntWeightInputs::kNone) return "w4a16-g32";
+    const char* act = s.int_inputs == IntWeightInputs::kInt8Token  ? "a8-"
+                      : s.int_inputs == IntWeightInputs::kFp8Token ? "afp8-"
+                                                                   : "a16-";
+    std::string out = "ct-w" + std::to_string(p.bits) + act;
     out += p.group > 0 ? "g" + std::to_string(p.group)
                        : (p.group == IntWeightPoint::kChannel ? "ch" : "tensor");
     if (!p.symmetric) out += "-asym";
@@ -819,6 +879,7 @@ std::string to_string(const SchemeId& s) {
     return out;
   }
   if (s.weight_only) return std::string(scheme_pattern(s.kind)) + "a16";
+  if (s.kv_per_head) return "kv-fp8-head";
   return std::string(scheme_pattern(s.kind));
 }
 

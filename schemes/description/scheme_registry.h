@@ -75,6 +75,11 @@ struct IntWeightPoint {
   friend bool operator==(const IntWeightPoint&, const IntWeightPoint&) = default;
 };
 
+// The input activations beside kPackedInt integer weights: none (WnA16), or quantized per token
+// at run time to int8 (compressed-tensors W4A8 and its WnA8 kin: int8 symmetric dynamic token)
+// or to fp8 e4m3 (W4AFP8: float 8-bit symmetric dynamic token).
+enum class IntWeightInputs : uint8_t { kNone, kInt8Token, kFp8Token };
+
 // A point of compressed-tensors' INT8 W8A8 space (`int-quantized` / `naive-quantized`, FORMATS.md
 // §2.3, §4.5): int8 symmetric static weights per channel or per tensor, int8 inputs either
 // dynamic per token (symmetric) or static per tensor (input_scale, and input_zero_point when
@@ -94,10 +99,14 @@ struct SchemeId {
   SchemeKind kind = SchemeKind::kBf16;
   int64_t group_size = 0;
   IntWeightPoint int_weights{};
+  IntWeightInputs int_inputs = IntWeightInputs::kNone;  // kPackedInt only
   Int8ActPoint int8_act{};
   // kNvfp4, kMxfp4, kMxfp8 only: no input activations (compressed-tensors' NVFP4A16, MXFP4A16,
   // MXFP8A16 presets; ids nvfp4a16, mxfp4a16, mxfp8a16).
   bool weight_only = false;
+  // kKvFp8 only: one k/v scale per KV head (compressed-tensors kv_cache_scheme strategy
+  // attn_head; id kv-fp8-head) instead of one per tensor.
+  bool kv_per_head = false;
   friend bool operator==(const SchemeId&, const SchemeId&) = default;
 };
 
@@ -106,15 +115,22 @@ struct SchemeId {
 // Case-insensitive. Unknown ids throw an Error that lists the valid ones.
 SchemeId parse_scheme_id(std::string_view id);
 // The canonical id: the pattern, w8a16-g<N>, for kPackedInt "w4a16-g32" at that point and
-// "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]" elsewhere, for kW8A8Int8 "w8a8-int8-dyn" at
+// "ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder]" elsewhere (a8 / afp8: int8 / fp8
+// per-token inputs), for kW8A8Int8 "w8a8-int8-dyn" at
 // its default point and "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]" elsewhere, and the
-// weight-only points of the fp4 / MX families as "nvfp4a16", "mxfp4a16", "mxfp8a16".
+// weight-only points of the fp4 / MX families as "nvfp4a16", "mxfp4a16", "mxfp8a16", and the
+// per-head KV point as "kv-fp8-head".
 std::string to_string(const SchemeId& s);
 // The kPackedInt scheme of a compressed-tensors weights QuantizationArgs (int, static, strategy
 // group / channel / tensor); an Error naming `where` and the field otherwise.
 SchemeId packed_int_scheme(const QuantArgs& weights, const std::string& where);
 // The weights QuantizationArgs of a kPackedInt point (what llm-compressor writes for it).
 QuantArgs packed_int_args(const IntWeightPoint& p);
+// The input QuantizationArgs of kPackedInt inputs (nullopt for kNone); the inputs of
+// compressed-tensors args (int8 / fp8 symmetric dynamic per token), else an Error naming
+// `where` and the field.
+std::optional<QuantArgs> int_weight_input_args(IntWeightInputs in);
+IntWeightInputs int_weight_inputs_of(const QuantArgs& inputs, const std::string& where);
 // The kW8A8Int8 scheme of compressed-tensors int8 weights and input activations; an Error naming
 // `where` and the field for anything outside the space above.
 SchemeId w8a8_int8_scheme(const QuantArgs& weights, const QuantArgs& inputs,

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "schemes/description/quant_plan.h"
+#include "schemes/fp8/fp8_common.h"
+#include "schemes/int/w8a8_int8_dynamic.h"
 
 namespace qparity::reference {
 
@@ -164,14 +166,30 @@ int64_t pack_quantized_group(const QuantArgs& a, int64_t in_features, const std:
   }
 }
 
+IntCodeStorage int_code_storage(const std::string& format) {
+  return format == "int-quantized" || format == "naive-quantized" ? IntCodeStorage::kUnpacked
+                                                                  : IntCodeStorage::kPacked;
+}
+
 std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLayout layout,
-                                            int64_t n, int64_t k, std::vector<DType> scale_dtypes) {
+                                            int64_t n, int64_t k, std::vector<DType> scale_dtypes,
+                                            IntCodeStorage storage) {
   const int64_t g = pack_quantized_group(a, k, "pack-quantized");
   const int64_t groups = k / g;
   std::vector<int64_t> scale_shape = a.strategy == QuantStrategy::kTensor ? std::vector<int64_t>{1}
                                      : a.strategy == QuantStrategy::kChannel
                                          ? std::vector<int64_t>{n, 1}
                                          : std::vector<int64_t>{n, groups};
+  if (storage == IntCodeStorage::kUnpacked) {
+    std::vector<ParamSpec> specs = {
+        {"weight", {DType::kI8}, {n, k}, true, "one signed code per element"},
+        {"weight_scale", std::move(scale_dtypes), scale_shape, true, ""}};
+    if (!a.symmetric)
+      specs.push_back({"weight_zero_point", {DType::kI8}, scale_shape, true, "unpacked int8"});
+    if (a.actorder == ActOrder::kGroup)
+      specs.push_back({"weight_g_idx", {DType::kI32}, {k}, true, "group of each column"});
+    return specs;
+  }
   std::vector<ParamSpec> specs = {
       {"weight_packed",
        {DType::kI32},
@@ -199,41 +217,60 @@ std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLay
 IntWeight decode_pack_quantized(const std::function<const HostTensor*(const std::string&)>& get,
                                 const std::function<std::string(const std::string&)>& where,
                                 const QuantArgs& a, codec::CtPackLayout layout, int64_t n,
-                                int64_t k) {
+                                int64_t k, IntCodeStorage storage) {
   const auto need = [&](const std::string& name) -> const HostTensor& {
     const HostTensor* t = get(name);
     if (!t) throw Error(where(name), "missing");
     return *t;
   };
   const int bits = a.num_bits;
-  const int64_t gsize = pack_quantized_group(a, k, where("weight_packed"));
+  const bool unpacked = storage == IntCodeStorage::kUnpacked;
+  const int64_t gsize = pack_quantized_group(a, k, where(unpacked ? "weight" : "weight_packed"));
   IntWeight w;
   w.rows = n;
   w.cols = k;
   w.groups = k / gsize;
 
-  // weight_shape must say what the layer expects.
-  const auto shp = decode_ints(need("weight_shape").view(), where("weight_shape"));
-  if (shp.size() != 2 || shp[0] != n || shp[1] != k)
-    throw Error(where("weight_shape"), "holds " + shape_string(shp) + ", the layer expects [" +
-                                           std::to_string(n) + ", " + std::to_string(k) + "]");
+  if (unpacked) {
+    // One signed code per I8 element, inside the b-bit range (an int4 code of 9 is not one).
+    const std::string wq = where("weight");
+    const auto q = decode_ints(need("weight").view(), wq);
+    if (static_cast<int64_t>(q.size()) != n * k)
+      throw Error(wq, "holds " + std::to_string(q.size()) + " codes, the layer expects " +
+                          std::to_string(n * k));
+    for (size_t i = 0; i < q.size(); ++i)
+      if (q[i] < qmin_of(bits) || q[i] > qmax_of(bits))
+        throw Error(wq, "element " + std::to_string(i) + " = " + std::to_string(q[i]) +
+                            " is outside the " + std::to_string(bits) + "-bit range [" +
+                            std::to_string(qmin_of(bits)) + ", " + std::to_string(qmax_of(bits)) +
+                            "]");
+    w.q = q;
+  } else {
+    // weight_shape must say what the layer expects.
+    const auto shp = decode_ints(need("weight_shape").view(), where("weight_shape"));
+    if (shp.size() != 2 || shp[0] != n || shp[1] != k)
+      throw Error(where("weight_shape"), "holds " + shape_string(shp) + ", the layer expects [" +
+                                             std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
 
   // Codes.
-  const HostTensor& packed = need("weight_packed");
-  const auto words = decode_ints(packed.view(), where("weight_packed"));
-  const auto kp = static_cast<int64_t>(codec::ct_packed_len(sz(k), bits, layout));
-  if (packed.shape.size() != 2 || packed.shape[0] != n || packed.shape[1] != kp)
-    throw Error(where("weight_packed"), "shape " + shape_string(packed.shape) + ", expected [" +
-                                            std::to_string(n) + ", " + std::to_string(kp) + "]");
-  w.q.resize(sz(n * k));
-  std::vector<int32_t> row(sz(kp));
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t j = 0; j < kp; ++j)
-      row[sz(j)] = static_cast<int32_t>(words[sz(r * kp + j)]);
-    const auto v = codec::ct_unpack(row, sz(k), bits, layout,
-                                    where("weight_packed") + " row " + std::to_string(r));
-    for (int64_t c = 0; c < k; ++c)
-      w.q[sz(r * k + c)] = v[sz(c)];
+  if (!unpacked) {
+    const HostTensor& packed = need("weight_packed");
+    const auto words = decode_ints(packed.view(), where("weight_packed"));
+    const auto kp = static_cast<int64_t>(codec::ct_packed_len(sz(k), bits, layout));
+    if (packed.shape.size() != 2 || packed.shape[0] != n || packed.shape[1] != kp)
+      throw Error(where("weight_packed"), "shape " + shape_string(packed.shape) + ", expected [" +
+                                              std::to_string(n) + ", " + std::to_string(kp) + "]");
+    w.q.resize(sz(n * k));
+    std::vector<int32_t> row(sz(kp));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < kp; ++j)
+        row[sz(j)] = static_cast<int32_t>(words[sz(r * kp + j)]);
+      const auto v = codec::ct_unpack(row, sz(k), bits, layout,
+                                      where("weight_packed") + " row " + std::to_string(r));
+      for (int64_t c = 0; c < k; ++c)
+        w.q[sz(r * k + c)] = v[sz(c)];
+    }
   }
 
   // Scales: finite and > 0, expanded to [n, groups].
@@ -260,6 +297,13 @@ IntWeight decode_pack_quantized(const std::function<const HostTensor*(const std:
         throw Error(wz, "zero point " + std::to_string(z[0]) + " outside the " +
                             std::to_string(bits) + "-bit range");
       std::fill(w.zero.begin(), w.zero.end(), z[0]);
+    } else if (unpacked) {
+      const auto z = decode_ints(zt.view(), wz);  // [N, G] (channel: [N, 1])
+      for (size_t i = 0; i < z.size(); ++i)
+        if (z[i] < qmin_of(bits) || z[i] > qmax_of(bits))
+          throw Error(wz, "element " + std::to_string(i) + " = " + std::to_string(z[i]) +
+                              " is outside the " + std::to_string(bits) + "-bit range");
+      w.zero = z;
     } else {
       const auto zw = decode_ints(zt.view(), wz);
       const auto np = static_cast<int64_t>(codec::ct_packed_len(sz(n), bits, layout));
@@ -439,7 +483,9 @@ HostTensor pack_rows(const std::vector<int64_t>& codes, int64_t rows, int64_t co
 
 }  // namespace
 
-TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayout layout) {
+TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayout layout,
+                                  IntCodeStorage storage) {
+  const bool unpacked = storage == IntCodeStorage::kUnpacked;
   QuantArgs a = req.weights ? *req.weights : preset_args(SchemeKind::kPackedInt, req.where);
   if (req.group_size > 0 && a.strategy == QuantStrategy::kGroup) a.group_size = req.group_size;
   const int64_t n = req.weight.rows;
@@ -493,7 +539,10 @@ TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayou
   }
 
   TensorMap out;
-  out["weight_packed"] = pack_rows(w.q, n, k, bits, layout, req.where + ".weight_packed");
+  if (unpacked)
+    out["weight"] = encode_ints(DType::kI8, {n, k}, w.q, req.where + ".weight");
+  else
+    out["weight_packed"] = pack_rows(w.q, n, k, bits, layout, req.where + ".weight_packed");
   std::vector<double> scale_values;
   std::vector<int64_t> scale_shape;
   if (a.strategy == QuantStrategy::kTensor) {
@@ -506,11 +555,15 @@ TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayou
   out["weight_scale"] = encode(req.model_dtype, scale_shape, scale_values, Encoding::kNearest,
                                req.where + ".weight_scale");
   const std::vector<int64_t> shape_values = {n, k};
-  out["weight_shape"] = encode_ints(DType::kI64, {2}, shape_values, req.where + ".weight_shape");
+  if (!unpacked)
+    out["weight_shape"] = encode_ints(DType::kI64, {2}, shape_values, req.where + ".weight_shape");
   if (!a.symmetric) {
     if (a.strategy == QuantStrategy::kTensor) {
       const std::vector<int64_t> z = {qp[0].zero_point};
       out["weight_zero_point"] = encode_ints(DType::kI8, {1}, z, req.where + ".weight_zero_point");
+    } else if (unpacked) {
+      out["weight_zero_point"] =
+          encode_ints(DType::kI8, {n, w.groups}, w.zero, req.where + ".weight_zero_point");
     } else {
       // [N, G] packed along N: transpose, pack each column's N values, transpose back.
       std::vector<int64_t> zt(sz(w.groups * n));
@@ -554,15 +607,23 @@ PackQuantizedLinearMethod::PackQuantizedLinearMethod(LinearShape shape, MethodCo
     : LinearMethod(std::move(shape), std::move(config)), layout_(layout) {
   const std::string& p = this->shape().prefix;
   args_ = this->config().weights ? *this->config().weights : preset_args(SchemeKind::kPackedInt, p);
-  if (this->config().input_activations)
-    throw Error(p, "pack-quantized is weight-only; input_activations must be absent");
+  inputs_ = this->config().scheme.int_inputs;
+  const auto& a = this->config().input_activations;
+  if (inputs_ == IntWeightInputs::kNone && a)
+    throw Error(p, "pack-quantized " + to_string(this->config().scheme) +
+                       " is weight-only; input_activations must be absent");
+  if (inputs_ != IntWeightInputs::kNone && (!a || int_weight_inputs_of(*a, p) != inputs_))
+    throw Error(p, to_string(this->config().scheme) + " needs its per-token input args, got " +
+                       (a ? describe(*a) : std::string("none")));
+  storage_ = int_code_storage(this->config().format);
   group_size_ = pack_quantized_group(args_, this->shape().in_features, p);
 }
 
 std::vector<ParamSpec> PackQuantizedLinearMethod::create_weights(int64_t partition) const {
   const auto& s = shape();
-  auto specs = pack_quantized_specs(args_, layout_, s.partitions.at(sz(partition)), s.in_features,
-                                    {s.model_dtype, DType::kBF16, DType::kF16, DType::kF32});
+  auto specs =
+      pack_quantized_specs(args_, layout_, s.partitions.at(sz(partition)), s.in_features,
+                           {s.model_dtype, DType::kBF16, DType::kF16, DType::kF32}, storage_);
   specs.push_back(bias_spec(s, partition));
   return specs;
 }
@@ -575,15 +636,43 @@ void PackQuantizedLinearMethod::process() {
       parts.push_back(
           decode_pack_quantized([&](const std::string& n) { return find_loaded(n, p, e); },
                                 [&](const std::string& n) { return where(n, p, e); }, args_,
-                                layout_, s.partitions[sz(p)], s.in_features));
+                                layout_, s.partitions[sz(p)], s.in_features, storage_));
     }
     fused_.push_back(fuse_int_weights(parts, group_size_, where("weight_g_idx", 0, e)));
     biases_.push_back(loaded_bias(e));
   }
 }
 
+Matrix PackQuantizedLinearMethod::permuted(const Matrix& x, int64_t expert) const {
+  const FusedIntWeight& f = fused_[sz(expert)];
+  if (f.identity) return x;
+  Matrix xp(x.rows, x.cols);
+  for (int64_t t = 0; t < x.rows; ++t)
+    for (int64_t j = 0; j < x.cols; ++j)
+      xp(t, j) = x(t, f.perm[sz(j)]);
+  return xp;
+}
+
+QuantizedMatrix PackQuantizedLinearMethod::quantize_permuted_input(const Matrix& xp) const {
+  if (inputs_ == IntWeightInputs::kInt8Token)
+    return quantize_int8_per_token(xp, int8_act_rules(dialect()), shape().model_dtype);
+  return quantize_activation_fp8(
+      xp, Fp8Act::kDynamicToken,
+      fp8_rules(dialect()).activation_rule(Fp8Act::kDynamicToken, shape().model_dtype));
+}
+
+std::optional<QuantizedMatrix> PackQuantizedLinearMethod::do_quantize_input(const Matrix& x,
+                                                                            int64_t expert) const {
+  if (inputs_ == IntWeightInputs::kNone) return std::nullopt;
+  // In the fused weight's column order (act order permutes it; the codes are the same values).
+  return quantize_permuted_input(permuted(x, expert));
+}
+
 Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const {
-  Matrix y = apply_fused(fused_[sz(expert)], x);
+  Matrix y = inputs_ == IntWeightInputs::kNone
+                 ? apply_fused(fused_[sz(expert)], x)
+                 : scaled_gemm(quantize_permuted_input(permuted(x, expert)), fused_[sz(expert)].w,
+                               inputs_ == IntWeightInputs::kInt8Token);
   const auto& b = biases_[sz(expert)];
   for (int64_t t = 0; t < y.rows; ++t)
     for (int64_t n = 0; n < y.cols; ++n)

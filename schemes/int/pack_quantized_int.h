@@ -1,7 +1,16 @@
 #pragma once
 // Scheme `w4a16-g32`, implemented as compressed-tensors `pack-quantized` INT weights in general
 // (FORMATS.md §2.2-2.6(b), card C1): num_bits 2..8, strategy group / channel / tensor, symmetric
-// or asymmetric, optional actorder=group (weight_g_idx). Activations stay in floating point.
+// or asymmetric, optional actorder=group (weight_g_idx). Activations stay in floating point,
+// except at the WnA8 / WnAFP8 points (SchemeId::int_inputs: compressed-tensors W4A8, W4AFP8):
+// inputs quantized per token at run time, int8 by w8a8-int8-dyn's Int8ActRules (the dialect's
+// scale and rounding), fp8 e4m3 by fp8-channel's per-token rule; then
+//   y[t, n] = s_x[t] * sum_g s_w[n, g] * sum_{k in g} x_q[t, k] * (q - z)[n, k] + b[n]
+// with every group sum exact (int: scaled_gemm's integer sums with the int32 check; fp8: the
+// products on their lattices) and the scales applied in fp64. With actorder the inputs are
+// quantized in the permuted column order (a per-token scale does not depend on it). Codes are
+// stored packed (pack-quantized) or one I8 per code (int-quantized, compressed-tensors'
+// default for W4A8; vLLM's Hopper W4A8 kernels read pack-quantized only).
 //
 // Tensors per shard (names relative to the linear prefix; N = out_features, K = in_features,
 // b = num_bits, G = number of groups = K/group_size, 1 for channel/tensor):
@@ -111,9 +120,17 @@ Matrix dequantize(const IntWeight& w);
 // channel/tensor). Errors name `where`.
 int64_t pack_quantized_group(const QuantArgs& a, int64_t in_features, const std::string& where);
 
+// How the integer codes are stored: packed into int32 words (pack-quantized) or one signed code
+// per I8 element (int-quantized / naive-quantized, compressed-tensors' naive compressor: `weight`
+// [N, K], zero points unpacked I8 [N, G] / [N, 1] / [1], no weight_shape).
+enum class IntCodeStorage : uint8_t { kPacked, kUnpacked };
+// The storage a compressed-tensors format name implies for integer weights.
+IntCodeStorage int_code_storage(const std::string& format);
+
 // The checkpoint tensors of one pack-quantized shard [N, K].
 std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLayout layout,
-                                            int64_t n, int64_t k, std::vector<DType> scale_dtypes);
+                                            int64_t n, int64_t k, std::vector<DType> scale_dtypes,
+                                            IntCodeStorage storage = IntCodeStorage::kPacked);
 
 // Decodes and checks one shard's tensors (weight_packed, weight_scale, weight_shape and, as the
 // args say, weight_zero_point / weight_g_idx). `get(name)` returns the loaded tensor or nullptr;
@@ -121,13 +138,14 @@ std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLay
 IntWeight decode_pack_quantized(const std::function<const HostTensor*(const std::string&)>& get,
                                 const std::function<std::string(const std::string&)>& where,
                                 const QuantArgs& a, codec::CtPackLayout layout, int64_t n,
-                                int64_t k);
+                                int64_t k, IntCodeStorage storage = IntCodeStorage::kPacked);
 
 // Quantizes [N, K] as compressed-tensors pack-quantized writes it. Args: request.weights or the
 // scheme preset (W4A16: int4 group 32 symmetric); group_size from the args (request.group_size
 // overrides when > 0).
 TensorMap quantize_pack_quantized(const QuantizeRequest& request,
-                                  codec::CtPackLayout layout = codec::CtPackLayout::kDenseStream);
+                                  codec::CtPackLayout layout = codec::CtPackLayout::kDenseStream,
+                                  IntCodeStorage storage = IntCodeStorage::kPacked);
 // The fp64 weight of a quantize_pack_quantized() result.
 Matrix dequantize_pack_quantized(const TensorMap& tensors, const QuantArgs& args,
                                  codec::CtPackLayout layout = codec::CtPackLayout::kDenseStream,
@@ -162,9 +180,16 @@ class PackQuantizedLinearMethod final : public LinearMethod {
   void process() override;
   Matrix do_apply(const Matrix& x, int64_t expert) const override;
   Matrix do_dequantized_weight(int64_t expert) const override;
+  std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const override;
 
  private:
+  // x's columns in the fused weight's (act-order) column order.
+  Matrix permuted(const Matrix& x, int64_t expert) const;
+  QuantizedMatrix quantize_permuted_input(const Matrix& xp) const;
+
   QuantArgs args_;
+  IntWeightInputs inputs_ = IntWeightInputs::kNone;
+  IntCodeStorage storage_ = IntCodeStorage::kPacked;
   codec::CtPackLayout layout_;
   int64_t group_size_ = 0;
   std::vector<FusedIntWeight> fused_;  // per expert

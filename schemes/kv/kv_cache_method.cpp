@@ -42,7 +42,10 @@ void KvCacheMethod::load(const std::string& name, const TensorView& t) {
                                  " (it expects: " + (names.empty() ? "nothing" : names) + ")");
   }
   require_dtype(t, spec->dtypes, where(name));
-  require_shape(t, spec->shape, where(name));
+  bool alt = false;
+  for (const auto& a : spec->alt_shapes)
+    alt = alt || t.shape == a;
+  if (!alt) require_shape(t, spec->shape, where(name));
   if (loaded_.count(name)) throw Error(where(name), "loaded twice");
   HostTensor h;
   h.dtype = t.dtype;

@@ -81,6 +81,11 @@ MethodConfig method_config(const SchemeId& scheme, Dialect dialect) {
   c.weights = scheme_family(scheme.kind) == SchemeFamily::kKvCache ? a.kv_cache : a.weights;
   c.input_activations = a.input_activations;
   c.format = default_format(scheme.kind);
+  // WnA8 with int8 inputs: compressed-tensors infers int-quantized (its IntQuantizationCompressor
+  // matches before pack-quantized). W4AFP8 stays pack-quantized, as llm-compressor's W4AFP8
+  // example saves it "for vLLM compatibility" (CompressedTensorsW4A8Fp8 reads weight_packed).
+  if (scheme.kind == SchemeKind::kPackedInt && scheme.int_inputs == IntWeightInputs::kInt8Token)
+    c.format = "int-quantized";
   // A producer dialect also picks that producer's file layout where it has one (msModelSlim
   // W8A8_DYNAMIC and WFP8AFP8_DYNAMIC use msModelSlim names), as quantize_<scheme> does.
   if (dialect == Dialect::kMsModelSlim)
@@ -180,7 +185,8 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
     case SchemeKind::kW4A8Dyn:
       return quantize_w4a8_dynamic(request);
     case SchemeKind::kPackedInt:
-      return quantize_pack_quantized(request);
+      return quantize_pack_quantized(request, codec::CtPackLayout::kDenseStream,
+                                     int_code_storage(defaults.format));
     case SchemeKind::kMxint4:
       return quantize_mxint4(request);
     case SchemeKind::kFp8Tensor:

@@ -83,6 +83,10 @@ ShardTensor shard_one(const Checkpoint& full, const ModelConfig& cfg, const Quan
   const auto src = ref.bytes();
   std::string rel;
   const PlanEntry* e = owner(plan, name, &rel);
+  if (e && !e->sparsity.empty())
+    throw Error(name, "a " + e->sparsity + " weight (" + e->prefix +
+                          ") has no tensor-parallel rule: its bitmask rows are not sliced; run "
+                          "it at tp 1");
   const bool plain = ends_with(name, "norm.weight") || ends_with(name, "embed_tokens.weight") ||
                      ends_with(name, "lm_head.weight") || ends_with(name, "mlp.gate.weight");
   if (!e || e->role == ModuleRole::kNorm || (plain && !(e->quantized() && rel != "weight"))) {

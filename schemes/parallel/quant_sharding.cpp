@@ -126,6 +126,20 @@ QuantTensorShard quant_tensor_shard(const ModelConfig& cfg, const SchemeId& sche
   // one of the attention itself (kv-fp8's k_scale / v_scale) is a per-tensor scalar.
   const size_t dot = tensor.rfind('.');
   if (scheme_family(scheme.kind) == SchemeFamily::kKvCache && dot == std::string::npos) {
+    // kv-fp8-head: [Hkv, 1, 1] (or [Hkv]), one scale per KV head; each rank keeps its heads.
+    if (scheme.kv_per_head) {
+      const int64_t h = shape.empty() ? 0 : static_cast<int64_t>(shape[0]);
+      if (h <= 0 || static_cast<int64_t>(numel) != h || h % tp != 0)
+        throw Error(name, "shape " + shape_text(shape) + ": per-KV-head scales split across " +
+                              std::to_string(tp) +
+                              " ranks need num_kv_heads scales divisible by tp");
+      QuantTensorShard q;
+      q.kind = QuantShardKind::kSlice;
+      q.dim = 0;
+      q.begin = rank * (h / tp);
+      q.end = (rank + 1) * (h / tp);
+      return q;
+    }
     if (numel != 1)
       throw Error(name, "shape " + shape_text(shape) +
                             ": an attention's KV-cache scale is one "

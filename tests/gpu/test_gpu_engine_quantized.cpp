@@ -3,9 +3,10 @@
 // experts left in bf16: quantized experts are issue 26), layer-local dumps judged by the scheme's
 // engine policy at every capture point, prefill-sized and decode-sized batches (the separate-norm
 // path a quantized qkv / gate_up takes), the free run by top-1 agreement, reruns bit-identical.
-// The quantized KV caches (kv-int8, kv-fp8) likewise, their own capture points (attn.k_cache /
-// v_cache) judged with the rest, and a K scale planted x1.5 in layer 1 shows first at that layer's
-// k_cache. Loader refusals (schemes, transforms the GPU cannot run yet) need no device.
+// The quantized KV caches (kv-int8, kv-fp8, kv-fp8-head) likewise, their own capture points
+// (attn.k_cache / v_cache) judged with the rest, and a K scale planted x1.5 in layer 1 shows first
+// at that layer's k_cache. Loader refusals (schemes, transforms the GPU cannot run yet) need no
+// device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -47,13 +48,16 @@ gpu::EngineOptions fixture_engine_options() {
   return eo;
 }
 
-// The tiny fixture of `arch` quantized into `scheme`; MoE experts stay bf16 unless `experts`.
+// The tiny fixture of `arch` quantized into `scheme`; MoE experts stay bf16 unless `experts`;
+// the written weights stored in compressed-tensors' `sparsity` format when one is given.
 fs::path quantized_fixture(const fs::path& root, const std::string& arch, const std::string& scheme,
-                           bool experts = false) {
+                           bool experts = false, const std::string& sparsity = "") {
   const fs::path fp = test::tiny_checkpoint(root, arch, "bf16", 7);
-  const fs::path out = root / (arch + "." + scheme + (experts ? ".experts" : ".dense"));
+  const fs::path out = root / (arch + "." + scheme + (experts ? ".experts" : ".dense") +
+                               (sparsity.empty() ? "" : "." + sparsity));
   if (fs::exists(out)) return out;
   fixtures::QuantizeCheckpointOptions qo;
+  qo.sparsity = sparsity;
   qo.ignore_unsupported = true;  // e.g. fp8-block's q/k/v partitions not multiples of 128
   // smoothquant keeps every linear bf16 (experts included); it cannot leave one out.
   if (arch == "qwen3-moe" && scheme != "smoothquant" && !experts)
@@ -96,13 +100,14 @@ std::pair<double, std::string> worst_point(const golden::CompareReport& r) {
 // One scheme's engine rows on one architecture's tiny fixture: layer-local dumps at a
 // prefill-sized and a decode-sized batch judged by the scheme's engine policy, the activation
 // codes dumped, free runs bit-identical and within the end-to-end top-1 gate.
-void expect_scheme_rows(const fs::path& root, const std::string& arch, const std::string& scheme) {
-  SCOPED_TRACE(arch + " " + scheme);
+void expect_scheme_rows(const fs::path& root, const std::string& arch, const std::string& scheme,
+                        const std::string& sparsity = "") {
+  SCOPED_TRACE(arch + " " + scheme + (sparsity.empty() ? "" : " " + sparsity));
   const golden::Policy policy =
       golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
   golden::CompareOptions co;
   co.policy = &policy;
-  const fs::path dir = quantized_fixture(root, arch, scheme);
+  const fs::path dir = quantized_fixture(root, arch, scheme, false, sparsity);
   const ModelConfig cfg = load_model_config(dir / "config.json");
   const gpu::EngineOptions eo = fixture_engine_options();
   auto model = gpu::load_gpu_model(dir, nullptr);
@@ -113,7 +118,7 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
   const gpu::GpuLayerWeights& l0 = model->layers[static_cast<size_t>(attn_layer)];
   if (scheme == "smoothquant") {  // bf16 linears beside the folded norms' weight and bias
     EXPECT_GT(l0.input_norm_bias.size(), 0u) << "the folded norm bias runs";
-  } else if (scheme.rfind("kv-", 0) != 0) {
+  } else if (scheme.rfind("kv-", 0) != 0 && scheme != "bf16") {
     EXPECT_TRUE(l0.o_proj_q != nullptr) << "o_proj runs quantized";
   }
   // Qwen3.5's quantized qkv in the checkpoint's rows, gathered into the kernels' row.
@@ -129,7 +134,8 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
   for (const int64_t seq_len : {int64_t{32}, gpu::kSkinnyMaxM}) {
     SCOPED_TRACE("seq_len " + std::to_string(seq_len));
     const golden::TokenInputs in = golden::synthetic_inputs(3, seq_len, cfg.vocab, 5);
-    const std::string base = arch + "." + scheme + "." + std::to_string(seq_len);
+    const std::string base = arch + "." + scheme + (sparsity.empty() ? "" : "." + sparsity) + "." +
+                             std::to_string(seq_len);
     const fs::path gfile = root / (base + ".ref.h5"), lfile = root / (base + ".local.h5"),
                    ffile = root / (base + ".free.h5");
     golden::write_golden(gfile, golden::run_reference(dir, in, ro, nullptr),
@@ -151,8 +157,10 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
         codes += static_cast<int64_t>(p.stats.row_rel_l2.size()) * p.cols;
         mismatches += p.stats.mismatches;
       }
+    const bool weight_only_float = scheme.ends_with("a16");  // nvfp4a16, mxfp4a16: no codes
     if (scheme.rfind("w8a8", 0) == 0 || scheme.rfind("ct-w8a8", 0) == 0 || scheme == "w4a8-dyn" ||
-        scheme.rfind("fp8", 0) == 0 || scheme.rfind("mxfp", 0) == 0 || scheme == "nvfp4") {
+        scheme.rfind("fp8", 0) == 0 || (scheme.rfind("mxfp", 0) == 0 && !weight_only_float) ||
+        scheme == "nvfp4") {
       EXPECT_GT(code_points, 0) << "the engine dumps the activation codes";
       std::cout << "; activation codes/scales: " << mismatches << " mismatches of " << codes
                 << " in " << code_points << " points";
@@ -193,9 +201,22 @@ TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures)
                                    "fp8-block",
                                    "mxfp8",
                                    "mxfp4",
-                                   "nvfp4"})
+                                   "nvfp4",
+                                   "mxfp4a16",
+                                   "nvfp4a16"})
     for (const std::string arch : {"llama", "qwen3", "qwen3-moe"})
       expect_scheme_rows(root, arch, scheme);
+  fs::remove_all(root);
+}
+
+// compressed-tensors' 2:4 sparse storage (sparse-24-bitmask) on the points vLLM's
+// CompressedTensors24 runs (unquantized, fp8 and int8 W8A8): the host loader decompresses the
+// `weight` parts exactly, and the engine runs the dense method.
+TEST_F(GpuEngineQuantized, SparseCompressedCheckpointsMatchTheReference) {
+  const fs::path root = test_root("sparse");
+  for (const std::string scheme : {"bf16", "fp8-channel", "fp8-tensor", "w8a8-int8-dyn"})
+    for (const std::string arch : {"llama", "qwen3-moe"})
+      expect_scheme_rows(root, arch, scheme, "sparse-24-bitmask");
   fs::remove_all(root);
 }
 
@@ -326,7 +347,7 @@ TEST_F(GpuEngineQuantized, ChatGlm2MsModelSlimSchemesMatchTheReference) {
 
 TEST_F(GpuEngineQuantized, QuantizedKvCachesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("kv");
-  for (const std::string scheme : {"kv-int8", "kv-fp8"}) {
+  for (const std::string scheme : {"kv-int8", "kv-fp8", "kv-fp8-head"}) {
     const golden::Policy policy =
         golden::load_policy(fs::path(QPARITY_SOURCE_DIR) / "policies" / (scheme + ".json"));
     golden::CompareOptions co;
@@ -336,6 +357,7 @@ TEST_F(GpuEngineQuantized, QuantizedKvCachesMatchTheReferenceOnAllArchitectures)
       const fs::path dir = quantized_fixture(root, arch, scheme);
       const ModelConfig cfg = load_model_config(dir / "config.json");
       auto model = gpu::load_gpu_model(dir, nullptr);
+      EXPECT_EQ(model->layers[0].kv.quant.fp8_heads != nullptr, scheme == "kv-fp8-head");
       EXPECT_EQ(model->scheme, scheme);
       EXPECT_EQ(model->layers[0].kv.quant.format,
                 scheme == "kv-int8" ? gpu::KvCacheFormat::kInt8 : gpu::KvCacheFormat::kFp8E4m3);
@@ -595,6 +617,13 @@ TEST(GpuEngineQuantizedLoader, RefusesWhatTheGpuCannotRunByName) {
   EXPECT_THAT(refusal("qwen3-moe", "w8a8-static"),
               AllOf(HasSubstr("experts"), HasSubstr("quantized MoE experts"),
                     HasSubstr("static-activation int8 MoE experts are not on the GPU yet")));
+  // compressed-tensors W4A8 / W4AFP8: the reference runs them, the GPU has no group-scaled
+  // integer GEMM yet; never run as bf16.
+  for (const char* s : {"ct-w4a8-g128", "ct-w4afp8-g128"})
+    EXPECT_THAT(refusal("llama", s), AllOf(HasSubstr(s), HasSubstr("per-token 8-bit inputs"),
+                                           HasSubstr("never runs a quantized layer as bf16")));
+  // MXFP8A16: fp8 weights with bf16 inputs have no GPU GEMM (the fp8 GEMM takes fp8 inputs).
+  EXPECT_THAT(refusal("llama", "mxfp8a16"), HasSubstr("MXFP8A16 (weight-only) is not on the GPU"));
   fs::remove_all(root);
 }
 

@@ -555,6 +555,10 @@ INSTANTIATE_TEST_SUITE_P(
         SchemeCase{"mxfp8", Arch::kQwen3Moe, Dialect::kCompressedTensors, 0.1},
         SchemeCase{"kv-int8", Arch::kQwen3, Dialect::kMsModelSlim, 0.0},
         SchemeCase{"kv-fp8", Arch::kLlama, Dialect::kCompressedTensors, 0.0},
+        SchemeCase{"kv-fp8-head", Arch::kQwen3, Dialect::kVllm, 0.0},
+        // compressed-tensors' W4A8 (int-quantized codes) and W4AFP8 (pack-quantized).
+        SchemeCase{"W4A8", Arch::kLlama, Dialect::kCompressedTensors, 0.35},
+        SchemeCase{"W4AFP8", Arch::kQwen3Moe, Dialect::kIdeal, 0.35},
         SchemeCase{"smoothquant", Arch::kQwen3Moe, Dialect::kMsModelSlim, 0.0},
         // ChatGLM2: msModelSlim's own example model, its fused q/k/v and gate/up.
         SchemeCase{"w8a16-ch", Arch::kChatGlm2, Dialect::kMsModelSlim, 0.1},

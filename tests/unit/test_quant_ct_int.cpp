@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "core/codecs/float_format.h"
 #include "core/codecs/int_packing.h"
 #include "core/error.h"
 #include "error_of.h"
@@ -13,6 +15,7 @@
 #include "schemes/int/mxint4.h"
 #include "schemes/int/pack_quantized_int.h"
 #include "schemes/int/w8a8_int8_dynamic.h"
+#include "schemes/method/method_factory.h"
 #include "test_seed.h"
 
 namespace qparity::reference {
@@ -346,9 +349,8 @@ TEST(W8A8Int8Dyn, MsModelSlimNamingAndOffsetCheck) {
   EXPECT_EQ(ok->dequantized_weight().data, dequantize_w8a8_int8_dynamic(t).data);
   const std::vector<double> off = {1.0};
   t["weight_offset"] = encode(DType::kF32, {1, 1}, off, Encoding::kExact, "o");
-  auto bad =
-      make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kMsModelSlim,
-                                              std::nullopt, std::nullopt, "msmodelslim"));
+  auto bad = make_w8a8_int8_dynamic_method(s, config(SchemeKind::kW8A8Int8, Dialect::kMsModelSlim,
+                                                     std::nullopt, std::nullopt, "msmodelslim"));
   bad->load_all(t);
   EXPECT_THAT(error_of([&] { bad->process_weights_after_loading(); }),
               HasSubstr("model.layers.0.mlp.down_proj.weight_offset"));
@@ -645,6 +647,130 @@ TEST(PackQuantized, ActorderGroupIdx) {
   std::copy(deq[0].data.begin(), deq[0].data.end(), w.data.begin());
   std::copy(deq[1].data.begin(), deq[1].data.end(), w.data.begin() + 8 * 64);
   EXPECT_LT(relative_l2(m->apply(x), matmul_nt(x, w)), 1e-12) << seed_note(seed);
+}
+
+// compressed-tensors W4A8 (int8 per-token inputs, int-quantized codes) and W4AFP8 (fp8 per-token
+// inputs, pack-quantized), with and without act order: apply equals an independent computation
+// of the formula: per token s_x = amax/127 (fp8: amax/448), codes RNE(x / s_x) (fp8: the e4m3
+// value of x / s_x), y = s_x * sum_g s_w[n, g] * sum_{k in g} x_q * q_w, integer sums exact.
+TEST(PackQuantizedWithInputs, W4A8AndW4Afp8ApplyTheFormula) {
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed);
+  struct Case {
+    const char* id;
+    const char* weights;
+    bool fp8;
+  };
+  const Case cases[] = {
+      {"ct-w4a8-g128", R"({"num_bits":4,"type":"int","strategy":"group","group_size":128})", false},
+      {"ct-w4afp8-g128", R"({"num_bits":4,"type":"int","strategy":"group","group_size":128})",
+       true},
+      {"ct-w4a8-g64-asym-actorder",
+       R"({"num_bits":4,"type":"int","strategy":"group","group_size":64,"symmetric":false,
+           "actorder":"group"})",
+       false},
+      {"ct-w8a8-g128", R"({"num_bits":8,"type":"int","strategy":"group","group_size":128})", false},
+  };
+  const int64_t n = 6, k = 256;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.id);
+    const SchemeId id = parse_scheme_id(c.id);
+    EXPECT_EQ(to_string(id), c.id);
+    EXPECT_EQ(id.int_inputs, c.fp8 ? IntWeightInputs::kFp8Token : IntWeightInputs::kInt8Token);
+    const MethodConfig mc = method_config(id, Dialect::kIdeal);
+    EXPECT_EQ(mc.format, c.fp8 ? "pack-quantized" : "int-quantized");
+    const QuantArgs a = qargs(c.weights);
+    auto req = request(realistic_matrix(rng, n, k), Dialect::kIdeal);
+    req.weights = a;
+    if (a.actorder == ActOrder::kGroup) {
+      ActivationStats st;
+      for (int64_t i = 0; i < k; ++i)
+        st.channel_absmax.push_back(static_cast<double>((i * 37) % k));
+      req.activations = st;
+    }
+    const TensorMap t = quantize_linear(id, req);
+    EXPECT_EQ(t.count("weight"), c.fp8 ? 0u : 1u);
+    EXPECT_EQ(t.count("weight_packed"), c.fp8 ? 1u : 0u);
+    MethodConfig m_cfg = mc;
+    m_cfg.weights = a;
+    auto m = make_linear_method(LinearShape::dense("l", n, k), m_cfg);
+    m->load_all(t);
+    m->process_weights_after_loading();
+    const Matrix w = m->dequantized_weight();  // (q - z) * s, original column order
+    // The integer codes and scales back from the dequantized weight and the stored scales.
+    const auto sw = decode(t.at("weight_scale").view(), "s");
+    const int64_t gsize = *a.group_size, groups = k / gsize;
+    std::vector<int64_t> grp(sz(k));
+    if (a.actorder == ActOrder::kGroup) {
+      const auto gi = decode_ints(t.at("weight_g_idx").view(), "g");
+      for (int64_t i = 0; i < k; ++i)
+        grp[sz(i)] = gi[sz(i)];
+    } else {
+      for (int64_t i = 0; i < k; ++i)
+        grp[sz(i)] = i / gsize;
+    }
+    const Matrix x = realistic_matrix(rng, 3, k, 1.0);
+    const Matrix y = m->apply(x);
+    for (int64_t tok = 0; tok < x.rows; ++tok) {
+      double amax = 0;
+      for (int64_t i = 0; i < k; ++i)
+        amax = std::max(amax, std::fabs(x(tok, i)));
+      const double sx = amax / (c.fp8 ? 448.0 : 127.0);
+      std::vector<double> xq(sz(k));
+      for (int64_t i = 0; i < k; ++i) {
+        const double v = x(tok, i) / sx;
+        xq[sz(i)] = c.fp8 ? codec::round_to(codec::kE4M3FN, std::clamp(v, -448.0, 448.0),
+                                            codec::Overflow::kSaturate)
+                          : std::nearbyint(v);
+      }
+      for (int64_t o = 0; o < n; ++o) {
+        long double want = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          const double s = sw[sz(o * groups + g)];
+          long double acc = 0;  // exact: small integers (fp8 values: multiples of 2^-9)
+          for (int64_t i = 0; i < k; ++i)
+            if (grp[sz(i)] == g) acc += static_cast<long double>(xq[sz(i)]) * (w(o, i) / s);
+          want += acc * s;
+        }
+        want *= sx;
+        EXPECT_NEAR(y(tok, o), static_cast<double>(want),
+                    1e-12 * std::fabs(static_cast<double>(want)) + 1e-15)
+            << "token " << tok << " output " << o << seed_note(seed);
+      }
+    }
+    // The activation codes are what the GEMM took: per token, one scale.
+    const std::optional<QuantizedMatrix> codes = m->quantize_input(x);
+    ASSERT_TRUE(codes.has_value());
+    EXPECT_EQ(codes->rows, x.rows);
+  }
+}
+
+TEST(PackQuantizedWithInputs, StorageAndArgsRulesAreErrors) {
+  // An int-quantized code outside the 4-bit range names the tensor and element.
+  const SchemeId id = parse_scheme_id("ct-w4a8-g128");
+  std::mt19937_64 rng(3);
+  auto req = request(realistic_matrix(rng, 2, 128), Dialect::kIdeal);
+  TensorMap t = quantize_linear(id, req);
+  t["weight"].bytes[5] = 9;
+  auto m = make_linear_method(LinearShape::dense("l", 2, 128), method_config(id, Dialect::kIdeal));
+  m->load_all(t);
+  EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
+              HasSubstr("l.weight: element 5 = 9 is outside the 4-bit range [-8, 7]"));
+  // Static or asymmetric inputs have no engine kernel: refused naming the args.
+  EXPECT_THAT(error_of([] {
+                int_weight_inputs_of(qargs(R"({"num_bits":8,"type":"int","strategy":"tensor",
+                                               "dynamic":false})"),
+                                     "group_0 input_activations");
+              }),
+              HasSubstr("group_0 input_activations: integer weights with input activations need "
+                        "symmetric dynamic per-token 8-bit inputs"));
+  // The A16 id keeps its spelling; a8 / afp8 parse.
+  EXPECT_EQ(to_string(parse_scheme_id("ct-w4a16-g128")), "ct-w4a16-g128");
+  EXPECT_EQ(to_string(parse_scheme_id("W4A8")), "ct-w4a8-g128");
+  EXPECT_EQ(to_string(parse_scheme_id("W4AFP8")), "ct-w4afp8-g128");
+  EXPECT_EQ(to_string(parse_scheme_id("W6A8")), "ct-w6a8-g128");
+  EXPECT_EQ(to_string(parse_scheme_id("W3A16")), "ct-w3a16-g128");
+  EXPECT_THAT(error_of([] { parse_scheme_id("W4A4"); }), HasSubstr("8-bit inputs"));
 }
 
 TEST(PackQuantized, ConstraintErrorsNameTheTensor) {

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -664,6 +665,55 @@ TEST(KvFp8, StoreReadAndScales) {
   m->load("k_proj.output_scale", s.at("k_scale").view());
   EXPECT_THAT(error_of([&] { m->process_weights_after_loading(); }),
               HasSubstr("model.layers.0.self_attn.v_scale"));
+}
+
+TEST(KvFp8, PerHeadScalesStoreEachHeadOnItsOwnGrid) {
+  // Two heads of head_dim 4: amax 3.5 and 0.875 (vllm, fp32 scales): 3.5/448 and 0.875/448.
+  const auto s =
+      quantize_kv_fp8_per_head({3.5, 0.875}, {1.0, 2.0}, DType::kF32, DType::kBF16, Dialect::kVllm);
+  ASSERT_EQ(s.at("k_scale").shape, (std::vector<int64_t>{2, 1, 1}));
+  const std::vector<double> ks_v = decode(s.at("k_scale").view(), "k");
+  EXPECT_EQ(ks_v[0], static_cast<double>(3.5f / 448.0f));
+  EXPECT_EQ(ks_v[1], static_cast<double>(0.875f / 448.0f));
+  KvShape ks{"model.layers.0.self_attn", 2, 4, DType::kBF16};
+  MethodConfig c = config(SchemeKind::kKvFp8, Dialect::kVllm, std::nullopt);
+  c.scheme.kv_per_head = true;
+  auto m = make_kv_fp8_method(ks, c);
+  m->load_all(s);
+  m->process_weights_after_loading();
+  // The same values in both heads: head 1 saturates 3.5 at its own 448 * s1.
+  Matrix x(1, 8);
+  x.data = {0.3, 3.5, -0.5, 0.0, 0.3, 3.5, -0.5, 0.0};
+  const QuantizedMatrix q = m->store(KvWhich::kKey, x);
+  EXPECT_EQ(q.scale(0, 0), ks_v[0]);
+  EXPECT_EQ(q.scale(0, 5), ks_v[1]);
+  const Matrix r = m->read(KvWhich::kKey, q);
+  EXPECT_EQ(r.data[1], 3.5);    // 448 * s0
+  EXPECT_EQ(r.data[5], 0.875);  // saturated at 448 * s1
+  // Each element is e4m3(fp32(x / s_h)) * s_h, head by head.
+  for (int64_t ch = 0; ch < 8; ++ch) {
+    const float sh = static_cast<float>(ks_v[static_cast<size_t>(ch / 4)]);
+    const float quotient = static_cast<float>(x.data[static_cast<size_t>(ch)]) / sh;
+    const double code = codec::round_to(codec::kE4M3FN, std::clamp(quotient, -448.f, 448.f),
+                                        codec::Overflow::kSaturate);
+    const float product = static_cast<float>(code) * sh;  // the fp32 read, then bf16
+    EXPECT_EQ(r.data[static_cast<size_t>(ch)],
+              codec::round_to(codec::kBF16, product, codec::Overflow::kNonSaturating))
+        << "channel " << ch;
+  }
+  // A per-tensor [1] scale is refused for the per-head point, naming the tensor; [Hkv] accepted.
+  auto wrong = make_kv_fp8_method(ks, c);
+  EXPECT_THAT(
+      error_of([&] {
+        wrong->load(
+            "k_scale",
+            quantize_kv_fp8(1, 1, DType::kF32, DType::kBF16, Dialect::kVllm).at("k_scale").view());
+      }),
+      HasSubstr("model.layers.0.self_attn.k_scale"));
+  HostTensor flat = s.at("k_scale");
+  flat.shape = {2};
+  auto alt = make_kv_fp8_method(ks, c);
+  EXPECT_NO_THROW(alt->load("k_scale", flat.view()));
 }
 
 }  // namespace

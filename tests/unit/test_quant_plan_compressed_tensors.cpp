@@ -173,14 +173,43 @@ TEST(CompressedTensorsPlan, PresetGroupNames) {
   EXPECT_EQ(p.method_for("model.layers.1.mlp.up_proj").source_type, "W8A8");
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
-                    "config_groups": {"W3A16": ["Linear"]}})");
+                    "config_groups": {"W3A15": ["Linear"]}})");
               }),
-              HasSubstr("key 'quantization_config.config_groups.W3A16': a list of targets needs a "
-                        "preset group name, and 'W3A16' is not one (presets: UNQUANTIZED, W8A16"));
+              HasSubstr("key 'quantization_config.config_groups.W3A15': a list of targets needs a "
+                        "preset group name, and 'W3A15' is not one (presets: UNQUANTIZED, W8A16"));
   const auto presets = compressed_tensors_presets();
   for (const char* name : {"W4A16", "FP8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4", "NVFP4A16", "MXFP4",
                            "MXFP4A16", "MXFP8", "MXFP8A16", "INT8", "W4AFP8"})
     EXPECT_NE(std::find(presets.begin(), presets.end(), name), presets.end()) << name;
+}
+
+// compressed-tensors' W4A8 (int8 per-token inputs) and W4AFP8 (fp8 per-token inputs) on int4
+// group-128 weights: int-quantized or pack-quantized codes; what no engine reads is refused.
+TEST(CompressedTensorsPlan, IntWeightsWithPerTokenInputs) {
+  auto plan = [](const std::string& group, const char* format) {
+    return plan_of(tiny_llama(), (std::string(R"({"quant_method": "compressed-tensors",
+        "format": ")") + format + R"(", "ignore": ["lm_head"], "config_groups": )" +
+                                  group + "}")
+                                     .c_str());
+  };
+  const QuantPlan a8 = plan(R"({"W4A8": ["Linear"]})", "int-quantized");
+  expect_all_linears(a8, "ct-w4a8-g128");
+  EXPECT_EQ(a8.method_for("model.layers.0.mlp.down_proj").format, "int-quantized");
+  const QuantPlan fp8 = plan(R"({"W4AFP8": ["Linear"]})", "pack-quantized");
+  expect_all_linears(fp8, "ct-w4afp8-g128");
+  expect_all_linears(plan(R"({"W6A8": ["Linear"]})", "int-quantized"), "ct-w6a8-g128");
+  EXPECT_THAT(error_of([&] { plan(R"({"W4A8": ["Linear"]})", "float-quantized"); }),
+              HasSubstr("W4A8 integer weights requires format int-quantized, got "
+                        "'float-quantized'"));
+  EXPECT_THAT(error_of([&] {
+                plan(R"({"group_0": {"targets": ["Linear"],
+                       "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                                   "group_size": 128},
+                       "input_activations": {"num_bits": 8, "type": "int", "strategy": "token",
+                                             "dynamic": true, "symmetric": false}}})",
+                     "int-quantized");
+              }),
+              HasSubstr("need symmetric dynamic per-token 8-bit inputs"));
 }
 
 TEST(CompressedTensorsPlan, W4A16Group32) {
@@ -600,12 +629,20 @@ TEST(CompressedTensorsPlan, KvCacheScheme) {
                     "config_groups": {}, "kv_cache_scheme": {"num_bits": 8, "type": "int"}})");
               }),
               HasSubstr("key 'quantization_config.kv_cache_scheme': only an FP8 KV cache"));
+  // Per-head scales (strategy attn_head, as vLLM reads them): the kv-fp8-head point.
+  const QuantPlan per_head = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
+      "config_groups": {}, "kv_cache_scheme": {"num_bits": 8, "type": "float",
+      "strategy": "attn_head", "symmetric": true, "dynamic": false}})");
+  EXPECT_EQ(scheme_of(per_head, "model.layers.0.self_attn"), "kv-fp8-head");
+  EXPECT_TRUE(parse_scheme_id("kv-fp8-head").kv_per_head);
+  EXPECT_EQ(implied_args(parse_scheme_id("kv-fp8-head")).kv_cache->strategy,
+            QuantStrategy::kAttnHead);
   EXPECT_THAT(error_of([] {
                 plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
                     "config_groups": {}, "kv_cache_scheme": {"num_bits": 8, "type": "float",
-                    "strategy": "attn_head"}})");
+                    "strategy": "channel"}})");
               }),
-              HasSubstr("kv-fp8 requires strategy tensor, got attn_head"));
+              HasSubstr("kv-fp8 requires strategy tensor or attn_head (vLLM's two), got channel"));
 }
 
 // ---------------------------------------------------------------------------------------------

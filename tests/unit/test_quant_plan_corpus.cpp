@@ -45,6 +45,7 @@ struct Expected {
   const char* model;             // "moe" or "dense"
   const char* result;            // "" = planned; otherwise a substring of the refusal
   const char* scheme = nullptr;  // planned: the scheme of model.layers.0.mlp.down_proj
+  const char* sparsity = "";     // planned: the sparse storage of that linear's weight
 };
 
 // "" = planned; otherwise a substring of the refusal.
@@ -62,9 +63,10 @@ const std::map<std::string, Expected> kExpected = {
     {"08-redhat-deepseek-v4-flash-nvfp4-fp8-mixed.json",
      {"dense", "matches no module of the model"}},
     {"09-kimi-k3-mxfp4-g32.json", {"dense", ""}},
-    // 2:4 sparsity (sparse-24-bitmask): not implemented yet (issue "Real checkpoints (1/2)"),
-    // refused by name.
-    {"10-llama2c-stories42m-sparse-24-bitmask-only.json", {"dense", "sparse"}},
+    // 2:4 sparsity alone (no config_groups): every decoder linear stays bf16, its weight stored
+    // as sparse-24-bitmask parts; lm_head is in the sparsity ignore list.
+    {"10-llama2c-stories42m-sparse-24-bitmask-only.json",
+     {"dense", "", "bf16", "sparse-24-bitmask"}},
     {"11-tinyllama-fp8-static-tensor-legacy-actorder-false.json", {"dense", ""}},
     {"12-tinyllama-fp8-minimal.json", {"dense", ""}},
     {"13-tinyllama-fp8-minimal-kv-cache.json", {"dense", ""}},
@@ -94,9 +96,16 @@ TEST(PublishedQuantizationConfigs, ArePlannedUnchangedOrRefusedByName) {
         const QuantPlan p =
             plan_from_quantization_config(model(kind), read_json_file(e.path()), name);
         got[name] = "";
-        if (it != kExpected.end() && it->second.scheme)
-          EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").scheme_string(), it->second.scheme)
-              << name;
+        if (it != kExpected.end() && it->second.scheme) {
+          const PlanEntry& down = p.method_for("model.layers.0.mlp.down_proj");
+          EXPECT_EQ(down.scheme_string(), it->second.scheme) << name;
+          EXPECT_EQ(down.sparsity, it->second.sparsity) << name;
+        }
+        // 04 / 05 record a dense (uncompressed) sparsity: nothing is stored differently.
+        if (name.rfind("04-", 0) == 0 || name.rfind("05-", 0) == 0)
+          EXPECT_EQ(p.method_for("model.layers.0.mlp.down_proj").sparsity, "") << name;
+        if (name.rfind("10-", 0) == 0)
+          EXPECT_EQ(p.method_for("lm_head").sparsity, "") << name << " (lm_head is ignored)";
       } catch (const Error& err) {
         got[name] = err.what();
       }

@@ -36,11 +36,16 @@ const TensorSpec* find_tensor(const SchemeInfo& s, const std::string& name,
 
 TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
   const std::vector<std::string> expected = {
-      "bf16",       "w8a16-ch",      "w8a16-g<N>", "w8a8-static",
-      "w8a8s",      "w8a8-int8-dyn", "w4a8-dyn",   "ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]",
-      "fp8-tensor", "fp8-channel",   "fp8-block",  "nvfp4",
-      "mxint4",     "mxfp4",         "mxfp8",      "kv-bf16",
-      "kv-int8",    "kv-fp8",        "smoothquant"};
+      "bf16",       "w8a16-ch",
+      "w8a16-g<N>", "w8a8-static",
+      "w8a8s",      "w8a8-int8-dyn",
+      "w4a8-dyn",   "ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder]",
+      "fp8-tensor", "fp8-channel",
+      "fp8-block",  "nvfp4",
+      "mxint4",     "mxfp4",
+      "mxfp8",      "kv-bf16",
+      "kv-int8",    "kv-fp8",
+      "smoothquant"};
   std::vector<std::string> ids;
   for (const SchemeInfo& s : all_schemes())
     ids.push_back(s.id);
@@ -50,10 +55,11 @@ TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
               ::testing::StartsWith(
                   "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, "
                   "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym], w4a8-dyn, "
-                  "w4a16-g32, ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
+                  "w4a16-g32, ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
                   "fp8-channel, fp8-block, nvfp4, nvfp4a16, mxint4, mxfp4, mxfp4a16, mxfp8, "
                   "mxfp8a16, kv-bf16, kv-int8, kv-fp8, "
-                  "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, FP8,"));
+                  "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, W4A8, "
+                  "W4AFP8, W2A16,"));
 }
 
 TEST(SchemeRegistry, EveryEntryIsComplete) {
@@ -138,13 +144,17 @@ TEST(SchemeRegistry, PackedIntPointsRoundTripThroughTheirIds) {
   EXPECT_EQ(to_string(parse_scheme_id("w4a16_asym")), "ct-w4a16-g128-asym");
   EXPECT_EQ(to_string(parse_scheme_id("FP8_DYNAMIC")), "fp8-channel");
   EXPECT_EQ(to_string(parse_scheme_id("FP8_BLOCK")), "fp8-block");
-  for (const char* bad : {"ct-w1a16-g32", "ct-w9a16-ch", "ct-w4a8-g32", "ct-w4a16", "ct-w4a16-g0",
+  for (const char* bad : {"ct-w1a16-g32", "ct-w9a16-ch", "ct-w4a4-g32", "ct-w4a16", "ct-w4a16-g0",
                           "ct-w4a16-g032", "ct-w4a16-ch-actorder", "ct-w4a16-g32-sym",
                           "ct-w4a16-g32-actorder-asym", "ct-w4a16-g32-asym-x"})
     EXPECT_THAT(error_of([&] { parse_scheme_id(bad); }), HasSubstr("scheme '")) << bad;
+  // The WnA8 / W4AFP8 points: the same weights with per-token 8-bit inputs.
+  EXPECT_EQ(to_string(parse_scheme_id("ct-w4a8-g32")), "ct-w4a8-g32");
+  EXPECT_EQ(parse_scheme_id("W4A8").int_inputs, IntWeightInputs::kInt8Token);
+  EXPECT_EQ(parse_scheme_id("W4AFP8").int_inputs, IntWeightInputs::kFp8Token);
   // A preset qparity has no scheme for says why, with the preset's args.
-  EXPECT_THAT(error_of([] { parse_scheme_id("W4A8"); }),
-              HasSubstr("compressed-tensors preset W4A8 (weights int4 group(128)"));
+  EXPECT_THAT(error_of([] { parse_scheme_id("W4A4"); }),
+              HasSubstr("compressed-tensors preset W4A4 (weights int4 group(128)"));
 }
 
 TEST(SchemeRegistry, Int8W8A8PointsRoundTripThroughTheirIds) {

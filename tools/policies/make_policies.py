@@ -41,6 +41,9 @@ SCHEMES = {
                  "in the model dtype (MXFP8A16)"),
     "kv-int8": ("kv", 0.5 / 127, "int8 KV cache (msModelSlim C8)"),
     "kv-fp8": ("kv", 2.0 ** -4, "e4m3 KV cache"),
+    # One scale per KV head: the same e4m3 grid relative to each head's own amax, so no head's
+    # error exceeds the per-tensor bound.
+    "kv-fp8-head": ("kv", 2.0 ** -4, "e4m3 KV cache, one scale per KV head (attn_head)"),
 }
 
 # compressed-tensors' integer weight-only space (`ct-w<b>a16-<g<N>|ch|tensor>[-asym][-actorder]`,
@@ -110,12 +113,42 @@ def add_ct_int_scheme(bits, group, sym, act):
     desc = (f"int{bits} {what} weights, {'symmetric' if sym else 'asymmetric (zero points)'}"
             + (", columns grouped by weight_g_idx (actorder)" if act else ""))
     SCHEMES[scheme] = ("weight", 0.5 / (2 ** (bits - 1) - 1), desc)
+    register_int_grid(scheme, bits, group)
+
+
+def register_int_grid(scheme, bits, group):
+    """The scale block of an integer-weight point (group / per tensor) and its 4-bit budgets."""
     if not isinstance(group, str):
         BLOCK[scheme] = group
     elif group == "tensor":
         TENSOR_BLOCK.add(scheme)
     if bits <= 4:
         WEIGHT4.add(scheme)
+
+
+# compressed-tensors' WnA8 / W4AFP8 points (`ct-w<b><a8|afp8>-<g<N>|ch|tensor>...`): the same
+# integer weights with 8-bit per-token inputs. The format's error is the weights' grid and the
+# inputs' in quadrature (independent roundings of the two GEMM operands): int8 inputs' half step
+# 0.5/127, fp8 e4m3's relative 2^-4. The presets' points: W2A8..W7A8 and W4A8 (int, group 128),
+# W4AFP8.
+CT_WA8_GRID = [(b, 128, True, False, "a8") for b in range(2, 8)] + [(4, 128, True, False, "afp8")]
+
+
+def add_ct_wa8_scheme(bits, group, sym, act, inputs):
+    weight_id = ct_int_id(bits, group, sym, act)
+    if weight_id == "w4a16-g32":
+        weight_id = "ct-w4a16-g32"
+    scheme = weight_id.replace("a16-", inputs + "-", 1)
+    if scheme in SCHEMES:
+        return
+    hw = 0.5 / (2 ** (bits - 1) - 1)
+    ha = 0.5 / 127 if inputs == "a8" else 2.0 ** -4
+    what = {"ch": "per-channel", "tensor": "per-tensor"}.get(group, f"group-{group}")
+    desc = (f"int{bits} {what} weights, {'symmetric' if sym else 'asymmetric'}; "
+            f"{'int8' if inputs == 'a8' else 'fp8 e4m3'} inputs quantized per token at run time "
+            f"(weights' half step {hw:.4g} and inputs' {ha:.4g} in quadrature)")
+    SCHEMES[scheme] = ("weight", math.sqrt(hw * hw + ha * ha), desc)
+    register_int_grid(scheme, bits, group)
 
 
 # bf16 rounding flips between a correct engine and the reference (emulate mode): fp32 dot
@@ -497,6 +530,8 @@ def main():
         add_ct_int_scheme(*point)
     for point in CT_INT8_POINTS:
         add_ct_int8_scheme(*point)
+    for point in CT_WA8_GRID:
+        add_ct_wa8_scheme(*point)
     for scheme in args.scheme:
         point = ct_int_point(scheme)
         if point is None and scheme in map(lambda p: ct_int8_id(*p), CT_INT8_POINTS):

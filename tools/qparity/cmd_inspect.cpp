@@ -141,6 +141,7 @@ void run_inspect(const InspectOptions& opt) {
     std::cout << "  " << std::left << std::setw(52) << e.prefix << " " << std::setw(12)
               << to_string(e.role) << " " << std::setw(14) << e.scheme_string();
     if (e.format != "dense") std::cout << " format=" << e.format;
+    if (!e.sparsity.empty()) std::cout << " sparsity=" << e.sparsity;
     if (!e.why.group.empty()) std::cout << " group=" << e.why.group;
     if (!e.why.target.empty()) std::cout << " target=" << e.why.target;
     if (!e.why.key.empty()) std::cout << " key=" << e.why.key;

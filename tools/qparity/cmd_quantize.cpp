@@ -14,7 +14,10 @@
 // holding one) planned against the input model; the one point it asks for is written, with the
 // linears it leaves unquantized ignored by name. A config that asks for several weight points,
 // weights and a KV cache at once, or args no scheme id names (fp8 inputs static where the id
-// implies dynamic, ...) is refused naming them, before anything is read.
+// implies dynamic, ...) is refused naming them, before anything is read. A sparsity_config
+// (sparse-24-bitmask, sparse-bitmask) is written as compressed-tensors wrote it (--sparsity F
+// asks for the same beside --scheme): 2:4 magnitude-pruned, quantized, then compressed.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -41,7 +44,7 @@ namespace qparity::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, scheme, config, dialect = "ideal", calib;
+  std::string in, out, scheme, config, dialect = "ideal", calib, sparsity;
   int64_t calib_synthetic = 2048;
   uint64_t seed = 0;
   bool force = false;
@@ -54,6 +57,7 @@ struct QuantizeOptions {
 struct ConfigPoint {
   SchemeId scheme;
   std::vector<std::string> unquantized;
+  std::string sparsity;  // the sparse storage of every linear written, or ""
 };
 
 ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
@@ -65,6 +69,7 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
   for (const std::string& w : plan.warnings())
     std::cerr << "quantize: " << where << ": " << w << "\n";
   std::map<std::string, std::vector<std::string>> by_point;  // scheme id -> its modules
+  std::map<std::string, std::vector<std::string>> sparse;    // sparsity format -> its modules
   const PlanEntry* first = nullptr;
   ConfigPoint out;
   for (const LinearModule& l : plan.modules().linears()) {
@@ -78,6 +83,7 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
                                "recipes do (ignore re:.*mlp.gate$)");
       continue;
     }
+    sparse[e.sparsity].push_back(l.prefix);
     if (!e.quantized()) {
       out.unquantized.push_back(l.prefix);
       continue;
@@ -112,7 +118,37 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
   if (!by_point.empty() && !kv.empty())
     throw Error(where, "asks for weights in " + by_point.begin()->first + " and a KV cache in " +
                            *kv.begin() + ": quantize writes one scheme per checkpoint");
-  if (by_point.empty() && kv.empty()) throw Error(where, "quantizes nothing of this model");
+  // The writer gives one sparse storage to exactly the linears it writes: the quantized ones,
+  // or every decoder linear of a sparsity-only config.
+  for (const auto& [format, mods] : sparse) {
+    if (format.empty()) continue;
+    out.sparsity = format;
+    const std::vector<std::string>& written = by_point.empty() ? mods : by_point.begin()->second;
+    if (written != mods) {
+      std::vector<std::string> odd;  // written but not sparse, or sparse but not written
+      for (const std::string& m : written)
+        if (std::find(mods.begin(), mods.end(), m) == mods.end()) odd.push_back(m);
+      for (const std::string& m : mods)
+        if (std::find(written.begin(), written.end(), m) == written.end()) odd.push_back(m);
+      throw Error(where, "its sparsity_config (" + format + ") covers " +
+                             std::to_string(mods.size()) + " linears and leaves " + odd.front() +
+                             " (and " + std::to_string(odd.size() - 1) +
+                             " more) as stored: quantize writes one sparse storage for "
+                             "every linear it quantizes");
+    }
+  }
+  if (by_point.empty() && kv.empty() && out.sparsity.empty())
+    throw Error(where, "quantizes nothing of this model");
+  if (!out.sparsity.empty() && !kv.empty())
+    throw Error(where, "asks for a KV cache in " + *kv.begin() + " and a " + out.sparsity +
+                           " sparsity: quantize writes one scheme per checkpoint");
+  if (by_point.empty() && kv.empty()) {
+    out.scheme = SchemeId{};  // sparsity only: the float weights, compressed
+    out.unquantized.clear();
+    for (const auto& [format, mods] : sparse)
+      if (format.empty()) out.unquantized = mods;
+    return out;
+  }
   out.scheme = by_point.empty() ? parse_scheme_id(*kv.begin()) : *first->scheme;
   return out;
 }
@@ -122,11 +158,13 @@ void run(const QuantizeOptions& o) {
     throw UsageError("quantize", "give exactly one of --scheme ID and --config FILE");
   std::vector<std::string> config_ignore;
   SchemeId scheme;
+  std::string sparsity = o.sparsity;
   if (!o.config.empty()) {
     const ConfigPoint c =
         point_of_config(load_model_config(std::filesystem::path(o.in) / "config.json"), o.config);
     scheme = c.scheme;
     config_ignore = c.unquantized;
+    sparsity = c.sparsity;
     std::cerr << "quantize: " << o.config << " asks for " << to_string(scheme) << " ("
               << c.unquantized.size() << " linears left unquantized)\n";
   } else {
@@ -147,6 +185,7 @@ void run(const QuantizeOptions& o) {
   qo.ignore = o.ignore;
   qo.ignore.insert(qo.ignore.end(), config_ignore.begin(), config_ignore.end());
   qo.ignore_unsupported = o.ignore_unsupported;
+  qo.sparsity = sparsity;
   const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
   for (const fixtures::SchemeExclusion& x : ignored.added)
     std::cerr << "quantize: ignoring " << x.module << " (" << x.rule << ")\n";
@@ -203,6 +242,11 @@ void add_quantize_command(CLI::App& app, int& rc) {
       ->allow_extra_args(false);
   cmd->add_flag("--ignore-unsupported", o->ignore_unsupported,
                 "ignore every linear whose shape the scheme cannot take (each is printed)");
+  cmd->add_option("--sparsity", o->sparsity,
+                  "with --scheme: store the written linears' weights as compressed-tensors' "
+                  "sparse-24-bitmask (2:4 magnitude-pruned first) or sparse-bitmask")
+      ->check(CLI::IsMember({"sparse-24-bitmask", "sparse-bitmask"}))
+      ->excludes("--config");
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);
