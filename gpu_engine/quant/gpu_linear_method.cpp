@@ -21,6 +21,10 @@ constexpr const char* kMxfp8a16Refusal =
     "MXFP8A16 (weight-only) is not on the GPU yet: its fp8 GEMM takes fp8 inputs, and there is no "
     "kernel for e4m3 weights with bf16 inputs";
 
+constexpr const char* kFp8WeightOnlyRefusal =
+    "fp8 weight-only (FP8 weights with bf16 inputs, vLLM's W8A16Fp8) is not on the GPU yet: its "
+    "fp8 GEMM takes fp8 inputs";
+
 bool packed_int_runs(const SchemeId& s, std::string* why) {
   const IntWeightPoint& p = s.int_weights;
   if (s.int_inputs != IntWeightInputs::kNone) {
@@ -59,12 +63,13 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A8Static:
     case SchemeKind::kW8A8S:
     case SchemeKind::kW4A8Dyn:  // int4 codes widened to int8 (quant/w8a8_int8.h)
-    case SchemeKind::kFp8Tensor:
-    case SchemeKind::kFp8Channel:
-    case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
       return true;
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+      return s.weight_only ? no(kFp8WeightOnlyRefusal) : true;
     case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
       return s.weight_only ? no(kMxfp8a16Refusal) : true;
     case SchemeKind::kW8A8Int8:  // static inputs: vllm, sglang (quant/w8a8_int8.h)
@@ -90,12 +95,15 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kW8A16Group:
     case SchemeKind::kMxint4:   // compressed-tensors int4 group-32 experts, bf16 scales
     case SchemeKind::kW4A8Dyn:  // on the host path, one int8 GEMM per expert
-    case SchemeKind::kFp8Tensor:
-    case SchemeKind::kFp8Channel:
-    case SchemeKind::kFp8Block:
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:
       return true;
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+    case SchemeKind::kFp8Block:
+      if (!s.weight_only) return true;
+      if (why) *why = kFp8WeightOnlyRefusal;
+      return false;
     case SchemeKind::kMxfp8:
       if (!s.weight_only) return true;
       if (why) *why = kMxfp8a16Refusal;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <regex>
 
 #include "core/error.h"
@@ -382,23 +383,22 @@ Resolved resolve_scheme(const CtGroup& g, const std::string& format, const Linea
                     "FP8 per-tensor weights need static symmetric per-tensor, dynamic "
                     "per-token or per-tensor, or no input activations; got " +
                         describe(*a));
-      return {SchemeId{SchemeKind::kFp8Tensor, 0}, format};
+      return {SchemeId{.kind = SchemeKind::kFp8Tensor, .weight_only = !a.has_value()}, format};
     case QuantStrategy::kChannel:
       if (a && !(a->strategy == QuantStrategy::kToken && a->dynamic == DynamicMode::kDynamic))
         throw Error(where,
                     "FP8 channel weights need dynamic per-token input activations or none, "
                     "got " +
                         describe(*a));
-      return {SchemeId{SchemeKind::kFp8Channel, 0}, format};
+      return {SchemeId{.kind = SchemeKind::kFp8Channel, .weight_only = !a.has_value()}, format};
     case QuantStrategy::kBlock: {
       const auto& b = *w.block_structure;
       if (b[0] != 128 || b[1] != 128)
         throw Error(where, "FP8 block weights require block_structure [128, 128], got [" +
                                std::to_string(b[0]) + ", " + std::to_string(b[1]) + "]");
-      if (!a)
-        throw Error(where,
-                    "FP8 block weights need dynamic per-token-group input activations "
-                    "(group_size 128); weight-only FP8 block is not implemented");
+      // FP8 weights with bf16 inputs (vLLM's CompressedTensorsW8A16Fp8 reads tensor, channel and
+      // block): the point fp8-block-a16.
+      if (!a) return {SchemeId{.kind = SchemeKind::kFp8Block, .weight_only = true}, format};
       if (!a->is_dynamic())
         throw Error(where, "FP8 block weights do not support static input activations (" +
                                describe(*a) +
@@ -598,6 +598,11 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
   }
 
   if (c.sparsity) apply_sparsity(*c.sparsity, cfg, plan, key("sparsity_config"));
+  for (const std::string& t : c.fused_transforms)
+    plan.add_warning(key("transform_config") + ": group " + t +
+                     " has offline locations only (weight_input / weight_output): compressed-"
+                     "tensors fused it into the stored weights, so nothing is applied at run "
+                     "time (as vLLM does)");
 
   for (const NormModule& n : mods.norms())
     if (plan.find(n.prefix)) plan.mutable_entry(n.prefix).why.note.clear();
@@ -827,10 +832,12 @@ namespace {
 // sparsity without compressing it; the two bitmask formats are decompressed exactly at load
 // (schemes/method/sparse_weight.h). marlin-24 is refused: its producer cannot decompress it
 // (Marlin24Compressor.decompress raises NotImplementedError), so no exact reading is specified.
-std::optional<CtSparsity> parse_sparsity_config(const Json& j, const std::string& where) {
+std::optional<CtSparsity> parse_sparsity_config(
+    const Json& j, const std::function<std::string(const std::string&)>& key) {
+  const std::string where = key("sparsity_config");
   CtSparsity s;
   s.format = opt_string(j, "format", where).value_or("dense");
-  const std::string fk = key_where(where, "format");
+  const std::string fk = key("sparsity_config.format");
   if (s.format == "marlin-24")
     throw Error(fk,
                 "'marlin-24' (Marlin's 2:4 tile layout) cannot be read exactly: "
@@ -841,19 +848,73 @@ std::optional<CtSparsity> parse_sparsity_config(const Json& j, const std::string
                         "' (known: dense, sparse-24-bitmask, sparse-bitmask, marlin-24)");
   s.structure = opt_string(j, "sparsity_structure", where).value_or("unstructured");
   if (s.format == "sparse-24-bitmask" && s.structure != "2:4")
-    throw Error(key_where(where, "sparsity_structure"),
+    throw Error(key("sparsity_config.sparsity_structure"),
                 "sparse-24-bitmask stores exactly 2 of every 4 weights and requires "
                 "sparsity_structure \"2:4\", got '" +
                     s.structure + "'");
   if (auto it = j.find("targets"); it != j.end() && !it->is_null())
-    s.targets = as_string_list(*it, key_where(where, "targets"));
+    s.targets = as_string_list(*it, key("sparsity_config.targets"));
   if (auto it = j.find("ignore"); it != j.end() && !it->is_null())
-    s.ignore = as_string_list(*it, key_where(where, "ignore"));
+    s.ignore = as_string_list(*it, key("sparsity_config.ignore"));
   if (s.format == "dense") return std::nullopt;  // nothing stored differently
   if (s.targets.empty())
-    throw Error(key_where(where, "targets"),
+    throw Error(key("sparsity_config.targets"),
                 "a " + s.format + " sparsity_config needs the targets it compressed");
   return s;
+}
+
+// compressed-tensors' TransformConfig (transform/transform_config.py, transform_args.py): each
+// group a scheme (type hadamard / random-hadamard / random-matrix) applied at locations of
+// its targets. TransformFactory._apply_to_module fuses the offline locations (weight_input,
+// weight_output) into the weights eagerly and deletes the transform (unless requires_grad),
+// so the saved weights already hold them and an engine applies nothing (vLLM's transform
+// method handles only the online ones). The online locations (input, output, q_attn, k_cache)
+// are forward hooks: a rotation every engine must run, refused here by name until qparity runs
+// it. Returns the groups that are wholly fused.
+std::vector<std::string> parse_transform_config(
+    const Json& j, const std::function<std::string(const std::string&)>& key) {
+  const std::string where = key("transform_config");
+  std::vector<std::string> fused;
+  const auto cg = j.find("config_groups");
+  if (cg == j.end() || cg->is_null()) return fused;
+  require_object(*cg, key("transform_config.config_groups"));
+  for (const auto& [name, g] : cg->items()) {
+    const std::string gpath = "transform_config.config_groups." + name;
+    const std::string gk = key(gpath);
+    require_object(g, gk);
+    const std::string type = opt_string(g, "type", gk).value_or("hadamard");
+    if (auto rg = g.find("requires_grad"); rg != g.end() && rg->is_boolean() && rg->get<bool>())
+      throw Error(key(gpath + ".requires_grad"),
+                  "true: a training-time parametrization (the weights are stored as "
+                  "parametrizations.weight.original, not fused); not a deployable checkpoint");
+    const Json& apply = require_key(g, "apply", gk);
+    if (!apply.is_array()) throw Error(key(gpath + ".apply"), "expected a list");
+    for (size_t i = 0; i < apply.size(); ++i) {
+      const std::string apath = gpath + ".apply[" + std::to_string(i) + "]";
+      const std::string ak = key(apath);
+      require_object(apply[i], ak);
+      const std::string loc =
+          as_string(require_key(apply[i], "location", ak), key(apath + ".location"));
+      if (loc == "weight_input" || loc == "weight_output") continue;
+      if (loc == "input" || loc == "output" || loc == "q_attn" || loc == "k_cache") {
+        std::string first;
+        if (auto t = apply[i].find("targets"); t != apply[i].end()) {
+          const auto list = as_string_list(*t, key(apath + ".targets"));
+          if (!list.empty()) first = " on '" + list.front() + "'";
+        }
+        throw Error(key(apath + ".location"),
+                    "'" + loc + "': an online " + type + " transform" + first +
+                        " (a rotation of activations at run time, e.g. SpinQuant R3/R4 or "
+                        "QuIP) is not applied by qparity yet; offline weight_input / "
+                        "weight_output transforms are read (already fused into the weights)");
+      }
+      throw Error(key(apath + ".location"),
+                  "unknown location '" + loc +
+                      "' (known: input, weight_input, weight_output, output, q_attn, k_cache)");
+    }
+    fused.push_back(name + " (" + type + ")");
+  }
+  return fused;
 }
 
 }  // namespace
@@ -928,13 +989,9 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
   if (auto it = qc.find("kv_cache_scheme"); it != qc.end() && !it->is_null())
     c.kv_cache_scheme = parse_quant_args(*it, key("kv_cache_scheme"));
 
-  if (has_sparsity) c.sparsity = parse_sparsity_config(*sparsity_it, key("sparsity_config"));
-  if (auto it = qc.find("transform_config"); it != qc.end() && it->is_object() && !it->empty()) {
-    auto cg = it->find("config_groups");
-    if (cg == it->end() || !cg->is_object() || !cg->empty())
-      throw Error(key("transform_config"),
-                  "transforms (Hadamard / rotations applied at run time) are not implemented");
-  }
+  if (has_sparsity) c.sparsity = parse_sparsity_config(*sparsity_it, key);
+  if (auto it = qc.find("transform_config"); it != qc.end() && it->is_object() && !it->empty())
+    c.fused_transforms = parse_transform_config(*it, key);
   return c;
 }
 

@@ -56,6 +56,10 @@ struct CompressedTensorsConfig {
   std::vector<std::string> ignore;
   std::optional<QuantArgs> kv_cache_scheme;
   std::optional<CtSparsity> sparsity;  // set when sparsity_config compresses anything
+  // transform_config groups whose every transform is offline (location weight_input /
+  // weight_output): compressed-tensors fused them into the stored weights, so nothing runs at
+  // load or run time ("R1 (hadamard)"); an online location is refused when parsing.
+  std::vector<std::string> fused_transforms;
 };
 
 // Whether a linear stored in `format` has a tensor named `weight` (the dense weight or its

@@ -213,7 +213,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.description =
           "FP8 E4M3 weights with one scale per tensor; FP8 activations with a static per-tensor "
           "scale, dynamic, or unquantized (compressed-tensors FP8 preset; quant_method fp8 without "
-          "weight_block_size).";
+          "weight_block_size). Unquantized inputs are the point fp8-tensor-a16.";
       s.parameters = {{"activations", "static tensor | dynamic | none",
                        "from input_activations / activation_scheme"}};
       s.constraints = {
@@ -233,7 +233,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.description =
           "FP8 E4M3 weights with one scale per output channel; FP8 activations quantized per token "
           "at run time, or unquantized (compressed-tensors FP8_DYNAMIC; msModelSlim "
-          "WFP8AFP8_DYNAMIC).";
+          "WFP8AFP8_DYNAMIC). Unquantized inputs are the point fp8-channel-a16.";
       s.parameters = {{"activations", "dynamic token | none", "from input_activations"}};
       s.constraints = {"weights float 8-bit, strategy channel, symmetric, static",
                        "inputs float 8-bit dynamic per token, or none (static activations are "
@@ -251,7 +251,8 @@ SchemeInfo make_info(SchemeKind k) {
       s.description =
           "FP8 E4M3 weights with one scale per 128x128 tile; FP8 activations per token and "
           "128-column group at run time (compressed-tensors FP8_BLOCK; quant_method fp8 with "
-          "weight_block_size [128, 128], DeepSeek-V3 style).";
+          "weight_block_size [128, 128], DeepSeek-V3 style). Unquantized inputs (vLLM's "
+          "W8A16Fp8) are the point fp8-block-a16.";
       s.parameters = {{"block_structure", "[128, 128]", "weight tile [rows, cols]"},
                       {"activation group", "128", "per-token-group activation scale (1x128)"}};
       s.constraints = {
@@ -570,6 +571,9 @@ std::string valid_scheme_ids() {
     if (k == SchemeKind::kW8A8Int8) out += ", ct-w8a8-int8[-wtensor]-<dyn|static>[-asym]";
     if (k == SchemeKind::kNvfp4 || k == SchemeKind::kMxfp4 || k == SchemeKind::kMxfp8)
       out += ", " + std::string(scheme_pattern(k)) + "a16";
+    if (k == SchemeKind::kFp8Tensor || k == SchemeKind::kFp8Channel || k == SchemeKind::kFp8Block)
+      out += ", " + std::string(scheme_pattern(k)) + "-a16";
+    if (k == SchemeKind::kKvFp8) out += ", kv-fp8-head";
   }
   out += "; presets: ";
   bool first = true;
@@ -822,6 +826,9 @@ SchemeId parse_scheme_id(std::string_view id) {
   for (SchemeKind k : {SchemeKind::kNvfp4, SchemeKind::kMxfp4, SchemeKind::kMxfp8})
     if (s == std::string(scheme_pattern(k)) + "a16")
       return SchemeId{.kind = k, .weight_only = true};
+  for (SchemeKind k : {SchemeKind::kFp8Tensor, SchemeKind::kFp8Channel, SchemeKind::kFp8Block})
+    if (s == std::string(scheme_pattern(k)) + "-a16")
+      return SchemeId{.kind = k, .weight_only = true};
   if (auto p = parse_packed_int(s, id)) return *p;
   for (const SchemePreset& p : scheme_presets())
     if (lower(p.name) == s) {
@@ -878,6 +885,11 @@ std::string to_string(const SchemeId& s) {
     if (p.static_inputs && !p.symmetric_inputs) out += "-asym";
     return out;
   }
+  // fp8-channel-a16 (a dash: "fp8-channela16" would read as one word); nvfp4a16 as
+  // compressed-tensors spells NVFP4A16.
+  if (s.weight_only && (s.kind == SchemeKind::kFp8Tensor || s.kind == SchemeKind::kFp8Channel ||
+                        s.kind == SchemeKind::kFp8Block))
+    return std::string(scheme_pattern(s.kind)) + "-a16";
   if (s.weight_only) return std::string(scheme_pattern(s.kind)) + "a16";
   if (s.kv_per_head) return "kv-fp8-head";
   return std::string(scheme_pattern(s.kind));

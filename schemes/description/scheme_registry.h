@@ -101,8 +101,9 @@ struct SchemeId {
   IntWeightPoint int_weights{};
   IntWeightInputs int_inputs = IntWeightInputs::kNone;  // kPackedInt only
   Int8ActPoint int8_act{};
-  // kNvfp4, kMxfp4, kMxfp8 only: no input activations (compressed-tensors' NVFP4A16, MXFP4A16,
-  // MXFP8A16 presets; ids nvfp4a16, mxfp4a16, mxfp8a16).
+  // kNvfp4, kMxfp4, kMxfp8, kFp8Tensor, kFp8Channel, kFp8Block only: no input activations
+  // (compressed-tensors' NVFP4A16, MXFP4A16, MXFP8A16 presets, FP8 weights without inputs; ids
+  // nvfp4a16, mxfp4a16, mxfp8a16, fp8-tensor-a16, fp8-channel-a16, fp8-block-a16).
   bool weight_only = false;
   // kKvFp8 only: one k/v scale per KV head (compressed-tensors kv_cache_scheme strategy
   // attn_head; id kv-fp8-head) instead of one per tensor.

@@ -198,12 +198,25 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
   EXPECT_THAT(r.err, HasSubstr("asks for 2 weight points"));
   EXPECT_THAT(r.err, HasSubstr("quantize writes one point per checkpoint"));
   EXPECT_FALSE(fs::exists(dir_ / "qm"));
-  // FP8 weights with unquantized inputs (FP8 W8A16): read as fp8-channel's method, but no id
-  // writes that point: refused rather than written with fp8-channel's dynamic inputs.
+  // FP8 weights with unquantized inputs (FP8 W8A16): the point fp8-channel-a16, written with no
+  // input scales and planned back as itself.
   const std::string fp8a16 = write("fp8a16.json", R"({"quant_method": "compressed-tensors",
       "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"g": {
       "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})");
-  r = run("quantize --in " + p("fp") + " --config " + fp8a16 + " --out " + p("qm"));
+  r = run("quantize --in " + p("fp") + " --config " + fp8a16 + " --out " + p("qa16"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("asks for fp8-channel-a16"));
+  r = run("inspect " + p("qa16"));
+  EXPECT_THAT(r.out, HasSubstr("fp8-channel-a16"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("input_scale")));
+  // Args no id writes: per-tensor FP8 weights with dynamic per-token inputs (read as
+  // fp8-tensor's method, whose id implies static per-tensor inputs): refused, not written.
+  const std::string odd = write("odd.json", R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"g": {
+      "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                            "dynamic": true}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + odd + " --out " + p("qm"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("no scheme id names this point yet"));
   // The config file as an attacker would give it: a FIFO (never waited on), a duplicate key (the

@@ -18,6 +18,7 @@
 namespace qparity {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -185,6 +186,44 @@ TEST(CompressedTensorsPlan, PresetGroupNames) {
 
 // compressed-tensors' W4A8 (int8 per-token inputs) and W4AFP8 (fp8 per-token inputs) on int4
 // group-128 weights: int-quantized or pack-quantized codes; what no engine reads is refused.
+// transform_config: offline transforms (weight_input / weight_output) were fused into the
+// stored weights by compressed-tensors and are planned with a warning saying so; online ones
+// (a run-time rotation) and training-time parametrizations are refused by name.
+TEST(CompressedTensorsPlan, TransformsFusedIntoTheWeightsAreReadOnlineOnesRefused) {
+  auto with = [](const std::string& apply, const char* extra = "") {
+    return std::string(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+        "ignore": ["lm_head"], "config_groups": {"W4A16": ["Linear"]},
+        "transform_config": {"config_groups": {"R1": {"type": "hadamard", )") +
+           extra + R"("apply": [)" + apply + "]}}}}";
+  };
+  const std::string offline =
+      R"({"targets": ["re:.*down_proj$"], "location": "weight_output"},
+         {"targets": ["re:.*up_proj$"], "location": "weight_input", "inverse": true})";
+  const QuantPlan p = plan_of(tiny_llama(), with(offline).c_str());
+  expect_all_linears(p, "ct-w4a16-g128");
+  bool warned = false;
+  for (const std::string& w : p.warnings())
+    warned =
+        warned || w.find("group R1 (hadamard) has offline locations only") != std::string::npos;
+  EXPECT_TRUE(warned);
+  EXPECT_THAT(
+      error_of([&] {
+        plan_of(
+            tiny_llama(),
+            with(offline + R"(, {"targets": ["re:.*down_proj$"], "location": "input"})").c_str());
+      }),
+      AllOf(HasSubstr("transform_config.config_groups.R1.apply[2].location"),
+            HasSubstr("'input': an online hadamard transform on 're:.*down_proj$'")));
+  EXPECT_THAT(
+      error_of([&] { plan_of(tiny_llama(), with(offline, R"("requires_grad": true, )").c_str()); }),
+      HasSubstr("requires_grad': true: a training-time parametrization"));
+  EXPECT_THAT(error_of([&] {
+                plan_of(tiny_llama(),
+                        with(R"({"targets": ["Linear"], "location": "weights"})").c_str());
+              }),
+              HasSubstr("unknown location 'weights'"));
+}
+
 TEST(CompressedTensorsPlan, IntWeightsWithPerTokenInputs) {
   auto plan = [](const std::string& group, const char* format) {
     return plan_of(tiny_llama(), (std::string(R"({"quant_method": "compressed-tensors",
@@ -299,13 +338,27 @@ TEST(CompressedTensorsPlan, Fp8Presets) {
   EXPECT_EQ(b.method_for("model.layers.0.mlp.down_proj").weights->block_structure,
             (std::array<int64_t, 2>{128, 128}));
 
-  // Weight-only FP8 per channel (no input activations) is fp8-channel too.
-  const QuantPlan w = plan_of(tiny_llama(), R"({"quant_method": "compressed-tensors",
-      "format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"],
-      "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
-      "ignore": ["lm_head"]})");
-  expect_all_linears(w, "fp8-channel");
-  EXPECT_FALSE(w.method_for("model.layers.0.mlp.up_proj").input_activations.has_value());
+  // Weight-only FP8 (no input activations: vLLM's CompressedTensorsW8A16Fp8) is its own point
+  // per strategy, fp8-<tensor|channel|block>-a16, whose id implies no inputs.
+  for (const auto& [strategy, id] :
+       {std::pair<std::string, std::string>{R"("strategy": "channel")", "fp8-channel-a16"},
+        {R"("strategy": "tensor")", "fp8-tensor-a16"},
+        {R"("strategy": "block", "block_structure": [128, 128])", "fp8-block-a16"}}) {
+    const QuantPlan w = plan_of(tiny_llama(), (R"({"quant_method": "compressed-tensors",
+        "format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "float", )" +
+                                               strategy + R"(}}}, "ignore": ["lm_head"]})")
+                                                  .c_str());
+    if (id == "fp8-block-a16") {
+      // fp8 block's 128-row tiles: the tiny model's linears all take it.
+      EXPECT_EQ(scheme_of(w, "model.layers.0.mlp.up_proj"), id);
+    } else {
+      expect_all_linears(w, id);
+    }
+    EXPECT_FALSE(w.method_for("model.layers.0.mlp.up_proj").input_activations.has_value());
+    EXPECT_FALSE(implied_args(parse_scheme_id(id)).input_activations.has_value()) << id;
+    EXPECT_EQ(to_string(parse_scheme_id(id)), id);
+  }
 }
 
 TEST(CompressedTensorsPlan, Fp8Constraints) {
@@ -601,8 +654,7 @@ TEST(CompressedTensorsPlan, FormatRules) {
                     "format": "float-quantized", "config_groups": {"FP8": ["Linear"]},
                     "transform_config": {"config_groups": {"R1": {}}}})");
               }),
-              HasSubstr("transforms (Hadamard / rotations applied at run time) are not "
-                        "implemented"));
+              HasSubstr("transform_config.config_groups.R1': missing required key 'apply'"));
 }
 
 TEST(CompressedTensorsPlan, KvCacheScheme) {

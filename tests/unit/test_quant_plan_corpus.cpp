@@ -56,8 +56,9 @@ const std::map<std::string, Expected> kExpected = {
     {"04-tinyllama-w4a16-g128-dense-sparsity.json", {"dense", ""}},
     {"05-llama7b-2of4-w4a16-g128-frozen-legacy.json", {"dense", ""}},
     {"06-laguna-s-fp8-block-kvfp8-moe-ignore.json", {"moe", ""}},
-    // Hadamard rotations (transform_config): not applied yet, refused by name.
-    {"07-laguna-xs-fp8-block-kvfp8-hadamard-transform.json", {"moe", "transform_config"}},
+    // An offline Hadamard R1 (transform_config, weight_input / weight_output only): fused into
+    // the stored weights by compressed-tensors, so the plan is the fp8-block one.
+    {"07-laguna-xs-fp8-block-kvfp8-hadamard-transform.json", {"moe", ""}},
     // DeepSeek-V4's attention modules (fused_wqa_wkv, wq_b, ...): an architecture qparity does
     // not run, so its attention group's regex targets match nothing (the FFN group plans).
     {"08-redhat-deepseek-v4-flash-nvfp4-fp8-mixed.json",

@@ -56,8 +56,9 @@ TEST(SchemeRegistry, ListsEverySchemeOfTheArchitectureInOrder) {
                   "bf16, w8a16-ch, w8a16-g<N>, w8a8-static, w8a8s, w8a8-int8-dyn, "
                   "ct-w8a8-int8[-wtensor]-<dyn|static>[-asym], w4a8-dyn, "
                   "w4a16-g32, ct-w<b><a16|a8|afp8>-<g<N>|ch|tensor>[-asym][-actorder], fp8-tensor, "
-                  "fp8-channel, fp8-block, nvfp4, nvfp4a16, mxint4, mxfp4, mxfp4a16, mxfp8, "
-                  "mxfp8a16, kv-bf16, kv-int8, kv-fp8, "
+                  "fp8-tensor-a16, fp8-channel, fp8-channel-a16, fp8-block, fp8-block-a16, nvfp4, "
+                  "nvfp4a16, mxint4, mxfp4, mxfp4a16, mxfp8, mxfp8a16, kv-bf16, kv-int8, kv-fp8, "
+                  "kv-fp8-head, "
                   "smoothquant; presets: UNQUANTIZED, W8A16, W4A16, W4A16_ASYM, W8A8, INT8, W4A8, "
                   "W4AFP8, W2A16,"));
 }

@@ -39,6 +39,12 @@ SCHEMES = {
                  "in the model dtype (MXFP4A16)"),
     "mxfp8a16": ("fp8weight", 2.0 ** -4 * 2, "e4m3 weights, E8M0 block-32 scales; activations "
                  "in the model dtype (MXFP8A16)"),
+    "fp8-tensor-a16": ("fp8weight", 2.0 ** -4, "e4m3 weights, per-tensor scale; activations in "
+                       "the model dtype (FP8 weight-only)"),
+    "fp8-channel-a16": ("fp8weight", 2.0 ** -4, "e4m3 weights per channel; activations in the "
+                        "model dtype (FP8 weight-only)"),
+    "fp8-block-a16": ("fp8weight", 2.0 ** -4, "e4m3 128x128 weight blocks; activations in the "
+                      "model dtype (FP8 weight-only)"),
     "kv-int8": ("kv", 0.5 / 127, "int8 KV cache (msModelSlim C8)"),
     "kv-fp8": ("kv", 2.0 ** -4, "e4m3 KV cache"),
     # One scale per KV head: the same e4m3 grid relative to each head's own amax, so no head's
