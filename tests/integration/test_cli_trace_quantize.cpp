@@ -209,6 +209,25 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
   r = run("inspect " + p("qa16"));
   EXPECT_THAT(r.out, HasSubstr("fp8-channel-a16"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("input_scale")));
+  // A sparsity_config beside the quantization: written when it covers exactly the quantized
+  // linears, refused naming a linear when not.
+  const std::string sparse = write("sparse.json", R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {
+      "FP8_DYNAMIC": ["Linear"]}, "sparsity_config": {"format": "sparse-24-bitmask",
+      "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": ["lm_head"]}})");
+  r = run("quantize --in " + p("fp") + " --config " + sparse + " --out " + p("qsparse"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run("inspect " + p("qsparse"));
+  EXPECT_THAT(r.out, HasSubstr("sparsity=sparse-24-bitmask"));
+  EXPECT_THAT(r.out, HasSubstr("down_proj.bitmask"));
+  const std::string partial = write("partial.json", R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {
+      "FP8_DYNAMIC": ["Linear"]}, "sparsity_config": {"format": "sparse-24-bitmask",
+      "sparsity_structure": "2:4", "targets": ["re:.*mlp.*"]}})");
+  r = run("quantize --in " + p("fp") + " --config " + partial + " --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is quantized but not sparse, or sparse but not quantized"));
+  EXPECT_FALSE(fs::exists(dir_ / "qm"));
   // Args no id writes: per-tensor FP8 weights with dynamic per-token inputs (read as
   // fp8-tensor's method, whose id implies static per-tensor inputs): refused, not written.
   const std::string odd = write("odd.json", R"({"quant_method": "compressed-tensors",

@@ -131,10 +131,10 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
       for (const std::string& m : mods)
         if (std::find(written.begin(), written.end(), m) == written.end()) odd.push_back(m);
       throw Error(where, "its sparsity_config (" + format + ") covers " +
-                             std::to_string(mods.size()) + " linears and leaves " + odd.front() +
+                             std::to_string(mods.size()) + " linears, and " + odd.front() +
                              " (and " + std::to_string(odd.size() - 1) +
-                             " more) as stored: quantize writes one sparse storage for "
-                             "every linear it quantizes");
+                             " more) is quantized but not sparse, or sparse but not quantized: "
+                             "quantize writes one sparse storage for every linear it quantizes");
     }
   }
   if (by_point.empty() && kv.empty() && out.sparsity.empty())
