@@ -436,13 +436,17 @@ std::vector<IntWeight> unfuse_int_weights(const FusedIntWeight& f,
   return out;
 }
 
-Matrix apply_fused(const FusedIntWeight& f, const Matrix& x) {
-  if (f.identity) return weight_only_gemm(x, f.w);
+Matrix permuted_columns(const FusedIntWeight& f, const Matrix& x) {
+  if (f.identity) return x;
   Matrix xp(x.rows, x.cols);
   for (int64_t t = 0; t < x.rows; ++t)
     for (int64_t j = 0; j < x.cols; ++j)
       xp(t, j) = x(t, f.perm[sz(j)]);
-  return weight_only_gemm(xp, f.w);
+  return xp;
+}
+
+Matrix apply_fused(const FusedIntWeight& f, const Matrix& x) {
+  return weight_only_gemm(f.identity ? x : permuted_columns(f, x), f.w);
 }
 
 namespace {
@@ -643,16 +647,6 @@ void PackQuantizedLinearMethod::process() {
   }
 }
 
-Matrix PackQuantizedLinearMethod::permuted(const Matrix& x, int64_t expert) const {
-  const FusedIntWeight& f = fused_[sz(expert)];
-  if (f.identity) return x;
-  Matrix xp(x.rows, x.cols);
-  for (int64_t t = 0; t < x.rows; ++t)
-    for (int64_t j = 0; j < x.cols; ++j)
-      xp(t, j) = x(t, f.perm[sz(j)]);
-  return xp;
-}
-
 QuantizedMatrix PackQuantizedLinearMethod::quantize_permuted_input(const Matrix& xp) const {
   if (inputs_ == IntWeightInputs::kInt8Token)
     return quantize_int8_per_token(xp, int8_act_rules(dialect()), shape().model_dtype);
@@ -665,14 +659,14 @@ std::optional<QuantizedMatrix> PackQuantizedLinearMethod::do_quantize_input(cons
                                                                             int64_t expert) const {
   if (inputs_ == IntWeightInputs::kNone) return std::nullopt;
   // In the fused weight's column order (act order permutes it; the codes are the same values).
-  return quantize_permuted_input(permuted(x, expert));
+  return quantize_permuted_input(permuted_columns(fused_[sz(expert)], x));
 }
 
 Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   Matrix y = inputs_ == IntWeightInputs::kNone
                  ? apply_fused(fused_[sz(expert)], x)
-                 : scaled_gemm(quantize_permuted_input(permuted(x, expert)), fused_[sz(expert)].w,
-                               inputs_ == IntWeightInputs::kInt8Token);
+                 : scaled_gemm(quantize_permuted_input(permuted_columns(fused_[sz(expert)], x)),
+                               fused_[sz(expert)].w, inputs_ == IntWeightInputs::kInt8Token);
   const auto& b = biases_[sz(expert)];
   for (int64_t t = 0; t < y.rows; ++t)
     for (int64_t n = 0; n < y.cols; ++n)

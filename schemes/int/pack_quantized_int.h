@@ -165,6 +165,8 @@ FusedIntWeight fuse_int_weights(const std::vector<IntWeight>& shards, int64_t gr
 // The shards back from a fused weight (original column order), rows split by `partitions`.
 std::vector<IntWeight> unfuse_int_weights(const FusedIntWeight& f,
                                           std::span<const int64_t> partitions);
+// x's columns in the fused weight's (act-order) column order: x itself when in order.
+Matrix permuted_columns(const FusedIntWeight& f, const Matrix& x);
 Matrix apply_fused(const FusedIntWeight& f, const Matrix& x);
 
 class PackQuantizedLinearMethod final : public LinearMethod {
@@ -183,8 +185,6 @@ class PackQuantizedLinearMethod final : public LinearMethod {
   std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const override;
 
  private:
-  // x's columns in the fused weight's (act-order) column order.
-  Matrix permuted(const Matrix& x, int64_t expert) const;
   QuantizedMatrix quantize_permuted_input(const Matrix& xp) const;
 
   QuantArgs args_;
