@@ -9,6 +9,7 @@
 #include "core/safetensors/chatglm_names.h"
 #include "core/safetensors/language_model_names.h"
 #include "reference_cpu/models/architectures.h"
+#include "schemes/int/pack_quantized_int.h"
 #include "schemes/math/numeric.h"
 #include "schemes/method/method_factory.h"
 #include "schemes/method/sparse_weight.h"
@@ -354,6 +355,11 @@ class Loader {
                   LinearMethod& lm) {
     const LinearShape& s = lm.shape();
     const int64_t total = s.out_features();
+    // GPTQ / AWQ tensors are [K.., N] and [G, N]: their output features run along dim 1.
+    if (is_producer_int_storage(int_code_storage(lm.config().format)))
+      throw Error(name, "a fused " + lm.config().format +
+                            " tensor (output features along dim 1) is not implemented; the "
+                            "unfused q/k/v and gate/up tensors are");
     if (v.numel() == 1) {
       for (int64_t p = 0; p < s.partition_count(); ++p)
         lm.load(param, v, p, 0);

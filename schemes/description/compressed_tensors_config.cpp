@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/safetensors/language_model_names.h"
+#include "schemes/description/awq_config.h"
+#include "schemes/description/gptq_config.h"
 
 namespace qparity {
 
@@ -1003,8 +1005,10 @@ QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,
                                        key_where(where, std::string(kQc) + ".quant_method"));
   if (method == "compressed-tensors") return plan_from_compressed_tensors(cfg, qc, where);
   if (method == "fp8") return plan_from_fp8_config(cfg, qc, where);
+  if (method == "gptq") return plan_from_gptq_config(cfg, qc, where);
+  if (method == "awq") return plan_from_awq_config(cfg, qc, where);
   throw Error(key_where(where, std::string(kQc) + ".quant_method"),
-              "'" + method + "' is not supported (supported: compressed-tensors, fp8)");
+              "'" + method + "' is not supported (supported: compressed-tensors, fp8, gptq, awq)");
 }
 
 }  // namespace qparity

@@ -70,6 +70,10 @@ std::string_view to_string(PlanSource s) {
       return "compressed-tensors";
     case PlanSource::kFp8:
       return "fp8";
+    case PlanSource::kGptq:
+      return "gptq";
+    case PlanSource::kAwq:
+      return "awq";
   }
   return "?";
 }
@@ -423,6 +427,7 @@ Json QuantPlan::to_json() const {
           {"source_file", source_file_},
           {"summary", summary()},
           {"warnings", warnings_},
+          {"rules", rules_},
           {"modules", modules}};
 }
 

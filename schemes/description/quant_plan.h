@@ -10,7 +10,8 @@
 //      stay unquantized) or, for a KV scheme, to every attention layer;
 //   2. `quant_model_description.json` in the checkpoint directory, or a single v0
 //      `quant_model_description_<type>.json`;
-//   3. config.json `quantization_config` (compressed-tensors, or quant_method "fp8");
+//   3. config.json `quantization_config` (compressed-tensors, quant_method "fp8", "gptq",
+//      "awq");
 //   4. nothing: every linear bf16 (the model dtype), every KV cache kv-bf16.
 #include <cstdint>
 #include <filesystem>
@@ -32,7 +33,15 @@
 namespace qparity {
 
 enum class ModuleRole : uint8_t { kLinear, kExpertStack, kKvCache, kNorm };
-enum class PlanSource : uint8_t { kDefault, kOverride, kMsModelSlim, kCompressedTensors, kFp8 };
+enum class PlanSource : uint8_t {
+  kDefault,
+  kOverride,
+  kMsModelSlim,
+  kCompressedTensors,
+  kFp8,
+  kGptq,
+  kAwq,
+};
 
 std::string_view to_string(ModuleRole r);
 std::string_view to_string(PlanSource s);
@@ -99,8 +108,12 @@ class QuantPlan {
 
   PlanSource source() const { return source_; }
   const std::string& source_file() const { return source_file_; }
-  // Non-fatal findings (ignore entries matching nothing, unfusable q/k/v schemes, ...).
+  // Non-fatal findings (ignore entries matching nothing, unfusable q/k/v schemes, config keys
+  // the reader does not know, ...).
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // The producer and version rules the reader applied, one line each ("GPTQ checkpoint_format
+  // gptq (v1): stored zero points are z - 1"), for `inspect`.
+  const std::vector<std::string>& rules() const { return rules_; }
   // Number of entries per scheme string, for summaries.
   std::map<std::string, int64_t> summary() const;
   Json to_json() const;
@@ -109,6 +122,7 @@ class QuantPlan {
   PlanEntry& mutable_entry(std::string_view prefix);
   void set_source(PlanSource s, std::string file);
   void add_warning(std::string w) { warnings_.push_back(std::move(w)); }
+  void add_rule(std::string r) { rules_.push_back(std::move(r)); }
   // Checks the rules that span modules (expert stacks share one scheme, MoE routers and tied
   // lm_heads stay unquantized, group sizes divide K, mxint4 only on expert stacks) and fills the
   // expert-stack entries from their experts. Builders call it once, last.
@@ -122,6 +136,7 @@ class QuantPlan {
   PlanSource source_ = PlanSource::kDefault;
   std::string source_file_;
   std::vector<std::string> warnings_;
+  std::vector<std::string> rules_;
 };
 
 // What build_quant_plan reads, already parsed (for tests and fuzzers). The file names only label

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "schemes/description/quant_plan.h"
 #include "schemes/fp8/fp8_common.h"
+#include "schemes/int/awq_layout.h"
+#include "schemes/int/gptq_layout.h"
 #include "schemes/int/w8a8_int8_dynamic.h"
 
 namespace qparity::reference {
@@ -167,13 +169,40 @@ int64_t pack_quantized_group(const QuantArgs& a, int64_t in_features, const std:
 }
 
 IntCodeStorage int_code_storage(const std::string& format) {
-  return format == "int-quantized" || format == "naive-quantized" ? IntCodeStorage::kUnpacked
-                                                                  : IntCodeStorage::kPacked;
+  if (format == "int-quantized" || format == "naive-quantized") return IntCodeStorage::kUnpacked;
+  if (format == "gptq") return IntCodeStorage::kGptqV1;
+  if (format == "gptq_v2") return IntCodeStorage::kGptqV2;
+  if (format == "awq") return IntCodeStorage::kAwqGemm;
+  return IntCodeStorage::kPacked;
+}
+
+std::string int_storage_format(IntCodeStorage s) {
+  switch (s) {
+    case IntCodeStorage::kPacked:
+      return "pack-quantized";
+    case IntCodeStorage::kUnpacked:
+      return "int-quantized";
+    case IntCodeStorage::kGptqV1:
+      return "gptq";
+    case IntCodeStorage::kGptqV2:
+      return "gptq_v2";
+    case IntCodeStorage::kAwqGemm:
+      return "awq";
+  }
+  return "pack-quantized";
+}
+
+bool is_producer_int_storage(IntCodeStorage s) {
+  return s == IntCodeStorage::kGptqV1 || s == IntCodeStorage::kGptqV2 ||
+         s == IntCodeStorage::kAwqGemm;
 }
 
 std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLayout layout,
                                             int64_t n, int64_t k, std::vector<DType> scale_dtypes,
                                             IntCodeStorage storage) {
+  if (storage == IntCodeStorage::kGptqV1 || storage == IntCodeStorage::kGptqV2)
+    return gptq_specs(a, n, k, std::move(scale_dtypes));
+  if (storage == IntCodeStorage::kAwqGemm) return awq_specs(a, n, k, std::move(scale_dtypes));
   const int64_t g = pack_quantized_group(a, k, "pack-quantized");
   const int64_t groups = k / g;
   std::vector<int64_t> scale_shape = a.strategy == QuantStrategy::kTensor ? std::vector<int64_t>{1}
@@ -218,6 +247,11 @@ IntWeight decode_pack_quantized(const std::function<const HostTensor*(const std:
                                 const std::function<std::string(const std::string&)>& where,
                                 const QuantArgs& a, codec::CtPackLayout layout, int64_t n,
                                 int64_t k, IntCodeStorage storage) {
+  if (storage == IntCodeStorage::kGptqV1 || storage == IntCodeStorage::kGptqV2)
+    return decode_gptq(
+        get, where, a,
+        storage == IntCodeStorage::kGptqV1 ? GptqZeroFormat::kV1 : GptqZeroFormat::kV2, n, k);
+  if (storage == IntCodeStorage::kAwqGemm) return decode_awq(get, where, a, n, k);
   const auto need = [&](const std::string& name) -> const HostTensor& {
     const HostTensor* t = get(name);
     if (!t) throw Error(where(name), "missing");
@@ -499,6 +533,30 @@ TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayou
   require_finite(req.weight.data, req.where);
   const IntWeightRules rules = pack_quantized_rules(req.dialect);
   const int bits = a.num_bits;
+  if (is_producer_int_storage(storage)) {
+    // The producer's own round-to-nearest and layout; scales in fp16 as both store them.
+    if (a.strategy == QuantStrategy::kTensor)
+      throw Error(req.where, int_storage_format(storage) + " has no per-tensor scale");
+    std::vector<int64_t> group;
+    if (a.actorder == ActOrder::kGroup) group = actorder_groups(req, k, gsize);
+    const bool exact = req.dialect == Dialect::kIdeal;
+    TensorMap out;
+    if (storage == IntCodeStorage::kAwqGemm) {
+      if (a.actorder == ActOrder::kGroup)
+        throw Error(req.where, "awq has no act order (no g_idx tensor)");
+      out = encode_awq(
+          quantize_awq_rtn(req.weight, bits, gsize, a.symmetric, DType::kF16, exact, req.where),
+          bits, DType::kF16, req.where);
+    } else {
+      out = encode_gptq(
+          quantize_gptq_rtn(req.weight, bits, gsize, a.symmetric, std::move(group), DType::kF16,
+                            exact, req.where),
+          bits, storage == IntCodeStorage::kGptqV1 ? GptqZeroFormat::kV1 : GptqZeroFormat::kV2,
+          DType::kF16, req.where);
+    }
+    add_bias(out, req, req.model_dtype);
+    return out;
+  }
 
   IntWeight w;
   w.rows = n;
@@ -641,6 +699,12 @@ void PackQuantizedLinearMethod::process() {
           decode_pack_quantized([&](const std::string& n) { return find_loaded(n, p, e); },
                                 [&](const std::string& n) { return where(n, p, e); }, args_,
                                 layout_, s.partitions[sz(p)], s.in_features, storage_));
+      // vLLM and SGLang create GPTQ / AWQ scale parameters in the model dtype and copy the
+      // checkpoint's fp16 scales into them: a bf16 model runs them rounded to bf16.
+      if (is_producer_int_storage(storage_) &&
+          (dialect() == Dialect::kVllm || dialect() == Dialect::kSglang))
+        for (double& v : parts.back().scales.data)
+          v = in(arith_of(s.model_dtype), v);
     }
     fused_.push_back(fuse_int_weights(parts, group_size_, where("weight_g_idx", 0, e)));
     biases_.push_back(loaded_bias(e));

@@ -122,10 +122,18 @@ int64_t pack_quantized_group(const QuantArgs& a, int64_t in_features, const std:
 
 // How the integer codes are stored: packed into int32 words (pack-quantized) or one signed code
 // per I8 element (int-quantized / naive-quantized, compressed-tensors' naive compressor: `weight`
-// [N, K], zero points unpacked I8 [N, G] / [N, 1] / [1], no weight_shape).
-enum class IntCodeStorage : uint8_t { kPacked, kUnpacked };
-// The storage a compressed-tensors format name implies for integer weights.
+// [N, K], zero points unpacked I8 [N, G] / [N, 1] / [1], no weight_shape); or in another
+// producer's layout of the same point: GPTQ's qweight / qzeros / scales / g_idx, v1 (stored
+// zero - 1) or v2 (gptq_layout.h), AutoAWQ's GEMM layout (awq_layout.h).
+enum class IntCodeStorage : uint8_t { kPacked, kUnpacked, kGptqV1, kGptqV2, kAwqGemm };
+// The storage a checkpoint format name implies for integer weights: compressed-tensors'
+// int-quantized / naive-quantized (unpacked) and pack-quantized, "gptq", "gptq_v2", "awq".
 IntCodeStorage int_code_storage(const std::string& format);
+// The format name of a storage ("pack-quantized", "int-quantized", "gptq", "gptq_v2", "awq").
+std::string int_storage_format(IntCodeStorage s);
+// Whether the storage is another producer's (GPTQ / AWQ): tensors transposed to [K, N] (or
+// [G, N]), so a fused checkpoint tensor does not split by rows.
+bool is_producer_int_storage(IntCodeStorage s);
 
 // The checkpoint tensors of one pack-quantized shard [N, K].
 std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLayout layout,

@@ -170,6 +170,16 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
   if (!request.input_activations) request.input_activations = defaults.input_activations;
   if (scheme.kind == SchemeKind::kW8A16Group && request.group_size == 0)
     request.group_size = scheme.group_size;
+  if (!request.format.empty() && request.format != defaults.format &&
+      scheme.kind != SchemeKind::kPackedInt)
+    throw Error(request.where, "scheme " + to_string(scheme) + " is written as " + defaults.format +
+                                   ", not " + request.format);
+  if (!request.format.empty() &&
+      int_storage_format(int_code_storage(request.format)) != request.format &&
+      request.format != "naive-quantized")
+    throw Error(request.where, "'" + request.format +
+                                   "' is not an integer weight layout (pack-quantized, "
+                                   "int-quantized, naive-quantized, gptq, gptq_v2, awq)");
   switch (scheme.kind) {
     case SchemeKind::kBf16:
       return quantize_unquantized(request.weight, request.model_dtype,
@@ -185,8 +195,9 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
     case SchemeKind::kW4A8Dyn:
       return quantize_w4a8_dynamic(request);
     case SchemeKind::kPackedInt:
-      return quantize_pack_quantized(request, codec::CtPackLayout::kDenseStream,
-                                     int_code_storage(defaults.format));
+      return quantize_pack_quantized(
+          request, codec::CtPackLayout::kDenseStream,
+          int_code_storage(request.format.empty() ? defaults.format : request.format));
     case SchemeKind::kMxint4:
       return quantize_mxint4(request);
     case SchemeKind::kFp8Tensor:

@@ -39,6 +39,10 @@ struct QuantizeRequest {
   // minimum of 2688/amax; from 0.11 its observers' joint absmax, the same value). Unset: this
   // weight's own amax.
   std::optional<double> fused_weight_amax;
+  // The checkpoint layout to write; empty: the scheme's own under the dialect (method_config's
+  // format). kPackedInt points also write "gptq", "gptq_v2" (GPTQ's qweight / qzeros / scales /
+  // g_idx) and "awq" (AutoAWQ GEMM), each with that producer's round-to-nearest rule.
+  std::string format;
   std::string where = "weight";  // names the linear in errors
 };
 

@@ -87,6 +87,10 @@ ShardTensor shard_one(const Checkpoint& full, const ModelConfig& cfg, const Quan
     throw Error(name, "a " + e->sparsity + " weight (" + e->prefix +
                           ") has no tensor-parallel rule: its bitmask rows are not sliced; run "
                           "it at tp 1");
+  if (e && (e->format == "gptq" || e->format == "gptq_v2" || e->format == "awq"))
+    throw Error(name, "a " + e->format + " linear (" + e->prefix +
+                          ") has no tensor-parallel rule: its tensors are [K.., N] and [G, N], "
+                          "not sliced here; run it at tp 1");
   const bool plain = ends_with(name, "norm.weight") || ends_with(name, "embed_tokens.weight") ||
                      ends_with(name, "lm_head.weight") || ends_with(name, "mlp.gate.weight");
   if (!e || e->role == ModuleRole::kNorm || (plain && !(e->quantized() && rel != "weight"))) {

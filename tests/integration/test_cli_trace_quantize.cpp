@@ -14,6 +14,7 @@
 #include "../unit/quant_test_util.h"
 #include "../unit/test_seed.h"
 #include "cli_runner.h"
+#include "core/json_util.h"
 #include "core/safetensors/safetensors_file.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "schemes/method/tensor_decode.h"
@@ -258,6 +259,63 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
                 .status,
             2);
   EXPECT_EQ(run("quantize --in " + p("fp") + " --out " + p("qx")).status, 2);
+}
+
+// GPTQ (v1 and v2) and AutoAWQ layouts written by quantize --format, planned back by their own
+// readers (inspect names the producer's rules) and run by the reference: v1 and v2 of the same
+// codes trace identically; a GPTQ config given to --config implies its layout.
+TEST_F(CliTraceQuantize, QuantizeInGptqAndAwqLayouts) {
+  ASSERT_EQ(run("make-fixture --arch qwen3 --seed 5 --out " + p("fp")).status, 0);
+  const std::string ign = " --ignore model.layers.1.mlp.down_proj";
+  auto r =
+      run("quantize --in " + p("fp") + " --scheme W4A16 --format gptq" + ign + " --out " + p("g1"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("inspect " + p("g1"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("source: gptq"));
+  EXPECT_THAT(r.out, HasSubstr("rule: GPTQ checkpoint_format gptq (v1)"));
+  EXPECT_THAT(r.out, HasSubstr("format=gptq"));
+  EXPECT_THAT(r.out, HasSubstr("summary: bf16 x2 ct-w4a16-g128 x13"));
+  EXPECT_THAT(r.out, HasSubstr("q_proj.qweight"));
+  const Json qc = read_json_file(dir_ / "g1" / "config.json").at("quantization_config");
+  EXPECT_EQ(qc.at("dynamic").begin().key(), "-:^model\\.layers\\.1\\.mlp\\.down_proj$");
+  r = run("quantize --in " + p("fp") + " --scheme W4A16 --format gptq_v2" + ign + " --out " +
+          p("g2"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* d : {"g1", "g2"})
+    ASSERT_EQ(run(std::string("trace --model ") + p(d) + " --token-ids 5,17,3,99 --out " +
+                  p(std::string(d) + ".st"))
+                  .status,
+              0)
+        << d;
+  EXPECT_EQ(test::read_matrix(dir_ / "g1.st", "logits").data,
+            test::read_matrix(dir_ / "g2.st", "logits").data);
+  // AWQ: int4 with zero points only.
+  r = run("quantize --in " + p("fp") + " --scheme W4A16_ASYM --format awq" + ign + " --out " +
+          p("aw"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("inspect " + p("aw"));
+  EXPECT_THAT(r.out, HasSubstr("source: awq"));
+  EXPECT_THAT(r.out, HasSubstr("ct-w4a16-g128-asym"));
+  EXPECT_EQ(read_json_file(dir_ / "aw" / "config.json")
+                .at("quantization_config")
+                .at("modules_to_not_convert"),
+            Json::array({"model.layers.1.mlp.down_proj"}));
+  ASSERT_EQ(run("trace --model " + p("aw") + " --token-ids 5,17,3,99 --out " + p("aw.st")).status,
+            0);
+  r = run("quantize --in " + p("fp") + " --scheme W4A16 --format awq --out " + p("bad"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("stores int4 with zero points"));
+  EXPECT_FALSE(fs::exists(dir_ / "bad"));
+  // A GPTQ quantization_config: its point, in its layout.
+  std::ofstream(dir_ / "gptq.json") << R"({"bits": 8, "group_size": -1, "desc_act": false,
+      "sym": true, "quant_method": "gptq", "checkpoint_format": "gptq_v2"})";
+  r = run("quantize --in " + p("fp") + " --config " + p("gptq.json") + " --out " + p("g8"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("asks for ct-w8a16-ch"));
+  r = run("inspect " + p("g8"));
+  EXPECT_THAT(r.out, HasSubstr("format=gptq_v2"));
+  EXPECT_THAT(r.out, HasSubstr("ct-w8a16-ch"));
 }
 
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {

@@ -137,6 +137,8 @@ void run_inspect(const InspectOptions& opt) {
   std::cout << "\nquantization plan (source: " << to_string(plan->source());
   if (!plan->source_file().empty()) std::cout << ", " << plan->source_file();
   std::cout << "):\n";
+  for (const auto& r : plan->rules())
+    std::cout << "  rule: " << r << "\n";
   for (const PlanEntry& e : *plan) {
     std::cout << "  " << std::left << std::setw(52) << e.prefix << " " << std::setw(12)
               << to_string(e.role) << " " << std::setw(14) << e.scheme_string();

@@ -17,6 +17,9 @@
 // implies dynamic, ...) is refused naming them, before anything is read. A sparsity_config
 // (sparse-24-bitmask, sparse-bitmask) is written as compressed-tensors wrote it (--sparsity F
 // asks for the same beside --scheme): 2:4 magnitude-pruned, quantized, then compressed.
+// --format gptq|gptq_v2|awq writes an integer weight-only point in GPTQ's or AutoAWQ's layout and
+// config instead (a --config with quant_method gptq / awq implies it): those producers'
+// round-to-nearest codes, not their calibrated algorithms.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -44,7 +47,7 @@ namespace qparity::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, scheme, config, dialect = "ideal", calib, sparsity;
+  std::string in, out, scheme, config, dialect = "ideal", calib, sparsity, format;
   int64_t calib_synthetic = 2048;
   uint64_t seed = 0;
   bool force = false;
@@ -58,6 +61,7 @@ struct ConfigPoint {
   SchemeId scheme;
   std::vector<std::string> unquantized;
   std::string sparsity;  // the sparse storage of every linear written, or ""
+  std::string layout;    // "gptq" / "gptq_v2" / "awq" for those producers' configs, else ""
 };
 
 ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
@@ -150,6 +154,8 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
     return out;
   }
   out.scheme = by_point.empty() ? parse_scheme_id(*kv.begin()) : *first->scheme;
+  if (first && (first->format == "gptq" || first->format == "gptq_v2" || first->format == "awq"))
+    out.layout = first->format;
   return out;
 }
 
@@ -159,12 +165,17 @@ void run(const QuantizeOptions& o) {
   std::vector<std::string> config_ignore;
   SchemeId scheme;
   std::string sparsity = o.sparsity;
+  std::string layout = o.format;
   if (!o.config.empty()) {
     const ConfigPoint c =
         point_of_config(load_model_config(std::filesystem::path(o.in) / "config.json"), o.config);
     scheme = c.scheme;
     config_ignore = c.unquantized;
     sparsity = c.sparsity;
+    if (!layout.empty() && !c.layout.empty() && layout != c.layout)
+      throw UsageError("quantize",
+                       "--format " + layout + " contradicts " + o.config + " (" + c.layout + ")");
+    if (layout.empty()) layout = c.layout;
     std::cerr << "quantize: " << o.config << " asks for " << to_string(scheme) << " ("
               << c.unquantized.size() << " linears left unquantized)\n";
   } else {
@@ -186,6 +197,7 @@ void run(const QuantizeOptions& o) {
   qo.ignore.insert(qo.ignore.end(), config_ignore.begin(), config_ignore.end());
   qo.ignore_unsupported = o.ignore_unsupported;
   qo.sparsity = sparsity;
+  qo.layout = layout;
   const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
   for (const fixtures::SchemeExclusion& x : ignored.added)
     std::cerr << "quantize: ignoring " << x.module << " (" << x.rule << ")\n";
@@ -247,6 +259,11 @@ void add_quantize_command(CLI::App& app, int& rc) {
                   "sparse-24-bitmask (2:4 magnitude-pruned first) or sparse-bitmask")
       ->check(CLI::IsMember({"sparse-24-bitmask", "sparse-bitmask"}))
       ->excludes("--config");
+  cmd->add_option("--format", o->format,
+                  "write an integer weight-only point in another producer's layout: gptq "
+                  "(AutoGPTQ v1 zeros), gptq_v2 (GPTQModel) or awq (AutoAWQ GEMM); codes by "
+                  "their round-to-nearest rule (no Hessian update, no AWQ scale search)")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq"}));
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);

@@ -87,6 +87,7 @@ struct ValidateOptions {
   std::string model, schemes = "all", out = "reports", policies, budget, text, calib_text,
                      memory_budget;
   std::string fixtures = "trained";  // without --model: trained | random
+  std::string format;  // --format: the integer points' checkpoints in GPTQ's / AWQ's layout
   int64_t sequences = 4, seq_len = 32, calib_tokens = 2048, stride = 0;
   bool sequences_given = false, seq_len_given = false;  // else the trained set's own defaults
   uint64_t seed = 7;
@@ -180,6 +181,7 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   const std::vector<fixtures::SchemeExclusion>& excluded = exclusions.modules;
   fixtures::QuantizeCheckpointOptions qo;
   qo.ignore_unsupported = true;
+  qo.layout = o_.format;
   const fs::path qdir = work / (t.name + "." + scheme);
   fixtures::quantize_checkpoint(t.dir, id, Dialect::kIdeal, qdir, stats, OverwritePolicy::kReplace,
                                 nullptr, qo);
@@ -204,6 +206,9 @@ void Validation::format_row(const Target& t, const std::string& scheme,
   golden::CompareReport r = golden::compare_goldens(base, golden::GoldenReader::open(gfile), co);
   r.policy_source = "validate: " + (policies_ / (scheme + ".json")).string();
   Json rep = golden::report_json(r, "format");
+  if (!o_.format.empty())
+    rep["summary"]["notes"].push_back("checkpoint written in the " + o_.format +
+                                      " layout (quantize --format " + o_.format + ")");
   if (!excluded.empty()) {
     std::string list;
     for (const auto& e : excluded)
@@ -441,6 +446,10 @@ void Validation::engine_rows(const Target& t, const golden::TokenInputs& in, con
       if (scheme != "bf16") {
         fixtures::QuantizeCheckpointOptions qo;
         qo.ignore_unsupported = true;
+        qo.layout = o_.format;
+        if (!o_.format.empty())
+          notes.push_back("checkpoint written in the " + o_.format + " layout (quantize --format " +
+                          o_.format + ")");
         std::string expert_why;
         if (cfg.num_experts > 0 &&
             scheme_family(parse_scheme_id(scheme).kind) == SchemeFamily::kWeight &&
@@ -700,6 +709,14 @@ bool run(const ValidateOptions& given) {
   // row, its policy and its report carry that id.
   for (std::string& s : wanted)
     s = to_string(parse_scheme_id(s));
+  if (!o.format.empty())
+    for (const std::string& s : wanted) {
+      const SchemeId id = parse_scheme_id(s);
+      if (id.kind != SchemeKind::kPackedInt || id.int_inputs != IntWeightInputs::kNone)
+        throw UsageError("validate --format " + o.format,
+                         s + " is not an integer weight-only point; --format writes GPTQ's / "
+                             "AWQ's layout of those (name them with --schemes)");
+    }
   if (o.stride != 0 && o.text.empty()) throw UsageError("validate", "--stride applies to --text");
   if (!o.text.empty() && o.text != "-" && !fs::is_regular_file(o.text))
     throw Error(o.text, "is not a readable text file (--text)");
@@ -797,6 +814,10 @@ void add_validate_command(CLI::App& app, int& rc) {
   cmd->add_option("--schemes", o->schemes, "all, or a comma-separated list of scheme ids")
       ->capture_default_str()
       ->each([o](const std::string&) { o->schemes_given = true; });
+  cmd->add_option("--format", o->format,
+                  "write the integer weight-only points' checkpoints in GPTQ's (gptq, gptq_v2) "
+                  "or AutoAWQ's (awq) layout instead of compressed-tensors'")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq"}));
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->add_option("--policies", o->policies,
                   "tolerance policy directory (default: the policies installed with qparity)");
