@@ -997,6 +997,25 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
   return c;
 }
 
+const std::vector<std::string>& producer_config_files() {
+  static const std::vector<std::string> files = {"quantize_config.json", "quant_config.json"};
+  return files;
+}
+
+Json with_implied_quant_method(Json block, const std::string& file_name, std::string* implied) {
+  if (implied) implied->clear();
+  if (!block.is_object() || block.contains("quant_method")) return block;
+  const char* method = file_name == "quantize_config.json" ? "gptq"
+                       : file_name == "quant_config.json"  ? "awq"
+                                                           : nullptr;
+  if (!method) return block;
+  block["quant_method"] = method;
+  if (implied)
+    *implied = file_name + " has no quant_method: read as \"" + method + "\" (the file " +
+               (std::string(method) == "gptq" ? "AutoGPTQ" : "AutoAWQ") + " writes)";
+  return block;
+}
+
 QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,
                                         const std::string& where) {
   const std::string qw = key_where(where, kQc);

@@ -88,6 +88,14 @@ bool ct_name_matches(std::string_view target, std::string_view module_name,
 // not observers or calibration order.
 bool same_quant_point(const std::optional<QuantArgs>& a, const std::optional<QuantArgs>& b);
 
+// Checkpoints whose config.json has no quantization_config may carry their producer's own file:
+// AutoGPTQ's quantize_config.json (its BaseQuantizeConfig, quant_method often absent: "gptq"),
+// AutoAWQ's quant_config.json (w_bit / q_group_size / zero_point: "awq"). The file names qparity
+// looks for, in that order, and the block with the implied quant_method filled in (unchanged when
+// it names one); `implied` says what was filled in, empty when nothing was.
+const std::vector<std::string>& producer_config_files();
+Json with_implied_quant_method(Json block, const std::string& file_name, std::string* implied);
+
 // The plan of any quantization_config: dispatches on quant_method ("compressed-tensors", "fp8");
 // other methods are rejected by name. `where` is the config file ("config.json").
 QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,

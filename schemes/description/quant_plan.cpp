@@ -523,8 +523,11 @@ QuantPlan build_quant_plan(const ModelConfig& cfg, const QuantSources& src) {
                        src.msmodelslim_file + " takes priority");
     return plan;
   }
-  if (src.quantization_config && !src.quantization_config->is_null())
-    return plan_from_quantization_config(cfg, *src.quantization_config, src.config_file);
+  if (src.quantization_config && !src.quantization_config->is_null()) {
+    QuantPlan plan = plan_from_quantization_config(cfg, *src.quantization_config, src.config_file);
+    if (!src.implied_method.empty()) plan.add_rule(src.implied_method);
+    return plan;
+  }
   QuantPlan plan(cfg, Provenance{PlanSource::kDefault, "", "", "", "",
                                  "no quantization config in the checkpoint"});
   plan.finalize();
@@ -571,6 +574,16 @@ QuantPlan build_quant_plan(const ModelConfig& cfg, const fs::path& checkpoint_di
       if (auto it = cj.find("quantization_config"); it != cj.end() && !it->is_null())
         src.quantization_config = *it;
   }
+  // No quantization_config: a producer's own config file beside config.json.
+  if (desc.empty() && !src.quantization_config)
+    for (const std::string& name : producer_config_files()) {
+      const fs::path f = checkpoint_dir / name;
+      if (!fs::exists(f, ec)) continue;
+      src.quantization_config =
+          with_implied_quant_method(read_json_file(f), name, &src.implied_method);
+      src.config_file = f.string();
+      break;
+    }
   // msModelSlim writes its tensors to quant_model_weights*.safetensors and their types to the
   // description; without the description every quantized tensor would read as unexpected.
   if (desc.empty() && !src.quantization_config && !override_scheme) {

@@ -11,7 +11,8 @@
 //   2. `quant_model_description.json` in the checkpoint directory, or a single v0
 //      `quant_model_description_<type>.json`;
 //   3. config.json `quantization_config` (compressed-tensors, quant_method "fp8", "gptq",
-//      "awq");
+//      "awq"), or without one a producer's own file beside it (AutoGPTQ quantize_config.json,
+//      AutoAWQ quant_config.json: with_implied_quant_method);
 //   4. nothing: every linear bf16 (the model dtype), every KV cache kv-bf16.
 #include <cstdint>
 #include <filesystem>
@@ -147,6 +148,9 @@ struct QuantSources {
   std::string msmodelslim_file = "quant_model_description.json";
   std::optional<Json> quantization_config;  // config.json's `quantization_config` value
   std::string config_file = "config.json";
+  // Set when the block came from a producer's own file (quantize_config.json, ...) and its
+  // quant_method was implied by the file: the plan records it as a rule.
+  std::string implied_method;
 };
 
 QuantPlan build_quant_plan(const ModelConfig& cfg, const QuantSources& sources);

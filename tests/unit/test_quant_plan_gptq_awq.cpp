@@ -1,5 +1,10 @@
 // quant_method "gptq" and "awq" configs -> QuantPlan (schemes/description/gptq_config.h,
 // awq_config.h): the points, the layouts, which linears, and every refusal by name.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +175,26 @@ TEST(AwqPlan, RefusesOtherLayoutsByName) {
   EXPECT_THAT(refusal(cfg, R"({"quant_method": "awq", "bits": 4, "group_size": 128,
     "zero_point": true, "backend": "llm-awq"})"),
               HasSubstr("backend"));
+}
+
+// A checkpoint whose config.json has no quantization_config, with AutoGPTQ's quantize_config.json
+// (no quant_method) beside it: read as GPTQ, the implied method named as a rule.
+TEST(GptqPlan, AutoGptqSideFileIsRead) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("qparity_gptq_side_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "vocab_size": 1000, "rms_norm_eps": 1e-5, "torch_dtype": "float16"})";
+  std::ofstream(dir / "quantize_config.json") << R"({"bits": 4, "group_size": 128,
+    "damp_percent": 0.01, "desc_act": false, "sym": true, "true_sequential": true})";
+  const QuantPlan p = build_quant_plan(llama(), dir, std::nullopt);
+  EXPECT_EQ(p.source(), PlanSource::kGptq);
+  EXPECT_THAT(p.source_file(), HasSubstr("quantize_config.json"));
+  EXPECT_EQ(p.method_for("model.layers.0.mlp.up_proj").format, "gptq");
+  EXPECT_THAT(p.rules().back(), HasSubstr("has no quant_method: read as \"gptq\""));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
