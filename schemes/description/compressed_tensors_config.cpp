@@ -9,6 +9,7 @@
 #include "core/safetensors/language_model_names.h"
 #include "schemes/description/awq_config.h"
 #include "schemes/description/gptq_config.h"
+#include "schemes/description/modelopt_config.h"
 
 namespace qparity {
 
@@ -998,7 +999,8 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
 }
 
 const std::vector<std::string>& producer_config_files() {
-  static const std::vector<std::string> files = {"quantize_config.json", "quant_config.json"};
+  static const std::vector<std::string> files = {"quantize_config.json", "quant_config.json",
+                                                 "hf_quant_config.json"};
   return files;
 }
 
@@ -1020,14 +1022,18 @@ QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,
                                         const std::string& where) {
   const std::string qw = key_where(where, kQc);
   require_object(qc, qw);
+  // ModelOpt's hf_quant_config.json has no quant_method: its "quantization" object says it all.
+  if (is_modelopt_hf_quant_config(qc)) return plan_from_modelopt_config(cfg, qc, where);
   const std::string method = as_string(require_key(qc, "quant_method", qw),
                                        key_where(where, std::string(kQc) + ".quant_method"));
   if (method == "compressed-tensors") return plan_from_compressed_tensors(cfg, qc, where);
   if (method == "fp8") return plan_from_fp8_config(cfg, qc, where);
   if (method == "gptq") return plan_from_gptq_config(cfg, qc, where);
   if (method == "awq") return plan_from_awq_config(cfg, qc, where);
+  if (method == "modelopt") return plan_from_modelopt_config(cfg, qc, where);
   throw Error(key_where(where, std::string(kQc) + ".quant_method"),
-              "'" + method + "' is not supported (supported: compressed-tensors, fp8, gptq, awq)");
+              "'" + method +
+                  "' is not supported (supported: compressed-tensors, fp8, gptq, awq, modelopt)");
 }
 
 }  // namespace qparity

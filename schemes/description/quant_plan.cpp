@@ -74,6 +74,8 @@ std::string_view to_string(PlanSource s) {
       return "gptq";
     case PlanSource::kAwq:
       return "awq";
+    case PlanSource::kModelOpt:
+      return "modelopt";
   }
   return "?";
 }

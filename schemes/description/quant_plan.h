@@ -42,6 +42,7 @@ enum class PlanSource : uint8_t {
   kFp8,
   kGptq,
   kAwq,
+  kModelOpt,
 };
 
 std::string_view to_string(ModuleRole r);

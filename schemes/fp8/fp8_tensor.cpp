@@ -92,17 +92,26 @@ Fp8TensorLinearMethod::Fp8TensorLinearMethod(LinearShape shape, MethodConfig con
   check_fp8_weight_args(this->config().weights, QuantStrategy::kTensor, this->shape().prefix);
 }
 
+// ModelOpt writes its per-tensor scales 0-dim (torch.tensor(amax / 448)), compressed-tensors [1].
+const std::vector<std::vector<int64_t>> kScalarShapes = {std::vector<int64_t>{}};
+
 std::vector<ParamSpec> Fp8TensorLinearMethod::create_weights(int64_t partition) const {
   const auto& s = shape();
   const DType sd = fp8_scale_dtype(file_, s.model_dtype);
-  std::vector<ParamSpec> p{{"weight",
-                            {DType::kF8E4M3},
-                            {s.partitions.at(static_cast<size_t>(partition)), s.in_features},
-                            true,
-                            ""},
-                           {"weight_scale", scale_dtypes(sd), {1}, true, "w = q * weight_scale"}};
+  std::vector<ParamSpec> p{
+      {"weight",
+       {DType::kF8E4M3},
+       {s.partitions.at(static_cast<size_t>(partition)), s.in_features},
+       true,
+       ""},
+      {"weight_scale", scale_dtypes(sd), {1}, true, "w = q * weight_scale", kScalarShapes}};
   if (act_ == Fp8Act::kStatic)
-    p.push_back({"input_scale", scale_dtypes(sd), {1}, true, "static per-tensor activations"});
+    p.push_back({"input_scale",
+                 scale_dtypes(sd),
+                 {1},
+                 true,
+                 "static per-tensor activations",
+                 kScalarShapes});
   p.push_back(bias_spec(s, partition));
   return p;
 }

@@ -87,20 +87,30 @@ std::vector<ParamSpec> KvFp8CacheMethod::create_weights() const {
     return {{"k_scale", d, {h, 1, 1}, true, "one scale per KV head", {{h}}},
             {"v_scale", d, {h, 1, 1}, true, "one scale per KV head", {{h}}}};
   }
-  return {{"k_scale", d, {1}, false, "k_scale or k_proj.output_scale"},
-          {"v_scale", d, {1}, false, "v_scale or v_proj.output_scale"},
+  const std::vector<std::vector<int64_t>> scalar = {std::vector<int64_t>{}};
+  return {{"k_scale", d, {1}, false, "k_scale, k_proj.output_scale or k_proj.k_scale"},
+          {"v_scale", d, {1}, false, "v_scale, v_proj.output_scale or v_proj.v_scale"},
           {"k_proj.output_scale", d, {1}, false, "older llm-compressor name of k_scale"},
-          {"v_proj.output_scale", d, {1}, false, "older llm-compressor name of v_scale"}};
+          {"v_proj.output_scale", d, {1}, false, "older llm-compressor name of v_scale"},
+          {"k_proj.k_scale", d, {1}, false, "ModelOpt's name of k_scale (0-dim)", scalar},
+          {"v_proj.v_scale", d, {1}, false, "ModelOpt's name of v_scale (0-dim)", scalar}};
 }
 
 void KvFp8CacheMethod::process() {
-  auto pick = [&](const std::string& a, const std::string& b) {
-    const HostTensor* ta = find_loaded(a);
-    const HostTensor* tb = find_loaded(b);
-    if (ta && tb) throw Error(where(a), "both " + a + " and " + b + " are present");
-    if (!ta && !tb) throw Error(where(a), "missing: kv-fp8 needs " + a + " (or " + b + ")");
-    const std::string w = where(ta ? a : b);
-    const auto v = decode((ta ? ta : tb)->view(), w);
+  // The scale under exactly one of its names (compressed-tensors, older llm-compressor, ModelOpt).
+  auto pick = [&](const std::string& a, const std::string& b, const std::string& c) {
+    const HostTensor* found = nullptr;
+    std::string name;
+    for (const std::string& n : {a, b, c})
+      if (const HostTensor* t = find_loaded(n)) {
+        if (found) throw Error(where(n), "both " + name + " and " + n + " are present");
+        found = t;
+        name = n;
+      }
+    if (!found)
+      throw Error(where(a), "missing: kv-fp8 needs " + a + " (or " + b + ", or " + c + ")");
+    const std::string w = where(name);
+    const auto v = decode(found->view(), w);
     require_finite(v, w);
     for (size_t i = 0; i < v.size(); ++i)
       if (!(v[i] > 0))
@@ -108,8 +118,8 @@ void KvFp8CacheMethod::process() {
                            (v.size() > 1 ? " (head " + std::to_string(i) + ")" : ""));
     return v;
   };
-  k_scale_ = pick("k_scale", "k_proj.output_scale");
-  v_scale_ = pick("v_scale", "v_proj.output_scale");
+  k_scale_ = pick("k_scale", "k_proj.output_scale", "k_proj.k_scale");
+  v_scale_ = pick("v_scale", "v_proj.output_scale", "v_proj.v_scale");
 }
 
 double KvFp8CacheMethod::scale(KvWhich which) const {

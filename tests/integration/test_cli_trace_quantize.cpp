@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -316,6 +317,68 @@ TEST_F(CliTraceQuantize, QuantizeInGptqAndAwqLayouts) {
   r = run("inspect " + p("g8"));
   EXPECT_THAT(r.out, HasSubstr("format=gptq_v2"));
   EXPECT_THAT(r.out, HasSubstr("ct-w8a16-ch"));
+}
+
+// ModelOpt's spelling of the same numbers: a compressed-tensors fp8-tensor (and a kv-fp8)
+// checkpoint rewritten as ModelOpt exports it (hf_quant_config.json beside a config.json without
+// quantization_config, 0-dim F32 weight_scale / input_scale, <attn>.k_proj.k_scale and
+// v_proj.v_scale) plans as ModelOpt and traces bit for bit as the original.
+TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
+  ASSERT_EQ(run("make-fixture --arch llama --seed 5 --out " + p("fp")).status, 0);
+  for (const std::string scheme : {"fp8-tensor", "kv-fp8"}) {
+    SCOPED_TRACE(scheme);
+    const fs::path ct = dir_ / ("ct-" + scheme), mo = dir_ / ("mo-" + scheme);
+    auto r = run("quantize --in " + p("fp") + " --scheme " + scheme +
+                 " --calib-synthetic 64 --out " + ct.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    fs::create_directories(mo);
+    Json cfg = read_json_file(ct / "config.json");
+    cfg.erase("quantization_config");
+    std::ofstream(mo / "config.json") << cfg.dump(2);
+    const bool kv = scheme == "kv-fp8";
+    const Json hf = {{"producer", {{"name", "modelopt"}, {"version", "0.23.0"}}},
+                     {"quantization",
+                      {{"quant_algo", kv ? Json(nullptr) : Json("FP8")},
+                       {"kv_cache_quant_algo", kv ? Json("FP8") : Json(nullptr)},
+                       {"exclude_modules", Json::array({"lm_head"})}}}};
+    std::ofstream(mo / "hf_quant_config.json") << hf.dump(2);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      if (fs::exists(ct / f)) fs::copy_file(ct / f, mo / f);
+    const auto file = SafetensorsFile::open(ct / "model.safetensors");
+    std::vector<TensorToWrite> out;
+    std::vector<std::vector<uint8_t>> owned;
+    owned.reserve(file.tensors().size());
+    for (const TensorInfo& t : file.tensors()) {
+      std::string name = t.name;
+      const auto ends = [&](const std::string& x) { return name.ends_with(x); };
+      if (ends("self_attn.k_scale")) name.replace(name.size() - 7, 7, "k_proj.k_scale");
+      if (ends("self_attn.v_scale")) name.replace(name.size() - 7, 7, "v_proj.v_scale");
+      if (ends(".weight_scale") || ends(".input_scale") || ends(".k_scale") || ends(".v_scale")) {
+        const double v = reference::decode_all(t.dtype, file.bytes(t), t.numel(), t.name).at(0);
+        const float f = static_cast<float>(v);
+        ASSERT_EQ(static_cast<double>(f), v) << t.name << " is exact in F32";
+        owned.emplace_back(sizeof f);
+        std::memcpy(owned.back().data(), &f, sizeof f);
+        out.push_back({name, DType::kF32, {}, owned.back()});
+      } else {
+        out.push_back({name, t.dtype, t.shape, file.bytes(t)});
+      }
+    }
+    write_safetensors(mo / "model.safetensors", out,
+                      std::map<std::string, std::string>{{"format", "pt"}});
+    r = run("inspect " + mo.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("source: modelopt"));
+    EXPECT_THAT(r.out, HasSubstr(kv ? "kv-fp8" : "fp8-tensor"));
+    for (const fs::path& d : {ct, mo})
+      ASSERT_EQ(run("trace --model " + d.string() + " --token-ids 5,17,3,99,42 --out " +
+                    (d.string() + ".st"))
+                    .status,
+                0)
+          << d;
+    EXPECT_EQ(test::read_matrix(ct.string() + ".st", "logits").data,
+              test::read_matrix(mo.string() + ".st", "logits").data);
+  }
 }
 
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
