@@ -168,7 +168,8 @@ SchemeInfo make_info(SchemeKind k) {
       s.spec = "FORMATS.md §5.1, §5.10 (msModelSlim ascendv1.py on_w4a8_dynamic; no card yet)";
       break;
     case SchemeKind::kPackedInt:
-      s.producers = {Producer::kCompressedTensors};
+      // GPTQ's and AutoAWQ's layouts of the same points (docs/GPTQ-AWQ.md).
+      s.producers = {Producer::kCompressedTensors, Producer::kGptq, Producer::kAwq};
       s.description =
           "Integer weights of 2..8 bits, one scale (and with asym one zero point) per group of "
           "inputs, per output channel or per tensor; activations in the model dtype "
@@ -209,7 +210,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.spec = "FORMATS.md §2.2-2.6(b); card C1";
       break;
     case SchemeKind::kFp8Tensor:
-      s.producers = {Producer::kCompressedTensors, Producer::kFp8Config};
+      s.producers = {Producer::kCompressedTensors, Producer::kFp8Config, Producer::kModelOpt};
       s.description =
           "FP8 E4M3 weights with one scale per tensor; FP8 activations with a static per-tensor "
           "scale, dynamic, or unquantized (compressed-tensors FP8 preset; quant_method fp8 without "
@@ -374,7 +375,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.spec = "FORMATS.md §5.8; card C15";
       break;
     case SchemeKind::kKvFp8:
-      s.producers = {Producer::kCompressedTensors, Producer::kEngine};
+      s.producers = {Producer::kCompressedTensors, Producer::kModelOpt, Producer::kEngine};
       s.description =
           "FP8 E4M3 KV cache with one scale per tensor for K and for V (compressed-tensors "
           "kv_cache_scheme; an engine flag such as --kv-cache-dtype fp8 uses scale 1.0 when the "
@@ -451,6 +452,12 @@ std::string_view to_string(Producer p) {
       return "fp8";
     case Producer::kEngine:
       return "engine";
+    case Producer::kGptq:
+      return "gptq";
+    case Producer::kAwq:
+      return "awq";
+    case Producer::kModelOpt:
+      return "modelopt";
   }
   return "?";
 }

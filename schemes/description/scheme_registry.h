@@ -57,6 +57,9 @@ enum class Producer : uint8_t {
   kCompressedTensors,  // llm-compressor / compressed-tensors quantization_config
   kFp8Config,          // config.json quant_method "fp8" (HF FineGrainedFP8 / vLLM Fp8Config)
   kEngine,             // chosen by an engine flag with no checkpoint tensors
+  kGptq,               // AutoGPTQ / GPTQModel quant_method "gptq" (qweight / qzeros / g_idx)
+  kAwq,                // AutoAWQ quant_method "awq" (GEMM layout)
+  kModelOpt,           // NVIDIA ModelOpt hf_quant_config.json / quant_method "modelopt"
 };
 
 std::string_view to_string(SchemeFamily f);

@@ -272,7 +272,10 @@ TEST(SchemeRegistry, ProducersMatchTheSources) {
   EXPECT_EQ(producers(SchemeKind::kFp8Block), (std::set<std::string>{"compressed-tensors", "fp8"}));
   EXPECT_EQ(producers(SchemeKind::kFp8Channel),
             (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
-  EXPECT_EQ(producers(SchemeKind::kKvFp8), (std::set<std::string>{"compressed-tensors", "engine"}));
+  EXPECT_EQ(producers(SchemeKind::kKvFp8),
+            (std::set<std::string>{"compressed-tensors", "modelopt", "engine"}));
+  EXPECT_EQ(producers(SchemeKind::kPackedInt),
+            (std::set<std::string>{"compressed-tensors", "gptq", "awq"}));
   EXPECT_EQ(producers(SchemeKind::kBf16), std::set<std::string>{"none"});
 }
 
