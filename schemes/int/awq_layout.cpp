@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "schemes/int/gptq_layout.h"
 
 namespace qparity::reference {
 
@@ -99,17 +100,7 @@ IntWeight decode_awq(const std::function<const HostTensor*(const std::string&)>&
   for (int64_t g = 0; g < w.groups; ++g)
     for (int64_t c = 0; c < n; ++c)
       w.zero[sz(c * w.groups + g)] = z[sz(g * n + c)] - 8;
-  const auto sv = decode(need("scales").view(), ws);
-  require_finite(sv, ws);
-  w.scales = Matrix(n, w.groups);
-  for (int64_t g = 0; g < w.groups; ++g)
-    for (int64_t c = 0; c < n; ++c) {
-      const double s = sv[sz(g * n + c)];
-      if (!(s > 0))
-        throw Error(ws, "element [" + std::to_string(g) + ", " + std::to_string(c) +
-                            "] = " + std::to_string(s) + ": scales must be > 0");
-      w.scales(c, g) = s;
-    }
+  w.scales = group_major_scales(need("scales"), n, w.groups, ws);
   w.group.resize(sz(k));
   for (int64_t c = 0; c < k; ++c)
     w.group[sz(c)] = c / gsize;

@@ -51,6 +51,25 @@ int64_t groups_of(const QuantArgs& a, int64_t k, const std::string& where) {
 
 }  // namespace
 
+Matrix group_major_scales(const HostTensor& t, int64_t n, int64_t groups,
+                          const std::string& where) {
+  const auto sv = decode(t.view(), where);
+  require_finite(sv, where);
+  if (static_cast<int64_t>(sv.size()) != n * groups)
+    throw Error(where, "holds " + std::to_string(sv.size()) + " scales, expected [" +
+                           std::to_string(groups) + ", " + std::to_string(n) + "]");
+  Matrix m(n, groups);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t c = 0; c < n; ++c) {
+      const double s = sv[sz(g * n + c)];
+      if (!(s > 0))
+        throw Error(where, "element [" + std::to_string(g) + ", " + std::to_string(c) +
+                               "] = " + std::to_string(s) + ": scales must be > 0");
+      m(c, g) = s;
+    }
+  return m;
+}
+
 std::vector<ParamSpec> gptq_specs(const QuantArgs& a, int64_t n, int64_t k,
                                   std::vector<DType> scale_dtypes) {
   const int b = a.num_bits;
@@ -136,19 +155,7 @@ IntWeight decode_gptq(const std::function<const HostTensor*(const std::string&)>
     }
   }
 
-  // Scales [G, N]: finite, > 0.
-  const std::string ws = where("scales");
-  const auto sv = decode(need("scales").view(), ws);
-  require_finite(sv, ws);
-  w.scales = Matrix(n, w.groups);
-  for (int64_t g = 0; g < w.groups; ++g)
-    for (int64_t c = 0; c < n; ++c) {
-      const double s = sv[sz(g * n + c)];
-      if (!(s > 0))
-        throw Error(ws, "element [" + std::to_string(g) + ", " + std::to_string(c) +
-                            "] = " + std::to_string(s) + ": scales must be > 0");
-      w.scales(c, g) = s;
-    }
+  w.scales = group_major_scales(need("scales"), n, w.groups, where("scales"));
 
   // Groups of the columns.
   w.group.resize(sz(k));

@@ -33,6 +33,10 @@ namespace qparity::reference {
 
 enum class GptqZeroFormat : uint8_t { kV1, kV2 };  // checkpoint_format gptq / gptq_v2
 
+// Scales stored group-major [G, N] (GPTQ's and AWQ's `scales`) as IntWeight's [N, G]: finite and
+// > 0, else an Error naming `where` and the element.
+Matrix group_major_scales(const HostTensor& t, int64_t n, int64_t groups, const std::string& where);
+
 std::vector<ParamSpec> gptq_specs(const QuantArgs& a, int64_t n, int64_t k,
                                   std::vector<DType> scale_dtypes);
 

@@ -170,6 +170,15 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
   if (!request.input_activations) request.input_activations = defaults.input_activations;
   if (scheme.kind == SchemeKind::kW8A16Group && request.group_size == 0)
     request.group_size = scheme.group_size;
+  if (scheme.kind == SchemeKind::kFp8Tensor && request.format == "modelopt") {
+    // ModelOpt's FP8: the tensors and F32 scales of quant_method fp8's per-tensor layout, the
+    // scales 0-dim (torch.tensor(amax / 448)).
+    request.format.clear();
+    TensorMap t = quantize_fp8_tensor(request, {Fp8File::kFp8Config});
+    for (const char* n : {"weight_scale", "input_scale"})
+      if (auto it = t.find(n); it != t.end()) it->second.shape = {};
+    return t;
+  }
   if (!request.format.empty() && request.format != defaults.format &&
       scheme.kind != SchemeKind::kPackedInt)
     throw Error(request.where, "scheme " + to_string(scheme) + " is written as " + defaults.format +

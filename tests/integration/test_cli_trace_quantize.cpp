@@ -378,7 +378,29 @@ TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
           << d;
     EXPECT_EQ(test::read_matrix(ct.string() + ".st", "logits").data,
               test::read_matrix(mo.string() + ".st", "logits").data);
+    // quantize --format modelopt writes that spelling itself (F32 scales, fl32(amax / 448)).
+    const fs::path w = dir_ / ("w-" + scheme);
+    r = run("quantize --in " + p("fp") + " --scheme " + scheme +
+            " --calib-synthetic 64 --format modelopt --out " + w.string());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(fs::exists(w / "hf_quant_config.json"));
+    EXPECT_FALSE(read_json_file(w / "config.json").contains("quantization_config"));
+    const auto wf = SafetensorsFile::open(w / "model.safetensors");
+    const std::string scale =
+        kv ? "model.layers.0.self_attn.k_proj.k_scale" : "model.layers.0.mlp.up_proj.weight_scale";
+    ASSERT_NE(wf.find(scale), nullptr) << scale;
+    EXPECT_EQ(wf.at(scale).dtype, DType::kF32);
+    EXPECT_TRUE(wf.at(scale).shape.empty());
+    r = run("inspect " + w.string());
+    EXPECT_THAT(r.out, HasSubstr("source: modelopt"));
+    ASSERT_EQ(run("trace --model " + w.string() + " --token-ids 5,17,3,99,42 --out " +
+                  (w.string() + ".st"))
+                  .status,
+              0);
   }
+  auto r = run("quantize --in " + p("fp") + " --scheme nvfp4 --format modelopt --out " + p("x"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt FP8 point"));
 }
 
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {

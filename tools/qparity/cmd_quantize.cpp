@@ -260,10 +260,11 @@ void add_quantize_command(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"sparse-24-bitmask", "sparse-bitmask"}))
       ->excludes("--config");
   cmd->add_option("--format", o->format,
-                  "write an integer weight-only point in another producer's layout: gptq "
-                  "(AutoGPTQ v1 zeros), gptq_v2 (GPTQModel) or awq (AutoAWQ GEMM); codes by "
-                  "their round-to-nearest rule (no Hessian update, no AWQ scale search)")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq"}));
+                  "write in another producer's layout: an integer weight-only point as gptq "
+                  "(AutoGPTQ v1 zeros), gptq_v2 (GPTQModel) or awq (AutoAWQ GEMM), codes by "
+                  "their round-to-nearest rule (no Hessian update, no AWQ scale search); "
+                  "fp8-tensor or kv-fp8 as modelopt (hf_quant_config.json)")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt"}));
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);

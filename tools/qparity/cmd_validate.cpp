@@ -712,10 +712,18 @@ bool run(const ValidateOptions& given) {
   if (!o.format.empty())
     for (const std::string& s : wanted) {
       const SchemeId id = parse_scheme_id(s);
-      if (id.kind != SchemeKind::kPackedInt || id.int_inputs != IntWeightInputs::kNone)
+      const bool modelopt = o.format == "modelopt";
+      const bool ok =
+          modelopt ? (id.kind == SchemeKind::kFp8Tensor && !id.weight_only) ||
+                         (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
+                   : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
+      if (!ok)
         throw UsageError("validate --format " + o.format,
-                         s + " is not an integer weight-only point; --format writes GPTQ's / "
-                             "AWQ's layout of those (name them with --schemes)");
+                         s +
+                             (modelopt ? " is not a ModelOpt FP8 point (fp8-tensor, kv-fp8)"
+                                       : " is not an integer weight-only point; --format writes "
+                                         "GPTQ's / AWQ's layout of those") +
+                             " (name them with --schemes)");
     }
   if (o.stride != 0 && o.text.empty()) throw UsageError("validate", "--stride applies to --text");
   if (!o.text.empty() && o.text != "-" && !fs::is_regular_file(o.text))
@@ -816,8 +824,9 @@ void add_validate_command(CLI::App& app, int& rc) {
       ->each([o](const std::string&) { o->schemes_given = true; });
   cmd->add_option("--format", o->format,
                   "write the integer weight-only points' checkpoints in GPTQ's (gptq, gptq_v2) "
-                  "or AutoAWQ's (awq) layout instead of compressed-tensors'")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq"}));
+                  "or AutoAWQ's (awq) layout, fp8-tensor / kv-fp8 in ModelOpt's (modelopt), "
+                  "instead of compressed-tensors'")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt"}));
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->add_option("--policies", o->policies,
                   "tolerance policy directory (default: the policies installed with qparity)");
