@@ -170,6 +170,15 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
   if (!request.input_activations) request.input_activations = defaults.input_activations;
   if (scheme.kind == SchemeKind::kW8A16Group && request.group_size == 0)
     request.group_size = scheme.group_size;
+  if ((scheme.kind == SchemeKind::kFp8Tensor || scheme.kind == SchemeKind::kFp8Block) &&
+      request.format == "fp8" && !scheme.weight_only) {
+    // quant_method fp8 (HF FineGrainedFP8 / vLLM Fp8Config): F32 scales, weight_scale_inv for
+    // the 128x128 blocks.
+    request.format.clear();
+    return scheme.kind == SchemeKind::kFp8Block
+               ? quantize_fp8_block(request, {Fp8File::kFp8Config})
+               : quantize_fp8_tensor(request, {Fp8File::kFp8Config});
+  }
   if (scheme.kind == SchemeKind::kFp8Tensor && request.format == "modelopt") {
     // ModelOpt's FP8: the tensors and F32 scales of quant_method fp8's per-tensor layout, the
     // scales 0-dim (torch.tensor(amax / 448)).

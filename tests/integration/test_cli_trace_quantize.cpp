@@ -403,6 +403,38 @@ TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
   EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt FP8 point"));
 }
 
+// quant_method fp8 as DeepSeek-V3 / Qwen3-FP8 publish it, written by --format hf-fp8 (or implied
+// by a published config given to --config) and planned back by the fp8 reader.
+TEST_F(CliTraceQuantize, QuantizeInTheHfFp8Layout) {
+  ASSERT_EQ(run("make-fixture --arch qwen3-moe --seed 5 --out " + p("fp")).status, 0);
+  auto r = run("quantize --in " + p("fp") +
+               " --scheme fp8-block --format hf-fp8 --ignore-unsupported --out " + p("hb"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Json qc = read_json_file(dir_ / "hb" / "config.json").at("quantization_config");
+  EXPECT_EQ(qc.at("quant_method"), "fp8");
+  EXPECT_EQ(qc.at("weight_block_size"), Json::array({128, 128}));
+  EXPECT_EQ(qc.at("modules_to_not_convert")[1], "model.layers.0.mlp.gate");
+  r = run("inspect " + p("hb"));
+  EXPECT_THAT(r.out, HasSubstr("source: fp8"));
+  EXPECT_THAT(r.out, HasSubstr("format=fp8"));
+  EXPECT_THAT(r.out, HasSubstr("weight_scale_inv"));
+  ASSERT_EQ(run("trace --model " + p("hb") + " --token-ids 5,17,3,99 --out " + p("hb.st")).status,
+            0);
+  // DeepSeek-V3's published block (tests/data/ct_configs/23-...): its point, in its layout.
+  r = run(
+      "quantize --in " + p("fp") + " --config " +
+      (fs::path(QPARITY_SOURCE_DIR) / "tests/data/ct_configs/23-hf-fp8-deepseek-v3-block128.json")
+          .string() +
+      " --ignore-unsupported --out " + p("ds"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(
+      read_json_file(dir_ / "ds" / "config.json").at("quantization_config").at("quant_method"),
+      "fp8");
+  r = run("quantize --in " + p("fp") + " --scheme fp8-channel --format hf-fp8 --out " + p("x"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not a quant_method fp8 point"));
+}
+
 TEST_F(CliTraceQuantize, TraceVisionWritesTheTowersPoints) {
   const std::string s = std::to_string(seed_ % 1000);
   ASSERT_EQ(run("make-fixture --arch qwen3-vl --seed " + s + " --out " + p("vl")).status, 0);

@@ -154,8 +154,10 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
     return out;
   }
   out.scheme = by_point.empty() ? parse_scheme_id(*kv.begin()) : *first->scheme;
-  if (first && (first->format == "gptq" || first->format == "gptq_v2" || first->format == "awq"))
+  if (first && (first->format == "gptq" || first->format == "gptq_v2" || first->format == "awq" ||
+                first->format == "modelopt"))
     out.layout = first->format;
+  if (first && first->format == "fp8") out.layout = "hf-fp8";
   return out;
 }
 
@@ -263,8 +265,9 @@ void add_quantize_command(CLI::App& app, int& rc) {
                   "write in another producer's layout: an integer weight-only point as gptq "
                   "(AutoGPTQ v1 zeros), gptq_v2 (GPTQModel) or awq (AutoAWQ GEMM), codes by "
                   "their round-to-nearest rule (no Hessian update, no AWQ scale search); "
-                  "fp8-tensor or kv-fp8 as modelopt (hf_quant_config.json)")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt"}));
+                  "fp8-tensor or kv-fp8 as modelopt (hf_quant_config.json); fp8-block or "
+                  "fp8-tensor as hf-fp8 (quant_method fp8)")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8"}));
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);

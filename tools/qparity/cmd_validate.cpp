@@ -712,18 +712,19 @@ bool run(const ValidateOptions& given) {
   if (!o.format.empty())
     for (const std::string& s : wanted) {
       const SchemeId id = parse_scheme_id(s);
-      const bool modelopt = o.format == "modelopt";
+      const bool modelopt = o.format == "modelopt", hf = o.format == "hf-fp8";
+      const bool fp8 = id.kind == SchemeKind::kFp8Tensor || id.kind == SchemeKind::kFp8Block;
       const bool ok =
-          modelopt ? (id.kind == SchemeKind::kFp8Tensor && !id.weight_only) ||
-                         (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
-                   : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
+          hf         ? fp8 && !id.weight_only
+          : modelopt ? (id.kind == SchemeKind::kFp8Tensor && !id.weight_only) ||
+                           (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
+                     : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
+      const char* why = hf         ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
+                        : modelopt ? " is not a ModelOpt FP8 point (fp8-tensor, kv-fp8)"
+                                   : " is not an integer weight-only point; --format writes "
+                                     "GPTQ's / AWQ's layout of those";
       if (!ok)
-        throw UsageError("validate --format " + o.format,
-                         s +
-                             (modelopt ? " is not a ModelOpt FP8 point (fp8-tensor, kv-fp8)"
-                                       : " is not an integer weight-only point; --format writes "
-                                         "GPTQ's / AWQ's layout of those") +
-                             " (name them with --schemes)");
+        throw UsageError("validate --format " + o.format, s + why + " (name them with --schemes)");
     }
   if (o.stride != 0 && o.text.empty()) throw UsageError("validate", "--stride applies to --text");
   if (!o.text.empty() && o.text != "-" && !fs::is_regular_file(o.text))
@@ -825,8 +826,9 @@ void add_validate_command(CLI::App& app, int& rc) {
   cmd->add_option("--format", o->format,
                   "write the integer weight-only points' checkpoints in GPTQ's (gptq, gptq_v2) "
                   "or AutoAWQ's (awq) layout, fp8-tensor / kv-fp8 in ModelOpt's (modelopt), "
+                  "fp8-block / fp8-tensor as quant_method fp8 (hf-fp8), "
                   "instead of compressed-tensors'")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt"}));
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8"}));
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->add_option("--policies", o->policies,
                   "tolerance policy directory (default: the policies installed with qparity)");
