@@ -72,11 +72,12 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
       throw Error(key("kv_cache_scheme"), it->dump() + " is not an FP8 KV cache scheme");
   }
   if (algo.empty() && kv.empty()) throw Error(key("quant_algo"), "missing (and no KV algorithm)");
-  if (!algo.empty() && algo != "FP8")
+  if (!algo.empty() && algo != "FP8" && algo != "FP8_PER_CHANNEL_PER_TOKEN")
     throw Error(key("quant_algo"),
                 "'" + algo +
-                    "' is not implemented (FP8 is; NVFP4, W4A16_NVFP4, FP8_PER_CHANNEL_PER_TOKEN, "
-                    "FP8_PB_WO, MXFP8, the AWQ algorithms and MIXED_PRECISION are not read yet)");
+                    "' is not implemented (FP8 and FP8_PER_CHANNEL_PER_TOKEN are; NVFP4, "
+                    "W4A16_NVFP4, FP8_PB_WO, MXFP8, the AWQ algorithms and MIXED_PRECISION are "
+                    "not read yet)");
   if (!kv.empty() && kv != "FP8")
     throw Error(key(hf_form ? "kv_cache_quant_algo" : "kv_cache_scheme"),
                 "'" + kv + "' is not implemented (an FP8 KV cache is)");
@@ -87,7 +88,10 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
     exclude = as_string_list(*it, key(exclude_key));
   std::vector<bool> used(exclude.size(), false);
   if (!algo.empty()) {
-    const SchemeId scheme{SchemeKind::kFp8Tensor, 0};
+    // FP8: per-tensor weights, static per-tensor inputs; FP8_PER_CHANNEL_PER_TOKEN: per-channel
+    // F32 weight_scale [N], inputs dynamic per token (vLLM ModelOptFp8PcPtLinearMethod).
+    const bool pc = algo == "FP8_PER_CHANNEL_PER_TOKEN";
+    const SchemeId scheme{pc ? SchemeKind::kFp8Channel : SchemeKind::kFp8Tensor, 0};
     const ImpliedArgs args = implied_args(scheme);
     for (const LinearModule& m : plan.modules().linears()) {
       PlanEntry& e = plan.mutable_entry(m.prefix);
@@ -112,13 +116,14 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
       e.weights = args.weights;
       e.input_activations = args.input_activations;
       e.format = "modelopt";
-      e.source_type = "FP8";
+      e.source_type = algo;
       e.why.key = "quant_algo";
       e.why.note = "quantized";
     }
-    plan.add_rule(
-        "quant_algo FP8: per-tensor e4m3 weights, F32 weight_scale and static "
-        "input_scale (amax / 448), 0-dim; fused shards keep their own scales");
+    plan.add_rule(pc ? "quant_algo FP8_PER_CHANNEL_PER_TOKEN: e4m3 weights, F32 weight_scale [N] "
+                       "(amax / 448 per row), inputs quantized per token at run time"
+                     : "quant_algo FP8: per-tensor e4m3 weights, F32 weight_scale and static "
+                       "input_scale (amax / 448), 0-dim; fused shards keep their own scales");
   }
   if (kv == "FP8") {
     QuantArgs a = *implied_args(SchemeId{SchemeKind::kKvFp8, 0}).kv_cache;

@@ -7,10 +7,12 @@
 //   * quant_algo FP8: fp8-tensor (e4m3 weights with one F32 weight_scale, static per-tensor
 //     input_scale; scales 0-dim or [1]) in the layout "modelopt" - the compressed-tensors tensor
 //     names, per-shard scales that vLLM requantizes to their maximum when fused;
+//   * quant_algo FP8_PER_CHANNEL_PER_TOKEN: fp8-channel (F32 weight_scale [N], inputs dynamic
+//     per token, no input_scale);
 //   * kv_cache_quant_algo FP8 (config.json form: kv_cache_scheme {"type": "float", "num_bits":
 //     8}): kv-fp8 with ModelOpt's <attn>.k_proj.k_scale / v_proj.v_scale (vLLM remaps them to
 //     attn.k_scale / v_scale);
-//   * NVFP4, W4A16_NVFP4, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, MXFP8, W4A8_AWQ, W4A16_AWQ,
+//   * NVFP4, W4A16_NVFP4, FP8_PB_WO, MXFP8, W4A8_AWQ, W4A16_AWQ,
 //     MIXED_PRECISION and KV algorithms other than FP8 are refused by name (not read yet);
 //   * exclude_modules / ignore: a module stays unquantized when an entry equals its name, is a
 //     substring of it (vLLM's legacy rule) or matches it as an fnmatch pattern ("layers.0.mlp*");

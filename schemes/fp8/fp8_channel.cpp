@@ -74,7 +74,12 @@ std::vector<ParamSpec> Fp8ChannelLinearMethod::create_weights(int64_t partition)
   const int64_t n = s.partitions.at(static_cast<size_t>(partition));
   const DType sd = fp8_scale_dtype(file_, s.model_dtype);
   std::vector<ParamSpec> p{{"weight", {DType::kF8E4M3}, {n, s.in_features}, true, ""},
-                           {"weight_scale", scale_dtypes(sd), {n, 1}, true, "w = q * s[n]"}};
+                           {"weight_scale",
+                            scale_dtypes(sd),
+                            {n, 1},
+                            true,
+                            "w = q * s[n]",
+                            {{n}}}};  // ModelOpt FP8_PER_CHANNEL_PER_TOKEN writes [N]
   if (file_ == Fp8File::kMsModelSlim)
     p.push_back({"weight_offset", scale_dtypes(DType::kF32), {n, 1}, true, "zeros (symmetric)"});
   p.push_back(bias_spec(s, partition));

@@ -188,6 +188,19 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
       if (auto it = t.find(n); it != t.end()) it->second.shape = {};
     return t;
   }
+  if (scheme.kind == SchemeKind::kFp8Channel && request.format == "modelopt" &&
+      !scheme.weight_only) {
+    // ModelOpt's FP8_PER_CHANNEL_PER_TOKEN: F32 weight_scale [N] (the F32 [N, 1] scales of the
+    // msModelSlim file, its all-zero weight_offset dropped).
+    request.format.clear();
+    TensorMap t = quantize_fp8_channel(request, {Fp8File::kMsModelSlim});
+    t.erase("weight_offset");
+    t.erase("bias");  // in the model dtype, as ModelOpt exports it (msModelSlim's is F32)
+    add_bias(t, request, request.model_dtype);
+    HostTensor& s = t.at("weight_scale");
+    s.shape = {s.shape.at(0)};
+    return t;
+  }
   if (!request.format.empty() && request.format != defaults.format &&
       scheme.kind != SchemeKind::kPackedInt)
     throw Error(request.where, "scheme " + to_string(scheme) + " is written as " + defaults.format +

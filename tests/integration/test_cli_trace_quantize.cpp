@@ -398,7 +398,21 @@ TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
                   .status,
               0);
   }
-  auto r = run("quantize --in " + p("fp") + " --scheme nvfp4 --format modelopt --out " + p("x"));
+  // FP8_PER_CHANNEL_PER_TOKEN: fp8-channel, weight_scale [N].
+  auto r =
+      run("quantize --in " + p("fp") + " --scheme fp8-channel --format modelopt --out " + p("pc"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(
+      read_json_file(dir_ / "pc" / "hf_quant_config.json").at("quantization").at("quant_algo"),
+      "FP8_PER_CHANNEL_PER_TOKEN");
+  EXPECT_EQ(SafetensorsFile::open(dir_ / "pc" / "model.safetensors")
+                .at("model.layers.0.mlp.up_proj.weight_scale")
+                .shape.size(),
+            1u);
+  r = run("inspect " + p("pc"));
+  EXPECT_THAT(r.out, HasSubstr("fp8-channel"));
+  ASSERT_EQ(run("trace --model " + p("pc") + " --token-ids 5,17,3 --out " + p("pc.st")).status, 0);
+  r = run("quantize --in " + p("fp") + " --scheme nvfp4 --format modelopt --out " + p("x"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt FP8 point"));
 }

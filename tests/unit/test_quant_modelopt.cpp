@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "schemes/kv/kv_fp8.h"
 #include "schemes/method/method_factory.h"
@@ -48,6 +50,29 @@ TEST(ModelOptFp8, ZeroDimScalesReadAsTheCompressedTensorsOnes) {
                           n, k, DType::kBF16);
       },
       ::testing::ThrowsMessage<Error>(HasSubstr("input_scale")));
+}
+
+// FP8_PER_CHANNEL_PER_TOKEN's weight_scale is F32 [N]; compressed-tensors' is [N, 1].
+TEST(ModelOptFp8, PerChannelScalesReadAsTheCompressedTensorsOnes) {
+  const int64_t n = 8, k = 16;
+  std::vector<double> codes(static_cast<size_t>(n * k)), scales(static_cast<size_t>(n));
+  for (size_t i = 0; i < codes.size(); ++i)
+    codes[i] = std::ldexp(static_cast<double>(static_cast<int>(i % 13) - 6), -2);
+  for (size_t r = 0; r < scales.size(); ++r)
+    scales[r] = std::ldexp(1.0 + static_cast<double>(r) / 8, -7);
+  const HostTensor w = encode(DType::kF8E4M3, {n, k}, codes, Encoding::kExact, "weight");
+  MethodConfig c = method_config(SchemeId{SchemeKind::kFp8Channel, 0}, Dialect::kIdeal);
+  c.format = "modelopt";
+  const Matrix mo = dequantize_linear(
+      c, {{"weight", w}, {"weight_scale", encode(DType::kF32, {n}, scales, Encoding::kExact, "s")}},
+      n, k, DType::kBF16);
+  c.format = "float-quantized";
+  const Matrix ct = dequantize_linear(
+      c,
+      {{"weight", w}, {"weight_scale", encode(DType::kF32, {n, 1}, scales, Encoding::kExact, "s")}},
+      n, k, DType::kBF16);
+  EXPECT_EQ(mo.data, ct.data);
+  EXPECT_EQ(mo(3, 5), codes[3 * k + 5] * scales[3]);
 }
 
 TEST(ModelOptFp8, KvScalesUnderModelOptsNames) {

@@ -65,6 +65,18 @@ TEST(ModelOptPlan, ConfigJsonForm) {
   EXPECT_TRUE(p.warnings().empty());
 }
 
+TEST(ModelOptPlan, PerChannelPerTokenIsFp8Channel) {
+  const QuantPlan p = plan(R"({"producer": {"name": "modelopt", "version": "0.29.0"},
+    "quantization": {"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN", "kv_cache_quant_algo": null,
+                     "exclude_modules": ["lm_head"]}})");
+  const PlanEntry& e = p.method_for("model.layers.0.mlp.gate_proj");
+  EXPECT_EQ(e.scheme_string(), "fp8-channel");
+  EXPECT_EQ(e.format, "modelopt");
+  ASSERT_TRUE(e.input_activations);
+  EXPECT_EQ(e.input_activations->strategy, QuantStrategy::kToken);
+  EXPECT_THAT(p.rules().back(), HasSubstr("weight_scale [N]"));
+}
+
 TEST(ModelOptPlan, RefusesWhatIsNotReadYetByName) {
   EXPECT_THAT(refusal(R"({"producer": {"name": "modelopt", "version": "0.35.0"},
     "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16,
