@@ -13,6 +13,8 @@ namespace qparity {
 
 namespace {
 
+constexpr int64_t kModelOptNvfp4Group = 16;
+
 std::string upper(std::string s) {
   for (char& c : s)
     c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -72,12 +74,13 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
       throw Error(key("kv_cache_scheme"), it->dump() + " is not an FP8 KV cache scheme");
   }
   if (algo.empty() && kv.empty()) throw Error(key("quant_algo"), "missing (and no KV algorithm)");
-  if (!algo.empty() && algo != "FP8" && algo != "FP8_PER_CHANNEL_PER_TOKEN")
+  const bool nvfp4 = algo == "NVFP4" || algo == "W4A16_NVFP4";
+  if (!algo.empty() && algo != "FP8" && algo != "FP8_PER_CHANNEL_PER_TOKEN" && !nvfp4)
     throw Error(key("quant_algo"),
                 "'" + algo +
-                    "' is not implemented (FP8 and FP8_PER_CHANNEL_PER_TOKEN are; NVFP4, "
-                    "W4A16_NVFP4, FP8_PB_WO, MXFP8, the AWQ algorithms and MIXED_PRECISION are "
-                    "not read yet)");
+                    "' is not implemented (FP8, FP8_PER_CHANNEL_PER_TOKEN, NVFP4 and W4A16_NVFP4 "
+                    "are; FP8_PB_WO, MXFP8, the AWQ algorithms and MIXED_PRECISION are not read "
+                    "yet)");
   if (!kv.empty() && kv != "FP8")
     throw Error(key(hf_form ? "kv_cache_quant_algo" : "kv_cache_scheme"),
                 "'" + kv + "' is not implemented (an FP8 KV cache is)");
@@ -91,7 +94,19 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
     // FP8: per-tensor weights, static per-tensor inputs; FP8_PER_CHANNEL_PER_TOKEN: per-channel
     // F32 weight_scale [N], inputs dynamic per token (vLLM ModelOptFp8PcPtLinearMethod).
     const bool pc = algo == "FP8_PER_CHANNEL_PER_TOKEN";
-    const SchemeId scheme{pc ? SchemeKind::kFp8Channel : SchemeKind::kFp8Tensor, 0};
+    // NVFP4: e2m1 weights in 16-blocks with a weight_scale_2 multiplier, inputs NVFP4 per
+    // 16-block with the static input_scale (W4A4); W4A16_NVFP4: weights only.
+    if (nvfp4) {
+      if (auto g = opt_int(q, "group_size", qw); g && *g != kModelOptNvfp4Group)
+        throw Error(key("group_size"), std::to_string(*g) +
+                                           " is not implemented (NVFP4 blocks "
+                                           "are 16)");
+    }
+    SchemeId scheme{pc      ? SchemeKind::kFp8Channel
+                    : nvfp4 ? SchemeKind::kNvfp4
+                            : SchemeKind::kFp8Tensor,
+                    0};
+    scheme.weight_only = algo == "W4A16_NVFP4";
     const ImpliedArgs args = implied_args(scheme);
     for (const LinearModule& m : plan.modules().linears()) {
       PlanEntry& e = plan.mutable_entry(m.prefix);
@@ -120,10 +135,15 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
       e.why.key = "quant_algo";
       e.why.note = "quantized";
     }
-    plan.add_rule(pc ? "quant_algo FP8_PER_CHANNEL_PER_TOKEN: e4m3 weights, F32 weight_scale [N] "
-                       "(amax / 448 per row), inputs quantized per token at run time"
-                     : "quant_algo FP8: per-tensor e4m3 weights, F32 weight_scale and static "
-                       "input_scale (amax / 448), 0-dim; fused shards keep their own scales");
+    plan.add_rule(nvfp4 ? "quant_algo " + algo +
+                              ": weight U8 e2m1 pairs, weight_scale e4m3 per 16, weight_scale_2 "
+                              "(and input_scale) F32 multipliers amax / 2688: w = e2m1 * s * ws2"
+                  : pc ? std::string("quant_algo FP8_PER_CHANNEL_PER_TOKEN: e4m3 weights, F32 "
+                                     "weight_scale [N] (amax / 448 per row), inputs quantized per "
+                                     "token at run time")
+                       : std::string("quant_algo FP8: per-tensor e4m3 weights, F32 weight_scale "
+                                     "and static input_scale (amax / 448), 0-dim; fused shards "
+                                     "keep their own scales"));
   }
   if (kv == "FP8") {
     QuantArgs a = *implied_args(SchemeId{SchemeKind::kKvFp8, 0}).kv_cache;

@@ -230,7 +230,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.spec = "FORMATS.md §2.6(a), §3.6; cards C3, C6";
       break;
     case SchemeKind::kFp8Channel:
-      s.producers = {Producer::kCompressedTensors, Producer::kMsModelSlim};
+      s.producers = {Producer::kCompressedTensors, Producer::kMsModelSlim, Producer::kModelOpt};
       s.description =
           "FP8 E4M3 weights with one scale per output channel; FP8 activations quantized per token "
           "at run time, or unquantized (compressed-tensors FP8_DYNAMIC; msModelSlim "
@@ -272,7 +272,7 @@ SchemeInfo make_info(SchemeKind k) {
       s.spec = "FORMATS.md §2.6(a), §3.2; cards C3, C6";
       break;
     case SchemeKind::kNvfp4:
-      s.producers = {Producer::kCompressedTensors};
+      s.producers = {Producer::kCompressedTensors, Producer::kModelOpt};
       s.description =
           "NVFP4: FP4 E2M1 weights with an FP8 E4M3 scale per 16 inputs and an fp32 global scale; "
           "FP4 activations the same way with a calibrated global scale (NVFP4) or unquantized "

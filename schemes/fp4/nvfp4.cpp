@@ -201,7 +201,8 @@ double nvfp4_quantize_element(double x, double s, double gs, const Nvfp4Rules& r
   return codec::round_to(codec::kE2M1, std::clamp(t, -6.0, 6.0), codec::Overflow::kSaturate);
 }
 
-QuantizedMatrix nvfp4_quantize_activation(const Matrix& x, double gs_in, const Nvfp4Rules& r) {
+QuantizedMatrix nvfp4_quantize_activation(const Matrix& x, double gs_in, const Nvfp4Rules& r,
+                                          double dequant_multiplier) {
   if (x.cols % kNvfp4GroupSize != 0)
     throw Error("NVFP4 activations", std::to_string(x.cols) + " features: not a multiple of 16");
   QuantizedMatrix q;
@@ -217,7 +218,7 @@ QuantizedMatrix nvfp4_quantize_activation(const Matrix& x, double gs_in, const N
       const auto block =
           x.row(t).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
       const double s = nvfp4_block_scale(absmax(block), gs_in, r);
-      q.scales(t, g) = s / gs_in;
+      q.scales(t, g) = dequant_multiplier > 0 ? s * dequant_multiplier : s / gs_in;
       for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
         const size_t i = static_cast<size_t>(t * x.cols + g * kNvfp4GroupSize + k);
         q.codes[i] = lattice_code(nvfp4_quantize_element(x.data[i], s, gs_in, r), 0.5);
@@ -281,6 +282,69 @@ TensorMap quantize_nvfp4(const QuantizeRequest& req) {
   return out;
 }
 
+TensorMap quantize_nvfp4_modelopt(const QuantizeRequest& req) {
+  const Matrix& w = req.weight;
+  check_group_args(req.weights, req.group_size, req.where + ".weight_scale");
+  if (w.cols % kNvfp4GroupSize != 0)
+    throw Error(req.where + ".weight",
+                "in_features " + std::to_string(w.cols) + " is not a multiple of 16 (NVFP4)");
+  require_finite(w.data, req.where);
+  const Arith f = Arith::kFp32;
+  const double own_amax = absmax(w.data);
+  if (req.fused_weight_amax && !(*req.fused_weight_amax >= own_amax))
+    throw Error(req.where + ".weight_scale_2",
+                "the fused layer's amax " + std::to_string(*req.fused_weight_amax) +
+                    " is below this partition's own " + std::to_string(own_amax));
+  // weight_scale_2 = amax / (6 * 448) in fp32 (ModelOpt >= 0.35: one divisor); amax of the
+  // fused group (preprocess_linear_fusion), exact in fp32 for a bf16 / fp16 weight.
+  const double amax = in(f, req.fused_weight_amax.value_or(own_amax));
+  if (!(amax > 0)) throw Error(req.where + ".weight_scale_2", "the weight is all zeros");
+  const double ws2 = div_in(f, amax, kNvfp4GlobalNumerator);
+  const double six_ws2 = mul_in(f, 6.0, ws2);
+  const int64_t groups = w.cols / kNvfp4GroupSize;
+  std::vector<double> scales(static_cast<size_t>(w.rows * groups));
+  std::vector<uint8_t> nibbles(w.data.size());
+  for (int64_t n = 0; n < w.rows; ++n)
+    for (int64_t g = 0; g < groups; ++g) {
+      const auto block =
+          w.row(n).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
+      // block_amax / (6 * ws2) in fp32; 0 -> 1.0; clamp [2^-9, 448] (>= 0.45); RNE to e4m3.
+      double sf = div_in(f, in(f, absmax(block)), six_ws2);
+      if (sf == 0) sf = 1.0;
+      sf = std::clamp(sf, 0x1p-9, 448.0);
+      const double sb = e4m3_of_quotient(sf, 1.0, 1.0);
+      scales[static_cast<size_t>(n * groups + g)] = sb;
+      const double denom = mul_in(f, sb, ws2);
+      for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
+        const size_t i = static_cast<size_t>(n * w.cols + g * kNvfp4GroupSize + k);
+        nibbles[i] = codec::double_to_e2m1(e2m1_of_scaled_exact(div_in(f, w.data[i], denom), 1, 1));
+      }
+    }
+  TensorMap out;
+  HostTensor packed;
+  packed.dtype = DType::kU8;
+  packed.shape = {w.rows, w.cols / 2};
+  packed.bytes = codec::pack_nibbles(nibbles, req.where + ".weight");
+  out["weight"] = std::move(packed);
+  out["weight_scale"] = encode(DType::kF8E4M3, {w.rows, groups}, scales, Encoding::kExact,
+                               req.where + ".weight_scale");
+  const double v[1] = {ws2};
+  out["weight_scale_2"] =
+      encode(DType::kF32, {}, v, Encoding::kExact, req.where + ".weight_scale_2");
+  if (req.input_activations) {
+    if (!req.activations)
+      throw Error(req.where + ".input_scale",
+                  "NVFP4 W4A4 needs calibration statistics of the input (activations)");
+    const double xa = std::max(std::fabs(req.activations->min), std::fabs(req.activations->max));
+    if (!std::isfinite(xa) || !(xa > 0))
+      throw Error(req.where + ".input_scale", "calibration amax is not finite and > 0");
+    const double is[1] = {div_in(f, in(f, xa), kNvfp4GlobalNumerator)};
+    out["input_scale"] = encode(DType::kF32, {}, is, Encoding::kExact, req.where + ".input_scale");
+  }
+  add_bias(out, req, req.model_dtype);
+  return out;
+}
+
 Matrix dequantize_nvfp4(const TensorMap& tensors, const std::string& where) {
   const auto get = [&](const std::string& name) -> const HostTensor& {
     return tensor_in(tensors, name, where);
@@ -306,7 +370,8 @@ Matrix dequantize_nvfp4(const TensorMap& tensors, const std::string& where) {
 Nvfp4LinearMethod::Nvfp4LinearMethod(LinearShape shape, MethodConfig config)
     : LinearMethod(std::move(shape), std::move(config)),
       rules_(nvfp4_rules(dialect())),
-      act_(this->config().input_activations.has_value()) {
+      act_(this->config().input_activations.has_value()),
+      modelopt_(this->config().format == "modelopt") {
   if (this->shape().in_features % kNvfp4GroupSize != 0)
     throw Error(where("weight_packed", 0, 0), "in_features " +
                                                   std::to_string(this->shape().in_features) +
@@ -319,6 +384,17 @@ std::vector<ParamSpec> Nvfp4LinearMethod::create_weights(int64_t partition) cons
   const auto& s = shape();
   const int64_t n = s.partitions.at(static_cast<size_t>(partition));
   const int64_t k = s.in_features;
+  if (modelopt_) {
+    const std::vector<std::vector<int64_t>> scalar = {std::vector<int64_t>{}};
+    std::vector<ParamSpec> mo{
+        {"weight", {DType::kU8}, {n, k / 2}, true, "e2m1 pairs, low nibble = even element"},
+        {"weight_scale", {DType::kF8E4M3}, {n, k / kNvfp4GroupSize}, true, "times weight_scale_2"},
+        {"weight_scale_2", {DType::kF32}, {1}, true, "multiplier amax / 2688 (0-dim)", scalar}};
+    if (act_)
+      mo.push_back({"input_scale", {DType::kF32}, {1}, true, "multiplier (0-dim; W4A4)", scalar});
+    mo.push_back(bias_spec(s, partition));
+    return mo;
+  }
   std::vector<ParamSpec> specs{
       {"weight_packed", {DType::kU8}, {n, k / 2}, true, "e2m1 pairs, low nibble = even element"},
       {"weight_scale", {DType::kF8E4M3}, {n, k / kNvfp4GroupSize}, true, "times the global scale"},
@@ -340,19 +416,41 @@ void Nvfp4LinearMethod::process() {
     std::vector<std::vector<double>> values, scales;
     for (int64_t p = 0; p < s.partition_count(); ++p) {
       const int64_t n = s.partitions[static_cast<size_t>(p)];
-      values.push_back(
-          decode_e2m1_nibbles(loaded("weight_packed", p, e), n * k, where("weight_packed", p, e)));
+      const char* packed = modelopt_ ? "weight" : "weight_packed";
+      values.push_back(decode_e2m1_nibbles(loaded(packed, p, e), n * k, where(packed, p, e)));
       scales.push_back(
           decode_scales_checked(loaded("weight_scale", p, e), where("weight_scale", p, e)));
-      ex.weight_gs.push_back(decode_global_scale(loaded("weight_global_scale", p, e),
-                                                 where("weight_global_scale", p, e)));
-      if (act_)
-        ex.input_gs.push_back(decode_global_scale(loaded("input_global_scale", p, e),
-                                                  where("input_global_scale", p, e)));
+      // ModelOpt's multipliers go in as they are; decode_global_scale checks finite and > 0.
+      const char* wg = modelopt_ ? "weight_scale_2" : "weight_global_scale";
+      const char* ig = modelopt_ ? "input_scale" : "input_global_scale";
+      ex.weight_gs.push_back(decode_global_scale(loaded(wg, p, e), where(wg, p, e)));
+      if (act_) ex.input_gs.push_back(decode_global_scale(loaded(ig, p, e), where(ig, p, e)));
     }
     ex.weight_gs_eff = ex.weight_gs;
     ex.input_gs_eff = ex.input_gs;
-    if (fused == Nvfp4FusedGlobal::kMax) {
+    if (modelopt_) {
+      // vLLM's ModelOpt NVFP4: a dense fused layer takes the largest weight_scale_2 and
+      // input_scale (a warning when they differ), an expert's gate/up the gate's weight_scale_2.
+      if (fused != Nvfp4FusedGlobal::kPerPartition) {
+        const double w = fused == Nvfp4FusedGlobal::kMax
+                             ? *std::max_element(ex.weight_gs.begin(), ex.weight_gs.end())
+                             : ex.weight_gs[0];
+        std::fill(ex.weight_gs_eff.begin(), ex.weight_gs_eff.end(), w);
+        if (act_)
+          std::fill(ex.input_gs_eff.begin(), ex.input_gs_eff.end(),
+                    *std::max_element(ex.input_gs.begin(), ex.input_gs.end()));
+      }
+      // Multipliers kept for the exact products; the divisors an engine's kernels take.
+      ex.input_mult_eff = ex.input_gs_eff;
+      for (int64_t p = 0; p < s.partition_count(); ++p) {
+        const size_t pi = static_cast<size_t>(p);
+        const double m = ex.weight_gs_eff[pi];
+        for (double& v : scales[pi])
+          v *= m;  // exact: e4m3 (4 significant bits) times an F32 value
+        ex.weight_gs_eff[pi] = in(Arith::kFp32, 1.0 / m);
+        if (act_) ex.input_gs_eff[pi] = in(Arith::kFp32, 1.0 / ex.input_mult_eff[pi]);
+      }
+    } else if (fused == Nvfp4FusedGlobal::kMax) {
       std::fill(ex.weight_gs_eff.begin(), ex.weight_gs_eff.end(),
                 *std::max_element(ex.weight_gs.begin(), ex.weight_gs.end()));
       if (act_)
@@ -376,7 +474,7 @@ void Nvfp4LinearMethod::process() {
         q.codes[i] = lattice_code(values[pi][i], 0.5);
       q.scales = Matrix(q.rows, groups);
       for (size_t i = 0; i < q.scales.data.size(); ++i)
-        q.scales.data[i] = scales[pi][i] / ex.weight_gs_eff[pi];
+        q.scales.data[i] = modelopt_ ? scales[pi][i] : scales[pi][i] / ex.weight_gs_eff[pi];
       q.compact();
       ex.parts.push_back(std::move(q));
     }
@@ -430,7 +528,7 @@ Matrix Nvfp4LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
     if (act_) {
       if (!xq || xq_gs != ex.input_gs_eff[pi]) {
         xq_gs = ex.input_gs_eff[pi];
-        xq = nvfp4_quantize_activation(x, xq_gs, rules_);
+        xq = nvfp4_quantize_activation(x, xq_gs, rules_, modelopt_ ? ex.input_mult_eff[pi] : 0.0);
       }
       yp = scaled_gemm(*xq, ex.parts[pi]);
     } else {
@@ -463,13 +561,18 @@ std::optional<QuantizedMatrix> Nvfp4LinearMethod::do_quantize_input(const Matrix
   if (!act_) return std::nullopt;
   // Partition 0's input global scale; equal for every partition unless the dialect keeps
   // differing per-partition scales (ideal), where apply() quantizes x once per partition.
-  return nvfp4_quantize_activation(x, experts_[static_cast<size_t>(expert)].input_gs_eff[0],
-                                   rules_);
+  const Expert& ex = experts_[static_cast<size_t>(expert)];
+  return nvfp4_quantize_activation(x, ex.input_gs_eff[0], rules_,
+                                   modelopt_ ? ex.input_mult_eff[0] : 0.0);
 }
 
 TensorMap Nvfp4LinearMethod::runtime_tensors() const {
   const auto& s = shape();
   if (s.num_experts == 0) return {};
+  if (modelopt_)
+    throw Error(s.prefix,
+                "SGLang's stacked runtime tensors are written for compressed-tensors' "
+                "NVFP4 names, not ModelOpt's");
   const std::string pre = s.partition_count() > 1 ? "w13_" : "w2_";
   TensorMap out;
   HostTensor shard;  // weight_packed of shard (e, p), re-encoded from the run-time codes

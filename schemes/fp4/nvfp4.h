@@ -55,6 +55,15 @@
 // [E], [E]); and, for the unifying dialects, w13_weight_scale_2 = 1/gs_w and w13_input_scale =
 // 1/gs_in after unification ([E], F32).
 //
+// ModelOpt's NVFP4 export (MethodConfig::format "modelopt", docs/MODELOPT.md): `weight` U8
+// [N, K/2] (the same nibbles), `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` F32 0-dim =
+// amax / 2688 and, W4A4, `input_scale` F32 0-dim: MULTIPLIERS, w = e2m1(q) * s_w * ws2 (an exact
+// fp64 product). The activation codes take the divisor gs_in = fl32(1 / input_scale), vLLM's
+// input_global_scale_inv, and their block factors are s_x * input_scale; the effective global
+// scales an engine reads are fl32(1 / ws2) and gs_in. Fused layers under vllm / sglang follow
+// vLLM's ModelOpt rule: the largest weight_scale_2 and input_scale of a dense fused layer, the
+// gate's weight_scale_2 and the largest input_scale of an expert's gate/up.
+//
 // Constraints (Errors naming the tensor): K % 16 == 0 (so K is even), group size 16 in the args,
 // scale bytes not NaN (0x7F / 0xFF), global scales finite and > 0.
 #include <memory>
@@ -120,12 +129,20 @@ double e2m1_of_scaled_exact(double x, double g, double s);
 
 // Activation quantization of x [T, K] with a static input global scale: codes on the lattice
 // 0.5, block 1 x 16, scales s_x / gs_in.
+// `dequant_multiplier` > 0 (ModelOpt's input_scale): the codes are those of input_global_scale,
+// the block factors s_x * dequant_multiplier instead of s_x / input_global_scale.
 QuantizedMatrix nvfp4_quantize_activation(const Matrix& x, double input_global_scale,
-                                          const Nvfp4Rules& r);
+                                          const Nvfp4Rules& r, double dequant_multiplier = 0.0);
 
 // weight_packed / weight_scale / weight_global_scale (+ input_global_scale when
 // req.input_activations is set; it then needs req.activations).
 TensorMap quantize_nvfp4(const QuantizeRequest& req);
+// ModelOpt's NVFP4 export (>= 0.35 formulas, with 0.45's block-scale clamp; every step in fp32
+// as its NVFP4QTensor computes it): ws2 = amax / 2688 (the fused group's amax), s = e4m3(clamp(
+// block_amax / (6 * ws2), 2^-9, 448)) with 0 -> 1.0, q = e2m1(x / (s * ws2)); `weight`,
+// `weight_scale`, `weight_scale_2` (0-dim) and with input activations `input_scale` = fl32(amax
+// / 2688) of the calibration statistics (0-dim).
+TensorMap quantize_nvfp4_modelopt(const QuantizeRequest& req);
 // The weight [N, K] the tensors of one shard hold: e2m1(q) * s / gs.
 Matrix dequantize_nvfp4(const TensorMap& tensors, const std::string& where = "weight");
 
@@ -164,10 +181,12 @@ class Nvfp4LinearMethod final : public LinearMethod {
     std::vector<double> input_gs;        // as stored, per partition (W4A4)
     std::vector<double> weight_gs_eff;   // after the dialect's fused-layer rule
     std::vector<double> input_gs_eff;
+    std::vector<double> input_mult_eff;  // ModelOpt: input_scale after the rule, else empty
     std::vector<double> bias;
   };
   Nvfp4Rules rules_;
   bool act_ = false;
+  bool modelopt_ = false;  // ModelOpt's tensor names and multiplier scales
   std::vector<Expert> experts_;
 };
 

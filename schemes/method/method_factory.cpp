@@ -179,6 +179,10 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
                ? quantize_fp8_block(request, {Fp8File::kFp8Config})
                : quantize_fp8_tensor(request, {Fp8File::kFp8Config});
   }
+  if (scheme.kind == SchemeKind::kNvfp4 && request.format == "modelopt") {
+    request.format.clear();
+    return quantize_nvfp4_modelopt(request);
+  }
   if (scheme.kind == SchemeKind::kFp8Tensor && request.format == "modelopt") {
     // ModelOpt's FP8: the tensors and F32 scales of quant_method fp8's per-tensor layout, the
     // scales 0-dim (torch.tensor(amax / 448)).

@@ -412,9 +412,29 @@ TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
   r = run("inspect " + p("pc"));
   EXPECT_THAT(r.out, HasSubstr("fp8-channel"));
   ASSERT_EQ(run("trace --model " + p("pc") + " --token-ids 5,17,3 --out " + p("pc.st")).status, 0);
-  r = run("quantize --in " + p("fp") + " --scheme nvfp4 --format modelopt --out " + p("x"));
+  // NVFP4 as ModelOpt exports it: weight / weight_scale / weight_scale_2 / input_scale.
+  r = run("quantize --in " + p("fp") +
+          " --scheme nvfp4 --calib-synthetic 64 --format modelopt --out " + p("nv"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(
+      read_json_file(dir_ / "nv" / "hf_quant_config.json").at("quantization").at("quant_algo"),
+      "NVFP4");
+  const auto nv = SafetensorsFile::open(dir_ / "nv" / "model.safetensors");
+  EXPECT_EQ(nv.at("model.layers.0.mlp.up_proj.weight").dtype, DType::kU8);
+  EXPECT_TRUE(nv.at("model.layers.0.mlp.up_proj.weight_scale_2").shape.empty());
+  // ModelOpt shares weight_scale_2 across the fused gate / up (preprocess_linear_fusion).
+  EXPECT_EQ(
+      reference::decode_all(DType::kF32,
+                            nv.bytes(nv.at("model.layers.0.mlp.up_proj.weight_scale_2")), 1, "up"),
+      reference::decode_all(
+          DType::kF32, nv.bytes(nv.at("model.layers.0.mlp.gate_proj.weight_scale_2")), 1, "gate"));
+  r = run("inspect " + p("nv"));
+  EXPECT_THAT(r.out, HasSubstr("nvfp4"));
+  EXPECT_THAT(r.out, HasSubstr("format=modelopt"));
+  ASSERT_EQ(run("trace --model " + p("nv") + " --token-ids 5,17,3 --out " + p("nv.st")).status, 0);
+  r = run("quantize --in " + p("fp") + " --scheme mxfp4 --format modelopt --out " + p("x"));
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt FP8 point"));
+  EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt point"));
 }
 
 // quant_method fp8 as DeepSeek-V3 / Qwen3-FP8 publish it, written by --format hf-fp8 (or implied

@@ -75,6 +75,58 @@ TEST(ModelOptFp8, PerChannelScalesReadAsTheCompressedTensorsOnes) {
   EXPECT_EQ(mo(3, 5), codes[3 * k + 5] * scales[3]);
 }
 
+// ModelOpt's NVFP4: weight / weight_scale / weight_scale_2 (/ input_scale) multipliers. With
+// power-of-two scales the compressed-tensors divisors are their exact reciprocals, so both
+// spellings must give the same layer bit for bit; in general w = e2m1 * s * ws2 exactly.
+TEST(ModelOptNvfp4, MultiplierScalesAreTheCompressedTensorsDivisors) {
+  const int64_t n = 32, k = 64;
+  std::vector<double> e2m1(static_cast<size_t>(n * k)), s(static_cast<size_t>(n * k / 16));
+  const double grid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (size_t i = 0; i < e2m1.size(); ++i)
+    e2m1[i] = (i % 3 == 0 ? -1 : 1) * grid[(i * 7) % 8];
+  for (size_t i = 0; i < s.size(); ++i)
+    s[i] = std::ldexp(1.0 + static_cast<double>(i % 8) / 8, static_cast<int>(i % 5) - 2);
+  const HostTensor codes = encode(DType::kF4, {n, k}, e2m1, Encoding::kExact, "codes");
+  HostTensor packed = codes;
+  packed.dtype = DType::kU8;
+  packed.shape = {n, k / 2};
+  const HostTensor bs = encode(DType::kF8E4M3, {n, k / 16}, s, Encoding::kExact, "s");
+  for (bool w4a4 : {true, false}) {
+    SCOPED_TRACE(w4a4 ? "W4A4" : "W4A16");
+    SchemeId id{SchemeKind::kNvfp4, 0};
+    id.weight_only = !w4a4;
+    MethodConfig c = method_config(id, Dialect::kIdeal);
+    auto layer = [&](const std::string& format, TensorMap t) {
+      c.format = format;
+      auto m = make_linear_method(LinearShape::dense("l", n, k, DType::kBF16), c);
+      m->load_all(t);
+      m->process_weights_after_loading();
+      return m;
+    };
+    TensorMap mo = {{"weight", packed}, {"weight_scale", bs}, {"weight_scale_2", f32({}, 0x1p-10)}};
+    TensorMap ct = {
+        {"weight_packed", packed}, {"weight_scale", bs}, {"weight_global_scale", f32({1}, 0x1p10)}};
+    if (w4a4) {
+      mo["input_scale"] = f32({}, 0x1p-3);
+      ct["input_global_scale"] = f32({1}, 0x1p3);
+    }
+    const auto a = layer("modelopt", mo), b = layer("nvfp4-pack-quantized", ct);
+    EXPECT_EQ(a->dequantized_weight(0).data, b->dequantized_weight(0).data);
+    Matrix x(3, k);
+    for (size_t i = 0; i < x.data.size(); ++i)
+      x.data[i] = std::sin(0.3 * static_cast<double>(i));
+    EXPECT_EQ(a->apply(x).data, b->apply(x).data);
+    // A weight_scale_2 that is no power of two: the exact product.
+    mo["weight_scale_2"] = f32({}, static_cast<double>(0.0003f));
+    const double ws2 = static_cast<double>(0.0003f);
+    const Matrix w = layer("modelopt", mo)->dequantized_weight(0);
+    for (int64_t r = 0; r < n; r += 5)
+      for (int64_t col = 0; col < k; col += 3)
+        ASSERT_EQ(w(r, col), e2m1[static_cast<size_t>(r * k + col)] *
+                                 s[static_cast<size_t>(r * (k / 16) + col / 16)] * ws2);
+  }
+}
+
 TEST(ModelOptFp8, KvScalesUnderModelOptsNames) {
   const KvShape shape{"model.layers.0.self_attn", 2, 64, DType::kBF16};
   auto kv =

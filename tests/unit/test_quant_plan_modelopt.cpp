@@ -77,11 +77,29 @@ TEST(ModelOptPlan, PerChannelPerTokenIsFp8Channel) {
   EXPECT_THAT(p.rules().back(), HasSubstr("weight_scale [N]"));
 }
 
+TEST(ModelOptPlan, Nvfp4AndItsWeightOnlyForm) {
+  const QuantPlan p = plan(R"({"producer": {"name": "modelopt", "version": "0.35.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16,
+                     "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}})");
+  const PlanEntry& e = p.method_for("model.layers.1.self_attn.q_proj");
+  EXPECT_EQ(e.scheme_string(), "nvfp4");
+  EXPECT_EQ(e.format, "modelopt");
+  EXPECT_TRUE(e.input_activations.has_value());
+  EXPECT_FALSE(p.method_for("model.layers.0.self_attn.q_proj").quantized());
+  EXPECT_THAT(p.rules().back(), HasSubstr("w = e2m1 * s * ws2"));
+  const QuantPlan a16 = plan(R"({"quantization": {"quant_algo": "W4A16_NVFP4"}})");
+  EXPECT_EQ(a16.method_for("model.layers.1.mlp.up_proj").scheme_string(), "nvfp4a16");
+  EXPECT_FALSE(a16.method_for("model.layers.1.mlp.up_proj").input_activations.has_value());
+}
+
 TEST(ModelOptPlan, RefusesWhatIsNotReadYetByName) {
   EXPECT_THAT(refusal(R"({"producer": {"name": "modelopt", "version": "0.35.0"},
-    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16,
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 32,
                      "exclude_modules": ["lm_head"]}})"),
-              HasSubstr("'NVFP4' is not implemented"));
+              HasSubstr("32 is not implemented"));
+  EXPECT_THAT(refusal(R"({"quantization": {"quant_algo": "MIXED_PRECISION",
+                     "quantized_layers": {}}})"),
+              HasSubstr("'MIXED_PRECISION' is not implemented"));
   EXPECT_THAT(refusal(R"({"quantization": {"quant_algo": "W4A8_AWQ"}})"),
               HasSubstr("'W4A8_AWQ' is not implemented"));
   EXPECT_THAT(refusal(R"({"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"}})"),

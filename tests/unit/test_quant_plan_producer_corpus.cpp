@@ -67,18 +67,18 @@ const std::map<std::string, Expected> kExpected = {
     {"awq-07-thebloke-qwen-7b-chat-quant-config.json", {"", "ct-w4a16-g128-asym"}},
     // AutoRound's symmetric AWQ export: no zero points, a layout AutoAWQ's GEMM cannot hold.
     {"awq-08-smallthinker-3b-autoround.json", {"zero_point"}},
-    // ModelOpt: FP8 (and its FP8 KV cache) is read; the NVFP4 and mixed-precision algorithms
-    // are refused by name until their reader exists.
+    // ModelOpt: FP8 (and its FP8 KV cache) and NVFP4 are read; the mixed-precision map is
+    // refused by name until its reader exists.
     {"modelopt-01-llama31-70b-instruct-fp8.json", {"", "fp8-tensor"}},
     {"modelopt-02-llama31-405b-instruct-fp8.json", {"", "fp8-tensor"}},
-    {"modelopt-03-deepseek-v31-nvfp4.json", {"'NVFP4' is not implemented"}},
-    {"modelopt-04-qwen3-235b-a22b-nvfp4.json", {"'NVFP4' is not implemented"}},
-    {"modelopt-05-nemotron3-nano-30b-nvfp4.json", {"'NVFP4' is not implemented"}},
+    {"modelopt-03-deepseek-v31-nvfp4.json", {"", "nvfp4"}},
+    {"modelopt-04-qwen3-235b-a22b-nvfp4.json", {"", "nvfp4"}},
+    {"modelopt-05-nemotron3-nano-30b-nvfp4.json", {"", "nvfp4"}},
     {"modelopt-06-deepseek-v4-flash-mixed-precision.json",
      {"'MIXED_PRECISION' is not implemented"}},
     {"modelopt-07-hunyuan-1p8b-fp8-no-producer.json", {"", "fp8-tensor"}},
-    {"modelopt-08-gemma4-31b-it-nvfp4-config.json", {"'NVFP4' is not implemented"}},
-    {"modelopt-09-kimi-k25-nvfp4-config.json", {"'NVFP4' is not implemented"}},
+    {"modelopt-08-gemma4-31b-it-nvfp4-config.json", {"", "nvfp4"}},
+    {"modelopt-09-kimi-k25-nvfp4-config.json", {"", "nvfp4"}},
 };
 
 // The producer file a corpus entry is (its name says so), for the implied quant_method.

@@ -271,7 +271,9 @@ TEST(SchemeRegistry, ProducersMatchTheSources) {
             (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
   EXPECT_EQ(producers(SchemeKind::kFp8Block), (std::set<std::string>{"compressed-tensors", "fp8"}));
   EXPECT_EQ(producers(SchemeKind::kFp8Channel),
-            (std::set<std::string>{"compressed-tensors", "msModelSlim"}));
+            (std::set<std::string>{"compressed-tensors", "msModelSlim", "modelopt"}));
+  EXPECT_EQ(producers(SchemeKind::kNvfp4),
+            (std::set<std::string>{"compressed-tensors", "modelopt"}));
   EXPECT_EQ(producers(SchemeKind::kKvFp8),
             (std::set<std::string>{"compressed-tensors", "modelopt", "engine"}));
   EXPECT_EQ(producers(SchemeKind::kPackedInt),

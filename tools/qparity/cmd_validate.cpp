@@ -718,13 +718,14 @@ bool run(const ValidateOptions& given) {
           hf         ? fp8 && !id.weight_only
           : modelopt ? ((id.kind == SchemeKind::kFp8Tensor || id.kind == SchemeKind::kFp8Channel) &&
                         !id.weight_only) ||
+                           id.kind == SchemeKind::kNvfp4 ||
                            (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
                      : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
-      const char* why = hf ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
-                        : modelopt
-                            ? " is not a ModelOpt FP8 point (fp8-tensor, fp8-channel, kv-fp8)"
-                            : " is not an integer weight-only point; --format writes "
-                              "GPTQ's / AWQ's layout of those";
+      const char* why =
+          hf         ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
+          : modelopt ? " is not a ModelOpt point (fp8-tensor, fp8-channel, nvfp4, nvfp4a16, kv-fp8)"
+                     : " is not an integer weight-only point; --format writes "
+                       "GPTQ's / AWQ's layout of those";
       if (!ok)
         throw UsageError("validate --format " + o.format, s + why + " (name them with --schemes)");
     }
