@@ -98,6 +98,22 @@ double decode_global_scale(const HostTensor& t, const std::string& w) {
   return g;
 }
 
+// The e2m1 codes (two a byte, low nibble = even element) under `packed_name` and the e4m3 block
+// scales as weight_scale: what both producers' layouts store alike.
+TensorMap nvfp4_code_tensors(const std::vector<uint8_t>& nibbles, const std::vector<double>& scales,
+                             int64_t rows, int64_t cols, const std::string& packed_name,
+                             const std::string& where) {
+  TensorMap out;
+  HostTensor packed;
+  packed.dtype = DType::kU8;
+  packed.shape = {rows, cols / 2};
+  packed.bytes = codec::pack_nibbles(nibbles, where + "." + packed_name);
+  out[packed_name] = std::move(packed);
+  out["weight_scale"] = encode(DType::kF8E4M3, {rows, cols / kNvfp4GroupSize}, scales,
+                               Encoding::kExact, where + ".weight_scale");
+  return out;
+}
+
 }  // namespace
 
 Nvfp4Rules nvfp4_rules(Dialect d) {
@@ -255,14 +271,7 @@ TensorMap quantize_nvfp4(const QuantizeRequest& req) {
         nibbles[i] = codec::double_to_e2m1(nvfp4_quantize_element(w.data[i], s, gs, r));
       }
     }
-  TensorMap out;
-  HostTensor packed;
-  packed.dtype = DType::kU8;
-  packed.shape = {w.rows, w.cols / 2};
-  packed.bytes = codec::pack_nibbles(nibbles, req.where + ".weight_packed");
-  out["weight_packed"] = std::move(packed);
-  out["weight_scale"] = encode(DType::kF8E4M3, {w.rows, groups}, scales, Encoding::kExact,
-                               req.where + ".weight_scale");
+  TensorMap out = nvfp4_code_tensors(nibbles, scales, w.rows, w.cols, "weight_packed", req.where);
   const double gsv[1] = {gs};
   out["weight_global_scale"] =
       encode(DType::kF32, {1}, gsv, Encoding::kExact, req.where + ".weight_global_scale");
@@ -320,14 +329,7 @@ TensorMap quantize_nvfp4_modelopt(const QuantizeRequest& req) {
         nibbles[i] = codec::double_to_e2m1(e2m1_of_scaled_exact(div_in(f, w.data[i], denom), 1, 1));
       }
     }
-  TensorMap out;
-  HostTensor packed;
-  packed.dtype = DType::kU8;
-  packed.shape = {w.rows, w.cols / 2};
-  packed.bytes = codec::pack_nibbles(nibbles, req.where + ".weight");
-  out["weight"] = std::move(packed);
-  out["weight_scale"] = encode(DType::kF8E4M3, {w.rows, groups}, scales, Encoding::kExact,
-                               req.where + ".weight_scale");
+  TensorMap out = nvfp4_code_tensors(nibbles, scales, w.rows, w.cols, "weight", req.where);
   const double v[1] = {ws2};
   out["weight_scale_2"] =
       encode(DType::kF32, {}, v, Encoding::kExact, req.where + ".weight_scale_2");

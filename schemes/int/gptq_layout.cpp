@@ -164,25 +164,18 @@ IntWeight decode_gptq(const std::function<const HostTensor*(const std::string&)>
   if (const HostTensor* gt = get("g_idx")) {
     const std::string wg = where("g_idx");
     const auto gi = decode_ints(gt->view(), wg);
-    std::vector<int64_t> count(sz(w.groups), 0);
-    for (int64_t c = 0; c < k; ++c) {
-      const int64_t g = gi[sz(c)];
-      if (g < 0 || g >= w.groups)
-        throw Error(wg, "element " + std::to_string(c) + " = " + std::to_string(g) +
-                            " outside [0, " + std::to_string(w.groups) + ")");
-      if (a.actorder != ActOrder::kGroup && g != c / gsize)
-        throw Error(wg, "element " + std::to_string(c) + " = " + std::to_string(g) +
-                            " is not column order (" + std::to_string(c / gsize) +
-                            ") but desc_act is false: vLLM ignores g_idx then, other readers "
-                            "do not, so the checkpoint has no single meaning");
-      ++count[sz(g)];
-      w.group[sz(c)] = g;
-    }
-    for (int64_t g = 0; g < w.groups; ++g)
-      if (count[sz(g)] != gsize)
-        throw Error(wg, "group " + std::to_string(g) + " has " + std::to_string(count[sz(g)]) +
-                            " columns, group_size is " + std::to_string(gsize) +
-                            " (vLLM sorts g_idx and reads groups of group_size)");
+    if (static_cast<int64_t>(gi.size()) != k)
+      throw Error(wg, "holds " + std::to_string(gi.size()) + " groups, in_features is " +
+                          std::to_string(k));
+    // Without desc_act vLLM ignores g_idx: only column order has one meaning then.
+    if (a.actorder != ActOrder::kGroup)
+      for (int64_t c = 0; c < k; ++c)
+        if (gi[sz(c)] != c / gsize)
+          throw Error(wg, "element " + std::to_string(c) + " = " + std::to_string(gi[sz(c)]) +
+                              " is not column order (" + std::to_string(c / gsize) +
+                              ") but desc_act is false: vLLM ignores g_idx then, other readers "
+                              "do not, so the checkpoint has no single meaning");
+    w.group = checked_g_idx(gi, w.groups, gsize, wg);
   }
   return w;
 }

@@ -168,6 +168,25 @@ int64_t pack_quantized_group(const QuantArgs& a, int64_t in_features, const std:
   }
 }
 
+std::vector<int64_t> checked_g_idx(std::span<const int64_t> gi, int64_t groups, int64_t gsize,
+                                   const std::string& where) {
+  std::vector<int64_t> count(sz(groups), 0);
+  for (size_t c = 0; c < gi.size(); ++c) {
+    const int64_t g = gi[c];
+    if (g < 0 || g >= groups)
+      throw Error(where, "element " + std::to_string(c) + " = " + std::to_string(g) +
+                             " outside [0, " + std::to_string(groups) + ")");
+    ++count[sz(g)];
+  }
+  for (int64_t g = 0; g < groups; ++g)
+    if (count[sz(g)] != gsize)
+      throw Error(where, "group " + std::to_string(g) + " has " + std::to_string(count[sz(g)]) +
+                             " columns, group_size is " + std::to_string(gsize) +
+                             " (compressed-tensors and vLLM group the argsort of g_idx in runs "
+                             "of group_size)");
+  return {gi.begin(), gi.end()};
+}
+
 IntCodeStorage int_code_storage(const std::string& format) {
   if (format == "int-quantized" || format == "naive-quantized") return IntCodeStorage::kUnpacked;
   if (format == "gptq") return IntCodeStorage::kGptqV1;
@@ -361,23 +380,7 @@ IntWeight decode_pack_quantized(const std::function<const HostTensor*(const std:
     const std::string wg = where("weight_g_idx");
     const auto gi = decode_ints(need("weight_g_idx").view(), wg);
     const bool column_order = std::find(gi.begin(), gi.end(), -1) != gi.end();
-    if (!column_order) {
-      std::vector<int64_t> count(sz(w.groups), 0);
-      for (int64_t c = 0; c < k; ++c) {
-        const int64_t g = gi[sz(c)];
-        if (g < 0 || g >= w.groups)
-          throw Error(wg, "element " + std::to_string(c) + " = " + std::to_string(g) +
-                              " outside [0, " + std::to_string(w.groups) + ")");
-        ++count[sz(g)];
-        w.group[sz(c)] = g;
-      }
-      for (int64_t g = 0; g < w.groups; ++g)
-        if (count[sz(g)] != gsize)
-          throw Error(wg, "group " + std::to_string(g) + " has " + std::to_string(count[sz(g)]) +
-                              " columns, group_size is " + std::to_string(gsize) +
-                              " (compressed-tensors and vLLM group the argsort of g_idx in runs "
-                              "of group_size)");
-    }
+    if (!column_order) w.group = checked_g_idx(gi, w.groups, gsize, wg);
   }
   return w;
 }

@@ -135,6 +135,12 @@ std::string int_storage_format(IntCodeStorage s);
 // [G, N]), so a fused checkpoint tensor does not split by rows.
 bool is_producer_int_storage(IntCodeStorage s);
 
+// The groups a g_idx tensor gives its K columns: every value in [0, groups) and every group
+// exactly gsize columns (compressed-tensors and vLLM sort g_idx and read runs of group_size, so
+// anything else groups wrongly); an Error naming `where` and the element or group otherwise.
+std::vector<int64_t> checked_g_idx(std::span<const int64_t> g_idx, int64_t groups, int64_t gsize,
+                                   const std::string& where);
+
 // The checkpoint tensors of one pack-quantized shard [N, K].
 std::vector<ParamSpec> pack_quantized_specs(const QuantArgs& a, codec::CtPackLayout layout,
                                             int64_t n, int64_t k, std::vector<DType> scale_dtypes,
