@@ -63,7 +63,7 @@ QuantPlan plan_from_awq_config(const ModelConfig& cfg, const Json& qc, const std
 
   std::vector<std::string> skip;
   if (auto it = qc.find("modules_to_not_convert"); it != qc.end() && !it->is_null())
-    skip = as_string_list(*it, key("modules_to_not_convert"));
+    skip = module_name_list(*it, key("modules_to_not_convert"));
 
   QuantPlan plan(cfg, Provenance{PlanSource::kAwq, where, "", "", "", ""});
   plan.set_source(PlanSource::kAwq, where);

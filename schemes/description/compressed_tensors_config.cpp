@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/safetensors/language_model_names.h"
 #include "schemes/description/awq_config.h"
+#include "schemes/description/config_keys.h"
 #include "schemes/description/gptq_config.h"
 #include "schemes/description/modelopt_config.h"
 
@@ -675,7 +676,7 @@ QuantPlan plan_from_fp8_config(const ModelConfig& cfg, const Json& qc, const std
   for (const char* k : {"modules_to_not_convert", "ignored_layers"}) {
     auto it = qc.find(k);
     if (it == qc.end() || it->is_null()) continue;
-    auto list = as_string_list(*it, key(k));
+    auto list = module_name_list(*it, key(k));
     if (!skip.empty() && !list.empty())
       throw Error(qw, "both modules_to_not_convert and ignored_layers are given");
     if (!list.empty()) {

@@ -88,7 +88,7 @@ QuantPlan plan_from_modelopt_config(const ModelConfig& cfg, const Json& qc,
   std::vector<std::string> exclude;
   std::string exclude_key = hf_form ? "exclude_modules" : "ignore";
   if (auto it = q.find(exclude_key); it != q.end() && !it->is_null())
-    exclude = as_string_list(*it, key(exclude_key));
+    exclude = module_name_list(*it, key(exclude_key));
   std::vector<bool> used(exclude.size(), false);
   if (!algo.empty()) {
     // FP8: per-tensor weights, static per-tensor inputs; FP8_PER_CHANNEL_PER_TOKEN: per-channel

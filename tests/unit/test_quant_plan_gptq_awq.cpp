@@ -1,5 +1,6 @@
 // quant_method "gptq" and "awq" configs -> QuantPlan (schemes/description/gptq_config.h,
 // awq_config.h): the points, the layouts, which linears, and every refusal by name.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -194,6 +195,42 @@ TEST(GptqPlan, AutoGptqSideFileIsRead) {
   EXPECT_THAT(p.source_file(), HasSubstr("quantize_config.json"));
   EXPECT_EQ(p.method_for("model.layers.0.mlp.up_proj").format, "gptq");
   EXPECT_THAT(p.rules().back(), HasSubstr("has no quant_method: read as \"gptq\""));
+  std::filesystem::remove_all(dir);
+}
+
+// Producer side files as an attacker gives them: a FIFO (never waited on), a duplicate key (the
+// later value would silently win), an empty file, a non-object; each an Error naming the file.
+TEST(GptqPlan, SideFilesAsAnAttackerGivesThem) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("qparity_side_attack_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "vocab_size": 1000, "rms_norm_eps": 1e-5, "torch_dtype": "float16"})";
+  const auto error_of = [&] {
+    try {
+      build_quant_plan(llama(), dir, std::nullopt);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(planned)");
+  };
+  ASSERT_EQ(mkfifo((dir / "quantize_config.json").c_str(), 0600), 0);
+  EXPECT_THAT(error_of(), HasSubstr("quantize_config.json"));
+  EXPECT_THAT(error_of(), HasSubstr("not a regular file"));
+  std::filesystem::remove(dir / "quantize_config.json");
+  std::ofstream(dir / "quant_config.json") << R"({"w_bit": 4, "q_group_size": 128,
+    "zero_point": true, "w_bit": 8})";
+  EXPECT_THAT(error_of(), HasSubstr("duplicate key 'w_bit'"));
+  std::ofstream(dir / "quant_config.json", std::ios::trunc) << "";
+  EXPECT_THAT(error_of(), HasSubstr("quant_config.json"));
+  std::filesystem::remove(dir / "quant_config.json");
+  std::ofstream(dir / "hf_quant_config.json") << "[1, 2]";
+  EXPECT_THAT(error_of(), HasSubstr("hf_quant_config.json"));
+  std::ofstream(dir / "hf_quant_config.json", std::ios::trunc)
+      << R"({"quantization": {"quant_algo": "FP8", "exclude_modules": "lm_head"}})";
+  EXPECT_THAT(error_of(), HasSubstr("not a list of module names"));
   std::filesystem::remove_all(dir);
 }
 
