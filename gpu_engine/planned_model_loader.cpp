@@ -1,6 +1,7 @@
 #include "gpu_engine/planned_model_loader.h"
 
 #include <chrono>
+#include <functional>
 #include <ostream>
 #include <set>
 
@@ -12,7 +13,10 @@
 #include "gpu_engine/rope_layout.h"
 #include "gpu_engine/shape_padding.h"
 #include "gpu_engine/staged_upload.h"
-#include "reference_cpu/models/model_loader.h"
+#include "schemes/loading/weight_loader.h"
+#include "schemes/method/method_factory.h"
+#include "schemes/method/tensor_decode.h"
+#include "schemes/method/unquantized.h"
 
 namespace qparity::gpu {
 
@@ -135,13 +139,49 @@ bool is_bf16_method(const reference::LinearMethod& lm) {
   return lm.config().scheme.kind == SchemeKind::kBf16;
 }
 
+// The same, known from the plan before any method is built (what WeightLoader will make).
+bool runs_bf16(const QuantPlan& plan, const reference::LinearLayer& ll, Dialect dialect) {
+  return reference::method_config(plan.method_for(ll.plan_entry), dialect).scheme.kind ==
+         SchemeKind::kBf16;
+}
+
+const reference::UnquantizedLinearMethod& unquantized(const reference::LinearMethod& lm) {
+  const auto* u = dynamic_cast<const reference::UnquantizedLinearMethod*>(&lm);
+  if (!u) throw Error(lm.shape().prefix, "scheme bf16 without the unquantized method");
+  return *u;
+}
+
+std::string partition_name(const reference::LinearMethod& lm, int64_t p, int64_t e) {
+  const auto& s = lm.shape();
+  std::string n = s.prefix;
+  if (s.num_experts > 0) n += "." + std::to_string(e);
+  if (!s.partition_names.empty()) n += "." + s.partition_names.at(static_cast<size_t>(p));
+  return n + ".weight";
+}
+
+// An unquantized method's weight of expert e as the checkpoint stored it, each partition
+// converted to bf16 on the way up (BF16 copied; F16 / F32 rounded to nearest even once, the
+// rounding upload_values applied to their exactly decoded values before).
+void upload_stored(StagedUploader& up, __nv_bfloat16* dst, const reference::LinearMethod& lm,
+                   int64_t e) {
+  const reference::UnquantizedLinearMethod& u = unquantized(lm);
+  const auto& s = lm.shape();
+  for (int64_t p = 0; p < s.partition_count(); ++p) {
+    const reference::HostTensor& t = u.stored_weight(p, e);
+    up.upload_bf16(dst + static_cast<size_t>(s.partition_offset(p) * s.in_features), t.bytes,
+                   t.dtype, partition_name(lm, p, e));
+  }
+}
+
 // The dense weight of an unquantized method, experts stacked in order.
 Bf16Buffer dense_buffer(const reference::LinearMethod& lm, size_t& bytes) {
   const auto& s = lm.shape();
   const size_t per = static_cast<size_t>(s.out_features() * s.in_features);
   Bf16Buffer b(per * static_cast<size_t>(s.expert_count()));
+  StagedUploader up;
   for (int64_t e = 0; e < s.expert_count(); ++e)
-    upload_values(b, lm.dequantized_weight(e).data, per * static_cast<size_t>(e));
+    upload_stored(up, b.get() + per * static_cast<size_t>(e), lm, e);
+  up.finish();
   bytes += b.bytes();
   return b;
 }
@@ -158,12 +198,13 @@ Bf16Buffer dense_rows_buffer(std::initializer_list<const reference::LinearMethod
     n += static_cast<size_t>(lm->shape().out_features() * lm->shape().in_features);
   }
   Bf16Buffer b(n);
+  StagedUploader up;
   size_t at = 0;
   for (const reference::LinearMethod* lm : parts) {
-    const std::vector<double>& w = lm->dequantized_weight(0).data;
-    upload_values(b, w, at);
-    at += w.size();
+    upload_stored(up, b.get() + at, *lm, 0);
+    at += static_cast<size_t>(lm->shape().out_features() * lm->shape().in_features);
   }
+  up.finish();
   bytes += b.bytes();
   return b;
 }
@@ -179,27 +220,128 @@ void place(const reference::LinearMethod& lm, Bf16Buffer& dense,
   bytes += quant->device_bytes();
 }
 
-// Qwen3.5's gated attention, q / k rows in the checkpoint's order (model_loader.cpp leaves them
-// for a quantized plan): an unquantized qkv's rows moved into the kernels' [q | k | v | gate]
-// row here; a quantized method's output gathered into it by the decoder (qkv_sources).
+// Qwen3.5's gated attention, q / k rows in the checkpoint's order (the loader leaves them for a
+// quantized plan): an unquantized qkv's rows moved into the kernels' [q | k | v | gate] row here;
+// a quantized method's output gathered into it by the decoder (qkv_sources).
 void place_gated_qkv(const reference::LinearMethod& lm, const ModelConfig& c, GpuLayerWeights& l,
                      GpuModel& m, const GpuMethodOptions& o) {
   const std::vector<int32_t> sources = kernel_qkv_sources(c);
   if (is_bf16_method(lm)) {
-    const std::vector<double> w = lm.dequantized_weight(0).data;
-    const size_t k = static_cast<size_t>(lm.shape().in_features);
-    std::vector<double> rows(sources.size() * k);
-    for (size_t r = 0; r < sources.size(); ++r)
-      std::copy_n(w.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(sources[r]) * k), k,
-                  rows.begin() + static_cast<std::ptrdiff_t>(r * k));
-    l.qkv = Bf16Buffer(rows.size());
-    upload_values(l.qkv, rows);
+    const reference::UnquantizedLinearMethod& u = unquantized(lm);
+    const auto& s = lm.shape();
+    const int64_t k = s.in_features;
+    // Each kernel row decoded exactly from its partition and rounded once to bf16, as the bf16
+    // upload rounds it; host memory is the bf16 rows, not an fp64 copy.
+    std::vector<uint16_t> codes(sources.size() * static_cast<size_t>(k));
+    std::vector<double> row(static_cast<size_t>(k));
+    for (size_t r = 0; r < sources.size(); ++r) {
+      int64_t src = sources[r], p = 0;
+      while (src >= s.partitions.at(static_cast<size_t>(p)))
+        src -= s.partitions[static_cast<size_t>(p++)];
+      const reference::HostTensor& t = u.stored_weight(p, 0);
+      reference::decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(src * k), row,
+                                  partition_name(lm, p, 0));
+      for (int64_t j = 0; j < k; ++j)
+        codes[r * static_cast<size_t>(k) + static_cast<size_t>(j)] =
+            codec::double_to_bf16(row[static_cast<size_t>(j)]);
+    }
+    l.qkv = Bf16Buffer(codes.size());
+    QPARITY_CUDA_CHECK(
+        cudaMemcpy(l.qkv.get(), codes.data(), codes.size() * 2, cudaMemcpyHostToDevice));
     m.weight_bytes += l.qkv.bytes();
     return;
   }
   l.qkv_q = make_gpu_linear_method(lm, o);
   m.weight_bytes += l.qkv_q->device_bytes();
   if (m.qkv_sources.size() == 0) m.qkv_sources = DeviceBuffer<int32_t>(sources);
+}
+
+// The GPU buffers of one decoder layer, from its processed host weights.
+void place_layer(const reference::LayerWeights& hl, const ModelConfig& c, GpuModel& m,
+                 const GpuMethodOptions& o,
+                 const std::function<Bf16Buffer(const reference::NormWeights&, const std::string&,
+                                                DeviceBuffer<float>*)>& norm) {
+  GpuLayerWeights& l = m.layers[static_cast<size_t>(hl.index)];
+  const std::string p = "model.layers." + std::to_string(hl.index);
+  l.input_norm = norm(hl.input_norm, p + ".input_layernorm", &l.input_norm_bias);
+  l.post_norm = norm(hl.post_attention_norm, p + ".post_attention_layernorm", &l.post_norm_bias);
+  if (hl.linear_attn) {
+    // Qwen3.5's Gated DeltaNet: its projections unquantized (check_gpu_can_run), lin_in as the
+    // bf16 loader stacks it; conv, A_log, dt_bias and the gated norm: attach_linear_attention.
+    const reference::LinearAttentionBlock& la = *hl.linear_attn;
+    l.linear_attention = true;
+    l.lin_in = dense_rows_buffer({la.qkvz.get(), la.ba.get()}, m.weight_bytes);
+    l.lin_out = dense_rows_buffer({la.out_proj.get()}, m.weight_bytes);
+  } else {
+    if (hl.attn.q_norm) l.q_norm = norm(*hl.attn.q_norm, p + ".self_attn.q_norm", nullptr);
+    if (hl.attn.k_norm) l.k_norm = norm(*hl.attn.k_norm, p + ".self_attn.k_norm", nullptr);
+    if (c.attn_output_gate)
+      place_gated_qkv(*hl.attn.qkv, c, l, m, o);
+    else
+      place(*hl.attn.qkv, l.qkv, l.qkv_q, o, m.weight_bytes);
+    place(*hl.attn.o_proj, l.o_proj, l.o_proj_q, o, m.weight_bytes);
+  }
+  l.moe = hl.moe.has_value();
+  if (l.moe) {
+    l.router = dense_buffer(*hl.moe->router, m.weight_bytes);
+    // Each stack bf16 (stacked for the grouped kernels) or one GPU method per expert.
+    const auto stack = [&](const reference::LinearMethod& lm, Bf16Buffer& dense,
+                           std::vector<std::unique_ptr<GpuLinearMethod>>& q) {
+      if (is_bf16_method(lm)) {
+        dense = dense_buffer(lm, m.weight_bytes);
+        return;
+      }
+      for (int64_t x = 0; x < lm.shape().num_experts; ++x) {
+        q.push_back(make_gpu_linear_method(lm, o, x));
+        m.weight_bytes += q.back()->device_bytes();
+      }
+    };
+    stack(*hl.moe->w13, l.w13, l.w13_q);
+    stack(*hl.moe->w2, l.w2, l.w2_q);
+  } else {
+    place(*hl.mlp->gate_up, l.gate_up, l.gate_up_q, o, m.weight_bytes);
+    place(*hl.mlp->down, l.down, l.down_q, o, m.weight_bytes);
+  }
+}
+
+// A quantized linear is never padded (its layout is its kernel's): refused from the plan, before
+// any tensor is read.
+void require_quantized_unpadded(const ModelConfig& c, const QuantPlan& plan,
+                                const std::vector<reference::LinearLayer>& linears,
+                                Dialect dialect) {
+  using K = reference::LinearLayerKind;
+  for (const reference::LinearLayer& ll : linears) {
+    const char* name = nullptr;
+    switch (ll.kind) {
+      case K::kQkv:
+        name = "self_attn.qkv_proj";
+        break;
+      case K::kOProj:
+        name = "self_attn.o_proj";
+        break;
+      case K::kGateUp:
+        name = "mlp.gate_up_proj";
+        break;
+      case K::kDown:
+        name = "mlp.down_proj";
+        break;
+      case K::kExpertsW13:
+      case K::kExpertsW2:
+        name = "mlp.experts";
+        break;
+      case K::kRouter:
+      case K::kLmHead:
+      case K::kLinearAttnQkvz:
+      case K::kLinearAttnBa:
+      case K::kLinearAttnOut:  // (Qwen3.5: never padded, shape_padding.h)
+        break;
+    }
+    if (name) require_unpadded(c, ll.layer, name, !runs_bf16(plan, ll, dialect));
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
@@ -212,19 +354,33 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
   check_gpu_can_run(plan);
   auto m = std::make_unique<GpuModel>();
   m->dir = dir;
-  m->cfg = cfg;
+  m->cfg = std::move(cfg);
   m->scheme = plan_scheme_summary(plan);
   m->dialect = options.dialect;
-  // Steps 1-3 of the lifecycle, shared with the reference (every tensor routed, every shape and
-  // dtype checked, an unexpected tensor an Error naming it).
-  const std::unique_ptr<reference::CausalLm> host = reference::load_model(
-      ck, std::move(cfg), std::move(plan), options.dialect, reference::PrecisionMode::kExact);
   const ModelConfig& c = m->cfg;
-  if (progress)
-    *progress << "qparity engine: " << dir.string() << ": plan " << m->scheme
-              << " loaded and processed on the host in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-              << " s\n";
+  // The shared lifecycle (schemes/loading/weight_loader.h: every tensor routed, every shape and
+  // dtype checked, every method processed), one decoder layer at a time: its host weights are
+  // freed once its buffers are on the device, so host memory beyond the memory map is one
+  // layer's processed weights (and the lm_head's checkpoint copy).
+  const reference::WeightContext ctx{&c, &plan, options.dialect, reference::model_dtype_of(c),
+                                     std::nullopt};
+  if (c.tie_word_embeddings && !ck->contains("model.embed_tokens.weight"))
+    throw Error(ck->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
+  const std::vector<reference::LinearLayer> linears = reference::linear_layers(c, ctx.model_dtype);
+  require_quantized_unpadded(c, plan, linears, options.dialect);
+  const reference::TensorsByLayer names = reference::tensors_by_layer(*ck, c.num_layers);
+  reference::check_every_layer_tensor_used(ck, ctx, linears, names);
+  // The shape rules that need no weight (a dialect's divisibility and fused-partition alignment)
+  // for every layer before anything is read or allocated: a checkpoint refused at its last layer
+  // is refused before the first upload, as the whole-model load refused it.
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    reference::LayerWeights hl;
+    hl.index = i;
+    reference::WeightLoader(ck, ctx, linears).build_layer(hl);
+    for (const reference::LinearMethod* lm : reference::linear_methods(hl))
+      lm->check_shape();
+  }
+  double host_s = 0;
   {
     const std::string name = "model.embed_tokens.weight";
     const TensorRef& t = ck->at(name);
@@ -234,90 +390,57 @@ std::unique_ptr<GpuModel> load_planned_gpu_model(std::shared_ptr<const Checkpoin
     up.finish();
     m->weight_bytes += m->embed.bytes();
   }
-  // Zero-centred norms (Qwen3.5) from the checkpoint, the others from the host model (where
-  // smooth-quant folds left their weight and bias).
+  // Zero-centred norms (Qwen3.5) from the checkpoint, the others from the processed weights
+  // (where smooth-quant folds left their weight and bias).
   const auto norm = [&](const reference::NormWeights& w, const std::string& prefix,
                         DeviceBuffer<float>* bias) {
-    return c.zero_centred_norms ? checkpoint_norm(*ck, w, prefix) : norm_buffer(w, prefix, bias);
+    Bf16Buffer b =
+        c.zero_centred_norms ? checkpoint_norm(*ck, w, prefix) : norm_buffer(w, prefix, bias);
+    // (counted as the bf16 loader counts them: every weight the device holds)
+    m->weight_bytes += b.bytes() + (bias ? bias->size() * sizeof(float) : 0);
+    return b;
   };
-  m->final_norm = norm(host->final_norm(), "model.norm", nullptr);
-  const bool tied = c.tie_word_embeddings && !ck->contains("lm_head.weight");
-  if (tied) {
-    m->lm_head = m->embed.get();
-  } else {
-    m->lm_head_own = dense_buffer(*host->lm_head(), m->weight_bytes);
-    m->lm_head = m->lm_head_own.get();
-  }
-  // A quantized linear is never padded (its layout is its kernel's): refused before any upload.
-  for (const reference::DecoderLayer& hl : host->layers()) {
-    if (hl.linear_attn) continue;  // (Qwen3.5: never padded, model_loader.cpp)
-    require_unpadded(c, hl.index, "self_attn.qkv_proj", !is_bf16_method(*hl.attn.qkv));
-    require_unpadded(c, hl.index, "self_attn.o_proj", !is_bf16_method(*hl.attn.o_proj));
-    if (hl.mlp) {
-      require_unpadded(c, hl.index, "mlp.gate_up_proj", !is_bf16_method(*hl.mlp->gate_up));
-      require_unpadded(c, hl.index, "mlp.down_proj", !is_bf16_method(*hl.mlp->down));
-    }
-    if (hl.moe)
-      require_unpadded(c, hl.index, "mlp.experts",
-                       !is_bf16_method(*hl.moe->w13) || !is_bf16_method(*hl.moe->w2));
-  }
-  m->layers.resize(host->layers().size());
-  for (const reference::DecoderLayer& hl : host->layers()) {
-    GpuLayerWeights& l = m->layers[static_cast<size_t>(hl.index)];
-    const std::string p = "model.layers." + std::to_string(hl.index);
-    l.input_norm = norm(hl.input_norm, p + ".input_layernorm", &l.input_norm_bias);
-    l.post_norm = norm(hl.post_attention_norm, p + ".post_attention_layernorm", &l.post_norm_bias);
-    if (hl.linear_attn) {
-      // Qwen3.5's Gated DeltaNet: its projections unquantized (check_gpu_can_run), lin_in as the
-      // bf16 loader stacks it; conv, A_log, dt_bias and the gated norm: attach_linear_attention.
-      const reference::LinearAttentionBlock& la = *hl.linear_attn;
-      l.linear_attention = true;
-      l.lin_in = dense_rows_buffer({la.qkvz.get(), la.ba.get()}, m->weight_bytes);
-      l.lin_out = dense_rows_buffer({la.out_proj.get()}, m->weight_bytes);
+  {
+    const auto th = std::chrono::steady_clock::now();
+    reference::TopWeights top;
+    reference::WeightLoader loader(ck, ctx, linears);
+    loader.build_top(top);
+    loader.load(names.top);
+    host_s += seconds_since(th);
+    m->final_norm = norm(top.final_norm, "model.norm", nullptr);
+    const bool tied = c.tie_word_embeddings && !ck->contains("lm_head.weight");
+    if (tied) {
+      m->lm_head = m->embed.get();
     } else {
-      if (hl.attn.q_norm) l.q_norm = norm(*hl.attn.q_norm, p + ".self_attn.q_norm", nullptr);
-      if (hl.attn.k_norm) l.k_norm = norm(*hl.attn.k_norm, p + ".self_attn.k_norm", nullptr);
-      if (c.attn_output_gate)
-        place_gated_qkv(*hl.attn.qkv, c, l, *m, options.methods);
-      else
-        place(*hl.attn.qkv, l.qkv, l.qkv_q, options.methods, m->weight_bytes);
-      place(*hl.attn.o_proj, l.o_proj, l.o_proj_q, options.methods, m->weight_bytes);
+      m->lm_head_own = dense_buffer(*top.lm_head, m->weight_bytes);
+      m->lm_head = m->lm_head_own.get();
     }
-    l.moe = hl.moe.has_value();
-    if (l.moe) {
-      l.router = dense_buffer(*hl.moe->router, m->weight_bytes);
-      // Each stack bf16 (stacked for the grouped kernels) or one GPU method per expert.
-      const auto stack = [&](const reference::LinearMethod& lm, Bf16Buffer& dense,
-                             std::vector<std::unique_ptr<GpuLinearMethod>>& q) {
-        if (is_bf16_method(lm)) {
-          dense = dense_buffer(lm, m->weight_bytes);
-          return;
-        }
-        for (int64_t x = 0; x < lm.shape().num_experts; ++x) {
-          q.push_back(make_gpu_linear_method(lm, options.methods, x));
-          m->weight_bytes += q.back()->device_bytes();
-        }
-      };
-      stack(*hl.moe->w13, l.w13, l.w13_q);
-      stack(*hl.moe->w2, l.w2, l.w2_q);
-    } else {
-      place(*hl.mlp->gate_up, l.gate_up, l.gate_up_q, options.methods, m->weight_bytes);
-      place(*hl.mlp->down, l.down, l.down_q, options.methods, m->weight_bytes);
-    }
+  }
+  m->layers.resize(static_cast<size_t>(c.num_layers));
+  // The KV-cache methods (a few scales each) wait for the kernels' head layout (pad_for_kernels).
+  std::vector<std::unique_ptr<reference::KvCacheMethod>> kv(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto th = std::chrono::steady_clock::now();
+    reference::LayerWeights hl;
+    hl.index = i;
+    reference::WeightLoader loader(ck, ctx, linears);
+    loader.build_layer(hl);
+    loader.load(names.layers[static_cast<size_t>(i)]);
+    host_s += seconds_since(th);
+    place_layer(hl, c, *m, options.methods, norm);
+    if (!hl.linear_attn)  // (a Gated DeltaNet layer's cache slot holds its recurrent state)
+      kv[static_cast<size_t>(i)] = std::move(hl.attn.kv);
   }
   attach_rope(*m);
   pad_for_kernels(*m);
   // The caches' parameters in the kernels' (possibly padded) head layout.
-  for (const reference::DecoderLayer& hl : host->layers())
-    if (!hl.linear_attn)  // (a Gated DeltaNet layer's cache slot holds its recurrent state)
-      m->layers[static_cast<size_t>(hl.index)].kv =
-          upload_kv_cache(*hl.attn.kv, m->kcfg().head_dim);
+  for (size_t i = 0; i < kv.size(); ++i)
+    if (kv[i]) m->layers[i].kv = upload_kv_cache(*kv[i], m->kcfg().head_dim);
   QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   if (progress)
     *progress << "qparity engine: " << (m->weight_bytes >> 20) << " MiB of weights (" << m->scheme
-              << ") on the device in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-              << " s\n";
+              << ") on the device in " << seconds_since(t0) << " s (" << host_s
+              << " s of it reading and processing on the host, one layer at a time)\n";
   return m;
 }
 

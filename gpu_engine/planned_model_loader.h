@@ -1,9 +1,10 @@
 #pragma once
-// A checkpoint whose plan quantizes anything -> GpuModel (model_loader.h says when): the
-// reference's loader runs the shared lifecycle on the host (create_weights, load with every
-// tensor routed and checked, process_weights_after_loading), then each layer goes to the device:
-// quantized linears as GpuLinearMethods, the rest as bf16 buffers; the host copy is dropped
-// before returning.
+// A checkpoint whose plan quantizes anything -> GpuModel (model_loader.h says when): the shared
+// lifecycle of schemes/loading/weight_loader.h (create_weights, load with every tensor routed
+// and checked, process_weights_after_loading) runs one decoder layer at a time on the host, in
+// the checkpoint's own dtypes; the layer then goes to the device (quantized linears as
+// GpuLinearMethods, unquantized ones as bf16 buffers from their stored bytes) and its host copy
+// is freed before the next layer is read. No reference model is built.
 #include <filesystem>
 #include <iosfwd>
 #include <memory>

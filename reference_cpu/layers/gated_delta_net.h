@@ -35,18 +35,10 @@
 #include <vector>
 
 #include "core/config/model_config.h"
+#include "schemes/loading/layer_weights.h"  // GatedDeltaNetParams
 #include "schemes/math/matmul.h"
 
 namespace qparity::reference {
-
-struct GatedDeltaNetParams {
-  LinearAttentionDims dims;
-  std::vector<double> conv;     // [C, K] (the checkpoint's [C, 1, K]); tap K-1 is the newest
-  std::vector<double> a_log;    // [HV]
-  std::vector<double> dt_bias;  // [HV]
-  std::vector<double> norm;     // [dv], the gated norm's plain weight
-  double eps = 1e-6;            // the gated norm's (rms_norm_eps)
-};
 
 // What a sequence leaves behind for the next call (decode).
 struct GatedDeltaNetState {

@@ -61,16 +61,6 @@ PrecisionMode parse_precision_mode(std::string_view s) {
   throw Error("--mode", "unknown precision mode '" + std::string(s) + "' (exact, emulate)");
 }
 
-DType model_dtype_of(const ModelConfig& cfg) {
-  if (cfg.dtype.empty() || cfg.dtype == "bfloat16") return DType::kBF16;
-  if (cfg.dtype == "float16") return DType::kF16;
-  if (cfg.dtype == "float32") return DType::kF32;
-  throw Error("config.json: key 'torch_dtype'",
-              "'" + cfg.dtype +
-                  "' is not a model dtype the reference takes (bfloat16, float16, "
-                  "float32)");
-}
-
 CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMode mode,
                    std::optional<DType> run_dtype)
     : cfg_(std::move(cfg)),
@@ -89,8 +79,8 @@ CausalLm::CausalLm(ModelConfig cfg, QuantPlan plan, Dialect dialect, PrecisionMo
 
 void CausalLm::reset_cache() {
   for (auto& l : layers_) {
-    l.attn.k_cache = l.attn.v_cache = Matrix();
-    if (l.linear_attn) l.linear_attn->state = GatedDeltaNetState();
+    l.k_cache = l.v_cache = Matrix();
+    l.gdn_state = GatedDeltaNetState();
   }
   cached_ = 0;
   mrope_delta_ = 0;
@@ -184,8 +174,8 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
   // Quantize on write, dequantize on read. An unquantized cache holds fp64 in exact mode.
   const bool plain = a.kv->config().scheme.kind == SchemeKind::kKvBf16;
   if (plain && mode_ == PrecisionMode::kExact) {
-    append_rows(a.k_cache, k);
-    append_rows(a.v_cache, v);
+    append_rows(l.k_cache, k);
+    append_rows(l.v_cache, v);
   } else {
     const QuantizedMatrix ks = a.kv->store(KvWhich::kKey, k), vs = a.kv->store(KvWhich::kValue, v);
     // A quantized cache's codes are counted like activation codes: a static (calibrated) scale
@@ -201,14 +191,14 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
       hooks.trace->record(point_of(lp, point::kAttnKCache), kc);
       hooks.trace->record(point_of(lp, point::kAttnVCache), vc);
     }
-    append_rows(a.k_cache, kc);
-    append_rows(a.v_cache, vc);
+    append_rows(l.k_cache, kc);
+    append_rows(l.v_cache, vc);
   }
-  std::vector<int64_t> kv_pos(static_cast<size_t>(a.k_cache.rows));
+  std::vector<int64_t> kv_pos(static_cast<size_t>(l.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)
     kv_pos[i] = static_cast<int64_t>(i);
   Matrix core =
-      causal_attention(q, a.k_cache, a.v_cache, pos.seq, kv_pos, cfg_.num_heads, cfg_.num_kv_heads,
+      causal_attention(q, l.k_cache, l.v_cache, pos.seq, kv_pos, cfg_.num_heads, cfg_.num_kv_heads,
                        d, 1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
   store(point_of(lp, point::kAttnCore), core, hooks);
   if (cfg_.attn_output_gate) {  // core * sigmoid(gate), sigmoid(x) = 1 / (1 + exp(-x))
@@ -296,7 +286,7 @@ Matrix CausalLm::linear_attention(DecoderLayer& l, const Matrix& h, const Forwar
   Matrix ba = b.ba->apply(h);
   store(point_of(lp, point::kLinearAttnBa), ba, hooks);
   const int64_t c = p.dims.conv_dim(), vd = p.dims.value_dim(), hv = p.dims.num_value_heads;
-  Matrix conv = causal_conv_silu(columns(qkvz, 0, c), p, b.state);
+  Matrix conv = causal_conv_silu(columns(qkvz, 0, c), p, l.gdn_state);
   store(point_of(lp, point::kLinearAttnConv), conv, hooks);
   Matrix beta, g;
   delta_rule_gates(columns(ba, 0, hv), columns(ba, hv, hv), p, beta, g);
@@ -306,7 +296,7 @@ Matrix CausalLm::linear_attention(DecoderLayer& l, const Matrix& h, const Forwar
   const std::string state_name = point_of(lp, point::kLinearAttnState);
   const bool want_states = hooks.trace && hooks.trace->wants(state_name);
   Matrix states;
-  Matrix core = gated_delta_rule(conv, beta, g, p, b.state, mode_ == PrecisionMode::kEmulate,
+  Matrix core = gated_delta_rule(conv, beta, g, p, l.gdn_state, mode_ == PrecisionMode::kEmulate,
                                  want_states ? &states : nullptr);
   if (want_states) hooks.trace->record(state_name, states);
   store(point_of(lp, point::kLinearAttnCore), core, hooks);
@@ -394,8 +384,8 @@ void CausalLm::release_layer(int64_t layer) {
 
 void CausalLm::reset_layer_cache(int64_t layer) {
   DecoderLayer& l = layer_at(layer, "reset_layer_cache");
-  l.attn.k_cache = l.attn.v_cache = Matrix();
-  if (l.linear_attn) l.linear_attn->state = GatedDeltaNetState();
+  l.k_cache = l.v_cache = Matrix();
+  l.gdn_state = GatedDeltaNetState();
 }
 
 Matrix CausalLm::forward_layer(int64_t layer, Matrix x, std::span<const int64_t> positions,

@@ -41,6 +41,7 @@
 #include "reference_cpu/layers/rope.h"
 #include "schemes/description/quant_plan.h"
 #include "schemes/kv/kv_cache_method.h"
+#include "schemes/loading/layer_weights.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::reference {
@@ -65,50 +66,11 @@ struct ForwardHooks {
       on_activation_codes;
 };
 
-struct NormWeights {
-  std::vector<double> weight;
-  std::vector<double> bias;  // msModelSlim anti-outlier norms; empty otherwise
-};
-
-struct AttentionBlock {
-  std::string prefix;  // "model.layers.0.self_attn"
-  std::unique_ptr<LinearMethod> qkv;
-  std::unique_ptr<LinearMethod> o_proj;
-  std::optional<NormWeights> q_norm, k_norm;
-  std::unique_ptr<KvCacheMethod> kv;
-  Matrix k_cache, v_cache;  // what attention reads back, one row per cached token
-};
-
-struct MlpBlock {
-  std::string prefix;  // "model.layers.0.mlp"
-  std::unique_ptr<LinearMethod> gate_up;
-  std::unique_ptr<LinearMethod> down;
-};
-
-struct MoeBlock {
-  std::string prefix;                    // "model.layers.0.mlp"
-  std::unique_ptr<LinearMethod> router;  // mlp.gate, [E, H]
-  std::unique_ptr<LinearMethod> w13;     // experts' gate/up, E x [2I, H]
-  std::unique_ptr<LinearMethod> w2;      // experts' down, E x [H, I]
-};
-
-// Qwen3.5's Gated DeltaNet token mixer (gated_delta_net.h), with its recurrent state.
-struct LinearAttentionBlock {
-  std::string prefix;                      // "model.layers.0.linear_attn"
-  std::unique_ptr<LinearMethod> qkvz;      // in_proj_qkv | in_proj_z fused (vLLM's in_proj_qkvz)
-  std::unique_ptr<LinearMethod> ba;        // in_proj_b | in_proj_a fused (vLLM's in_proj_ba)
-  std::unique_ptr<LinearMethod> out_proj;  // [hidden, HV dv]
-  GatedDeltaNetParams params;              // conv1d, A_log, dt_bias, the gated norm's weight
-  GatedDeltaNetState state;                // the sequence so far (empty: fresh)
-};
-
-struct DecoderLayer {
-  int64_t index = 0;
-  NormWeights input_norm, post_attention_norm;
-  AttentionBlock attn;                              // full-attention layers
-  std::optional<LinearAttentionBlock> linear_attn;  // Gated DeltaNet layers (attn unused)
-  std::optional<MlpBlock> mlp;
-  std::optional<MoeBlock> moe;
+// A decoder layer as the reference runs it: its weights (layer_weights.h, loaded by the schemes
+// room's loader) and the sequence's state.
+struct DecoderLayer : LayerWeights {
+  Matrix k_cache, v_cache;       // what attention reads back, one row per cached token
+  GatedDeltaNetState gdn_state;  // Gated DeltaNet layers: the sequence so far (empty: fresh)
 };
 
 // An image prompt's vision features (Qwen3-VL, Qwen3.5's image-text class): the vision tower's
@@ -279,9 +241,5 @@ class CausalLm {
   std::unique_ptr<LayerWeightSource> source_;
   std::vector<bool> loaded_;  // streaming: which layers hold their weights now
 };
-
-// "bfloat16" / "float16" / "float32" (config.json `torch_dtype` / `dtype`) -> DType; empty means
-// bf16. Other values throw naming the config key.
-DType model_dtype_of(const ModelConfig& cfg);
 
 }  // namespace qparity::reference

@@ -51,6 +51,15 @@ void UnquantizedLinearMethod::process() {
   }
 }
 
+const HostTensor& UnquantizedLinearMethod::stored_weight(int64_t partition, int64_t expert) const {
+  const auto& s = shape();
+  if (weights_.empty()) throw Error(s.prefix, "stored_weight before process_weights_after_loading");
+  if (expert < 0 || expert >= s.expert_count() || partition < 0 || partition >= s.partition_count())
+    throw Error(s.prefix, "stored_weight: partition " + std::to_string(partition) + " of expert " +
+                              std::to_string(expert) + " out of range");
+  return *weights_[static_cast<size_t>(expert)][static_cast<size_t>(partition)];
+}
+
 Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   const auto& s = shape();
   const int64_t k = s.in_features;

@@ -18,6 +18,9 @@ class UnquantizedLinearMethod final : public LinearMethod {
  public:
   UnquantizedLinearMethod(LinearShape shape, MethodConfig config);
   std::vector<ParamSpec> create_weights(int64_t partition) const override;
+  // After processing: partition p of expert e as the checkpoint stored it (its own float dtype,
+  // [rows, in_features]), for an engine that uploads it as is. Throws before processing.
+  const HostTensor& stored_weight(int64_t partition, int64_t expert) const;
 
  protected:
   void process() override;

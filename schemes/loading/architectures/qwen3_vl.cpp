@@ -4,7 +4,7 @@
 // frequencies are the 1-D ones over the whole head. The vision tower is not run (its tensors are
 // skipped by name, language_model_names.h); image input is not implemented.
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

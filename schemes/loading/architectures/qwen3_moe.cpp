@@ -2,7 +2,7 @@
 // router, top-k, optional renormalisation, experts as SwiGLU MLPs) when cfg.is_moe_layer(i), else
 // a dense MLP of intermediate_size (mlp_only_layers / decoder_sparse_step).
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

@@ -1,7 +1,7 @@
 // Llama (LlamaForCausalLM): RMSNorm, RoPE (default / linear / llama3 scaling), grouped-query
 // attention, SwiGLU MLP; no q/k norms, no experts.
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

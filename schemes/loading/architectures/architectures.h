@@ -1,6 +1,8 @@
 #pragma once
-// The architectures as flags over the shared blocks of causal_lm.h (one file each: llama.cpp,
-// qwen3.cpp, qwen3_moe.cpp, mistral.cpp, chatglm2.cpp, qwen3_5.cpp, qwen3_vl.cpp). Each checks
+// The architectures as flags over the shared blocks of a decoder layer (layer_weights.h), one file
+// each: llama.cpp, qwen3.cpp, qwen3_moe.cpp, mistral.cpp, chatglm2.cpp, qwen3_5.cpp, qwen3_vl.cpp.
+// Here, beside the loader, because the flags decide which weights a layer has; both engines
+// compose the same blocks (reference_cpu/models/causal_lm.h, gpu_engine/decoder.h). Each checks
 // that the config has what its Hugging Face class computes and nothing it does not (a Llama with
 // q/k norms or experts is refused by name).
 #include "core/config/model_config.h"

@@ -1,4 +1,4 @@
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 #include "core/error.h"
 

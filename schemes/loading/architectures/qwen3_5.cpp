@@ -4,7 +4,7 @@
 // sigmoid(gate) feeds o_proj) with partial RoPE; every RMSNorm but the Gated DeltaNet's is
 // zero-centred (x̂ * (1 + w)). Dense MLPs only (Qwen3.5-MoE is its own class, not implemented).
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

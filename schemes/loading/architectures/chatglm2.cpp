@@ -13,7 +13,7 @@
 //   - RMSNorm (input_layernorm, post_attention_layernorm, final_layernorm) and an untied
 //     output_layer.
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

@@ -1,7 +1,7 @@
 // Qwen3 (Qwen3ForCausalLM): Llama's blocks plus a per-head RMSNorm on q and k before RoPE
 // (q_norm / k_norm over head_dim), with head_dim given explicitly in config.json.
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 

@@ -2,7 +2,7 @@
 // sets sliding_window (attention.h: a query sees the window's most recent positions, its own
 // included); no q/k norms, no experts, no biases.
 #include "core/error.h"
-#include "reference_cpu/models/architectures.h"
+#include "schemes/loading/architectures/architectures.h"
 
 namespace qparity::reference {
 
