@@ -44,7 +44,8 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
   // ChatGLM2's RoPE runs on the rotate-half kernels with q / k rows re-laid out (rope_layout.h);
   // a quantized Qwen3.5's q / k rows stay as its methods want them, their output gathered into
   // the kernels' row instead (planned_model_loader.cpp).
-  const bool gather_qkv = cfg.attn_output_gate && plan_quantizes_anything(plan);
+  const bool planned = plan_quantizes_anything(plan) || options.planned_even_if_unquantized;
+  const bool gather_qkv = cfg.attn_output_gate && planned;
   auto ck = std::make_shared<const Checkpoint>(
       relayout_rope_rows(open_model_checkpoint(dir, cfg), cfg, !gather_qkv));
   std::optional<ModelConfig> whole;
@@ -66,7 +67,7 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
     m->rank = options.rank;
     return m;
   };
-  if (plan_quantizes_anything(plan)) {
+  if (planned) {
     GpuLoadOptions o = options;
     // The test-only switch for the planted fault that bisect must find (weight_only_gemm.h),
     // reachable from the command line so that the whole chain can be shown; loud when on.

@@ -180,6 +180,61 @@ void expect_scheme_rows(const fs::path& root, const std::string& arch, const std
 
 class GpuEngineQuantized : public test::GpuTest {};
 
+// The planned loader (every quantized checkpoint's path) against the streaming bf16 loader on
+// unquantized checkpoints: it places unquantized linears from their stored bytes (F16 / F32
+// rounded once to bf16, as the bf16 loader rounds them), Qwen3.5's gated q / k rows moved row by
+// row, norms from the processed weights, MoE routers and expert stacks, lm_head tied or not. The
+// same weights on the device give the same dumps bit for bit: every capture point and the logits
+// of a free run, on every architecture and stored dtype.
+TEST_F(GpuEngineQuantized, PlannedLoaderPlacesUnquantizedWeightsAsTheBf16LoaderDoes) {
+  const fs::path root = test_root("planned_vs_bf16");
+  struct Case {
+    std::string arch;
+    DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {"llama", DType::kBF16},   {"qwen3", DType::kBF16},    {"qwen3-moe", DType::kBF16},
+      {"mistral", DType::kBF16}, {"chatglm2", DType::kBF16}, {"qwen3.5", DType::kBF16},
+      {"llama", DType::kF32},    {"qwen3.5", DType::kF16},   {"qwen3-moe", DType::kF16}};
+  for (const Case& c : cases) {
+    const std::string label = c.arch + "." + std::string(dtype_name(c.dtype));
+    SCOPED_TRACE(label);
+    const fs::path dir = root / label;
+    if (!fs::exists(dir)) {
+      fixtures::FixtureSpec spec;
+      spec.arch = fixtures::parse_fixture_arch(c.arch);
+      spec.seed = 11;
+      spec.dtype = c.dtype;
+      fixtures::write_fp_checkpoint(spec, dir, OverwritePolicy::kRefuse);
+    }
+    const ModelConfig cfg = load_model_config(dir / "config.json");
+    // (8 positions: the Mistral fixture's sliding window, past which the engine refuses)
+    const golden::TokenInputs in = golden::synthetic_inputs(3, 8, cfg.vocab, 5);
+    std::vector<golden::Golden> dumps;
+    size_t bytes[2] = {0, 0};
+    for (const bool planned : {false, true}) {
+      gpu::GpuLoadOptions lo;
+      lo.planned_even_if_unquantized = planned;
+      auto model = gpu::load_gpu_model(dir, nullptr, lo);
+      EXPECT_EQ(model->scheme, "bf16");
+      bytes[planned] = model->weight_bytes;
+      gpu::Engine e(std::move(model), fixture_engine_options());
+      dumps.push_back(gpu::engine_golden(e, in, "*", true, nullptr));
+    }
+    EXPECT_EQ(bytes[0], bytes[1]) << "device weight bytes";
+    const golden::Golden &a = dumps[0], &b = dumps[1];
+    ASSERT_EQ(a.points.size(), b.points.size());
+    for (size_t i = 0; i < a.points.size(); ++i) {
+      ASSERT_EQ(a.points[i].name, b.points[i].name);
+      EXPECT_EQ(a.points[i].values.data, b.points[i].values.data)
+          << a.points[i].name << " differs between the loaders";
+    }
+    EXPECT_EQ(a.logits.data, b.logits.data) << "logits differ between the loaders";
+    std::cout << label << ": planned and bf16 loaders bit-identical over " << a.points.size()
+              << " points and the logits\n";
+  }
+}
+
 TEST_F(GpuEngineQuantized, WeightOnlySchemesMatchTheReferenceOnAllArchitectures) {
   const fs::path root = test_root("rows");
   for (const std::string scheme : {"w8a16-ch",
