@@ -166,7 +166,7 @@ void Fp8BlockLinearMethod::process() {
   const auto& s = shape();
   const int64_t kt = tiles(s.in_features);
   for (int64_t e = 0; e < s.expert_count(); ++e) {
-    const Matrix w = load_fused_values(e);
+    std::vector<int64_t> codes = load_fused_codes(e);
     Matrix rows(s.out_features(), kt);  // the tile scale of every row
     int64_t stacked = 0;
     for (int64_t p = 0; p < s.partition_count(); ++p)
@@ -184,9 +184,9 @@ void Fp8BlockLinearMethod::process() {
       tile_row += tiles(np);
     }
     QuantizedMatrix q;
-    q.rows = w.rows;
-    q.cols = w.cols;
-    q.codes = fp8_lattice_codes(w.data);
+    q.rows = s.out_features();
+    q.cols = s.in_features;
+    q.codes = std::move(codes);
     q.lattice = kFp8Lattice;
     q.block_rows = 1;
     q.block_cols = kFp8BlockSize;

@@ -89,7 +89,7 @@ std::vector<ParamSpec> Fp8ChannelLinearMethod::create_weights(int64_t partition)
 void Fp8ChannelLinearMethod::process() {
   const auto& s = shape();
   for (int64_t e = 0; e < s.expert_count(); ++e) {
-    const Matrix w = load_fused_values(e);
+    std::vector<int64_t> codes = load_fused_codes(e);
     Matrix sc(s.out_features(), 1);
     for (int64_t p = 0; p < s.partition_count(); ++p) {
       const auto v = load_fp8_scales(loaded("weight_scale", p, e), where("weight_scale", p, e));
@@ -104,12 +104,12 @@ void Fp8ChannelLinearMethod::process() {
       }
     }
     QuantizedMatrix q;
-    q.rows = w.rows;
-    q.cols = w.cols;
-    q.codes = fp8_lattice_codes(w.data);
+    q.rows = s.out_features();
+    q.cols = s.in_features;
+    q.codes = std::move(codes);
     q.lattice = kFp8Lattice;
     q.block_rows = 1;
-    q.block_cols = w.cols;
+    q.block_cols = s.in_features;
     q.scales = std::move(sc);
     q.compact();
     experts_.push_back(std::move(q));

@@ -1,12 +1,14 @@
 #include "schemes/fp8/fp8_common.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 
 #include "core/codecs/float_format.h"
 #include "core/codecs/ue8m0.h"
 #include "core/error.h"
+#include "schemes/method/parallel.h"
 
 namespace qparity::reference {
 
@@ -274,8 +276,13 @@ Fp8Weight quantize_weight_fp8(const Matrix& w, int64_t block_rows, int64_t block
 
 std::vector<int64_t> fp8_lattice_codes(std::span<const double> values) {
   std::vector<int64_t> c(values.size());
-  for (size_t i = 0; i < values.size(); ++i)
-    c[i] = lattice_code(values[i], kFp8Lattice);
+  // Element by element in parallel chunks; a value off the lattice is the lowest chunk's error,
+  // so the first in order whatever the thread count.
+  const auto n = static_cast<int64_t>(values.size());
+  parallel_chunks(n, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      c[static_cast<size_t>(i)] = lattice_code(values[static_cast<size_t>(i)], kFp8Lattice);
+  });
   return c;
 }
 
@@ -404,6 +411,46 @@ Matrix Fp8LinearBase::load_fused_values(int64_t expert) const {
     std::copy(v.begin(), v.end(), w.data.begin() + s.partition_offset(p) * s.in_features);
   }
   return w;
+}
+
+std::vector<int64_t> Fp8LinearBase::load_fused_codes(int64_t expert) const {
+  const auto& s = shape();
+  // The lattice code of every e4m3fn byte (lattice_code of its value, the codes
+  // fp8_lattice_codes gives); the two NaN bytes flagged.
+  static const auto table = [] {
+    std::array<int64_t, 256> t{};
+    for (int b = 0; b < 256; ++b)
+      if ((b & 0x7F) != 0x7F)
+        t[static_cast<size_t>(b)] =
+            lattice_code(codec::e4m3fn_to_double(static_cast<uint8_t>(b)), kFp8Lattice);
+    return t;
+  }();
+  std::vector<int64_t> codes(static_cast<size_t>(s.out_features() * s.in_features));
+  for (int64_t p = 0; p < s.partition_count(); ++p) {
+    const HostTensor& t = loaded("weight", p, expert);
+    const std::string w = where("weight", p, expert);
+    const int64_t n = s.partitions[static_cast<size_t>(p)] * s.in_features;
+    int64_t* out = codes.data() + s.partition_offset(p) * s.in_features;
+    if (t.dtype != DType::kF8E4M3 || t.numel() != n ||
+        t.bytes.size() != static_cast<size_t>(n)) {  // the general path and its errors
+      const auto c = fp8_lattice_codes(load_fp8_values(t, w));
+      if (static_cast<int64_t>(c.size()) != n)
+        throw Error(w, "holds " + std::to_string(c.size()) + " elements, the layer needs " +
+                           std::to_string(n));
+      std::copy(c.begin(), c.end(), out);
+      continue;
+    }
+    // (the lowest chunk's NaN is rethrown: the first in order, as load_fp8_values says it)
+    parallel_chunks(n, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const uint8_t byte = t.bytes[static_cast<size_t>(i)];
+        if ((byte & 0x7F) == 0x7F)
+          throw Error(w, "NaN fp8 code (0x7F/0xFF) at element " + std::to_string(i));
+        out[i] = table[byte];
+      }
+    });
+  }
+  return codes;
 }
 
 Matrix Fp8LinearBase::do_apply(const Matrix& x, int64_t expert) const {

@@ -227,6 +227,9 @@ class Fp8LinearBase : public LinearMethod {
   std::optional<QuantizedMatrix> do_quantize_input(const Matrix& x, int64_t expert) const override;
   // Decoded fp8 values of every partition of one expert, fused [N, K]; errors name tensors.
   Matrix load_fused_values(int64_t expert) const;
+  // fp8_lattice_codes(load_fused_values(expert)), the same codes and errors, read straight from
+  // F8_E4M3 bytes (a table per byte, no fp64 copy: an 8B layer's weight is 218 M elements).
+  std::vector<int64_t> load_fused_codes(int64_t expert) const;
   // "w13" for a two-partition expert stack (gate/up), "w2" otherwise.
   std::string moe_name() const;
   // The fused codes of every expert as an F8_E4M3 tensor ([N, K] or [E, N, K]).

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "schemes/method/parallel.h"
 
 namespace qparity::reference {
 
@@ -15,25 +17,51 @@ size_t sz(int64_t v) {
   return static_cast<size_t>(v);
 }
 
-// The distinct values of `codes`, sorted, or empty when there are more than `limit`.
+// The distinct values of `codes`, sorted, or empty when there are more than `limit`. Chunks in
+// parallel, each its own sorted set, then their union: the same set whatever the thread count.
 std::vector<int64_t> distinct_up_to(std::span<const int64_t> codes, size_t limit) {
-  std::vector<int64_t> seen;  // sorted; small, so insertion by binary search is cheap
-  for (int64_t c : codes) {
-    const auto it = std::lower_bound(seen.begin(), seen.end(), c);
-    if (it != seen.end() && *it == c) continue;
-    if (seen.size() == limit) return {};
-    seen.insert(it, c);
+  const auto one = [limit](std::span<const int64_t> part, std::vector<int64_t>& seen) {
+    for (int64_t c : part) {  // sorted; small, so insertion by binary search is cheap
+      const auto it = std::lower_bound(seen.begin(), seen.end(), c);
+      if (it != seen.end() && *it == c) continue;
+      if (seen.size() == limit) return false;
+      seen.insert(it, c);
+    }
+    return true;
+  };
+  const int64_t n = static_cast<int64_t>(codes.size());
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(reference_threads(), n / 65536));
+  std::vector<std::vector<int64_t>> seen(static_cast<size_t>(parts));
+  std::vector<char> fits(static_cast<size_t>(parts), 1);
+  parallel_chunks(parts, n, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      fits[static_cast<size_t>(p)] =
+          one(codes.subspan(static_cast<size_t>(n * p / parts),
+                            static_cast<size_t>(n * (p + 1) / parts - n * p / parts)),
+              seen[static_cast<size_t>(p)]);
+  });
+  std::vector<int64_t> all;
+  for (int64_t p = 0; p < parts; ++p) {
+    if (!fits[static_cast<size_t>(p)]) return {};
+    std::vector<int64_t> merged;
+    std::set_union(all.begin(), all.end(), seen[static_cast<size_t>(p)].begin(),
+                   seen[static_cast<size_t>(p)].end(), std::back_inserter(merged));
+    if (merged.size() > limit) return {};
+    all.swap(merged);
   }
-  return seen;
+  return all;
 }
 
 template <typename T>
 void store_fixed(std::span<const int64_t> codes, std::vector<uint8_t>& out) {
   out.resize(codes.size() * sizeof(T));
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const T v = static_cast<T>(codes[i]);
-    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
-  }
+  const auto n = static_cast<int64_t>(codes.size());
+  parallel_chunks(n, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const T v = static_cast<T>(codes[static_cast<size_t>(i)]);
+      std::memcpy(out.data() + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+    }
+  });
 }
 
 template <typename T>
@@ -71,21 +99,41 @@ CodeStore CodeStore::pack(std::span<const int64_t> codes) {
   CodeStore s;
   s.size_ = static_cast<int64_t>(codes.size());
   if (codes.empty()) return s;
-  const auto [lo_it, hi_it] = std::minmax_element(codes.begin(), codes.end());
-  const int64_t lo = *lo_it, hi = *hi_it;
+  const auto n = static_cast<int64_t>(codes.size());
+  // min and max per chunk, then of those: exact whatever the thread count.
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(reference_threads(), n / 65536));
+  std::vector<int64_t> los(static_cast<size_t>(parts)), his(static_cast<size_t>(parts));
+  parallel_chunks(parts, n, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const auto [a, b] =
+          std::minmax_element(codes.begin() + n * p / parts, codes.begin() + n * (p + 1) / parts);
+      los[static_cast<size_t>(p)] = *a;
+      his[static_cast<size_t>(p)] = *b;
+    }
+  });
+  const int64_t lo = *std::min_element(los.begin(), los.end());
+  const int64_t hi = *std::max_element(his.begin(), his.end());
   s.lo_ = lo;
   s.hi_ = hi;
   // hi - lo in unsigned arithmetic: the span of int64 codes can exceed INT64_MAX.
   const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+  // Each output byte is written by one chunk (pack4: a chunk owns whole byte pairs).
   const auto pack4 = [&](auto index_of) {
     s.data_.assign((codes.size() + 1) / 2, 0);
-    for (size_t i = 0; i < codes.size(); ++i)
-      s.data_[i / 2] |= static_cast<uint8_t>(index_of(codes[i]) << (4 * (i % 2)));
+    const auto bytes = static_cast<int64_t>(s.data_.size());
+    parallel_chunks(bytes, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = 2 * b; i < std::min(2 * e, n); ++i)
+        s.data_[static_cast<size_t>(i / 2)] |=
+            static_cast<uint8_t>(index_of(codes[static_cast<size_t>(i)]) << (4 * (i % 2)));
+    });
   };
   const auto pack8 = [&](auto index_of) {
     s.data_.resize(codes.size());
-    for (size_t i = 0; i < codes.size(); ++i)
-      s.data_[i] = static_cast<uint8_t>(index_of(codes[i]));
+    parallel_chunks(n, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        s.data_[static_cast<size_t>(i)] =
+            static_cast<uint8_t>(index_of(codes[static_cast<size_t>(i)]));
+    });
   };
   if (range < 16) {
     s.kind_ = Kind::kOffset4;

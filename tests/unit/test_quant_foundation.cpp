@@ -19,6 +19,7 @@
 #include "schemes/math/numeric.h"
 #include "schemes/math/scaled_gemm.h"
 #include "schemes/method/host_tensor.h"
+#include "schemes/method/parallel.h"
 #include "schemes/method/unquantized.h"
 #include "test_seed.h"
 
@@ -375,6 +376,47 @@ TEST(CodeStore, EveryKindRoundTripsExactly) {
   const CodeStore s = CodeStore::pack(int8);
   EXPECT_EQ(s.bytes(), int8.size());  // one byte per int8 code
   EXPECT_THAT(error_of([&] { s.at(256); }), HasSubstr("outside [0, 256)"));
+}
+
+// pack() runs in parallel chunks (min / max, the distinct-code table, the payload): the same
+// store whatever the thread count, on arrays long enough to be cut, including codes whose table
+// only overflows once the chunks' sets are joined (each chunk's 200 codes fit, their union not).
+TEST(CodeStore, PackIsTheSameWhateverTheThreadCount) {
+  const uint64_t seed = test::test_seed();
+  std::mt19937_64 rng(seed);
+  const int64_t n = (int64_t{1} << 20) + 3;  // odd: the last nibble pair is half
+  std::vector<std::vector<int64_t>> inputs;
+  const auto draw = [&](auto make) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      v[static_cast<size_t>(i)] = make(i);
+    inputs.push_back(std::move(v));
+  };
+  std::uniform_int_distribution<int64_t> u16(-8, 7), u256(-128, 127), big(-40000, 40000);
+  draw([&](int64_t) { return u16(rng); });                           // offset4
+  draw([&](int64_t) { return u256(rng); });                          // offset8
+  draw([&](int64_t) { return u256(rng) * 1000; });                   // table8
+  draw([&](int64_t) { return (u16(rng) - 100) * 77; });              // table4
+  draw([&](int64_t) { return big(rng); });                           // int16
+  draw([&](int64_t i) { return (i * 4 / n) * 200 + i % 200 * 3; });  // 200 per quarter: 800 in all
+  const int saved = reference_threads();
+  for (size_t c = 0; c < inputs.size(); ++c) {
+    SCOPED_TRACE("input " + std::to_string(c) + test::seed_note(seed));
+    set_reference_threads(1);
+    const CodeStore one = CodeStore::pack(inputs[c]);
+    set_reference_threads(4);
+    const CodeStore four = CodeStore::pack(inputs[c]);
+    EXPECT_EQ(one.kind(), four.kind()) << code_store_kind_name(four.kind());
+    EXPECT_EQ(one.bytes(), four.bytes());
+    EXPECT_EQ(one.min_code(), four.min_code());
+    EXPECT_EQ(one.max_code(), four.max_code());
+    EXPECT_EQ(four.decode_all(), inputs[c]);
+    EXPECT_EQ(one.decode_all(), inputs[c]);
+  }
+  set_reference_threads(4);
+  EXPECT_EQ(CodeStore::pack(inputs[5]).kind(), CodeStore::Kind::kInt16);
+  EXPECT_EQ(CodeStore::pack(inputs[2]).kind(), CodeStore::Kind::kTable8);
+  set_reference_threads(saved);
 }
 
 // compact() changes where the codes live, never what the GEMMs compute; zero points subtract.
