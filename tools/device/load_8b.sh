@@ -4,7 +4,9 @@
 # for one short forward; per scheme the engine's own load line (time on the device, the host's
 # share) and the process's peak host memory (tools/device/peak_rss.py: anonymous memory apart from
 # the checkpoint's mapped pages). Targets: load <= 60 s, anonymous RSS <= 4 GB.
-#   Q=path/to/qparity bash tools/device/load_8b.sh [SCHEME...]
+#   Q=path/to/qparity [LAYERS=N] bash tools/device/load_8b.sh [SCHEME...]
+# LAYERS keeps the shape's widths with N decoder layers (make-fixture --layers): `quantize` of the
+# 32 layers takes longer than one device call (issue 54), one layer about a minute.
 # Schemes default to fp8-block ct-w4a16-g128 nvfp4 w8a8-static (msModelSlim W8A8). Each
 # quantized copy is removed after its run (the device's disk holds the bf16 copy and one more).
 set -u
@@ -12,11 +14,13 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 W=${W:-/tmp/load8b}
 SHAPE=${SHAPE:-llama3-8b}
+LAYERS=${LAYERS:-}
 schemes=${*:-fp8-block ct-w4a16-g128 nvfp4 w8a8-static}
 mkdir -p "$W"
 if [ ! -f "$W/bf16/config.json" ]; then
   python3 "$here/peak_rss.py" "make-fixture $SHAPE" -- \
-    "$Q" make-fixture --shape "$SHAPE" --seed 1 --out "$W/bf16" 2>&1 | tail -2
+    "$Q" make-fixture --shape "$SHAPE" ${LAYERS:+--layers "$LAYERS"} --seed 1 --out "$W/bf16" 2>&1 |
+    tail -2
 fi
 du -sh "$W/bf16"
 for s in $schemes; do
