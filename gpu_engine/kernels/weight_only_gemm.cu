@@ -1,3 +1,4 @@
+#include "gpu_engine/kernels/e4m3_lattice.cuh"
 #include "gpu_engine/kernels/launch_check.h"
 #include "gpu_engine/kernels/token_tiles.cuh"
 #include "gpu_engine/kernels/weight_only_gemm.h"
@@ -17,8 +18,9 @@ __device__ float load_scale(const void* s, int64_t i) {
 }
 
 // One warp per output row n, kTokens tokens per block row of the grid. Each lane streams 16
-// bytes of codes per step (kCodes codes, all in one group), strided by the warp.
-template <int kBits, typename S, int kTokens>
+// bytes of codes per step (kCodes codes, all in one group), strided by the warp. kFp8: the bytes
+// are e4m3fn codes (kBits 8).
+template <int kBits, bool kFp8, typename S, int kTokens>
 __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnlyGemmParams p) {
   constexpr int kCodes = kBits == 8 ? 16 : 32;
   const int lane = threadIdx.x % 32;
@@ -72,12 +74,16 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
       float w[kCodes];
 #pragma unroll
       for (int i = 0; i < kCodes; ++i) {
-        int code;
-        if constexpr (kBits == 8)
-          code = static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xFF);
-        else
-          code = static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xF);
-        w[i] = (static_cast<float>(code) - z[u]) * s[u];
+        if constexpr (kFp8) {
+          w[i] = e4m3_value((words[i / 4] >> (8 * (i % 4))) & 0xFF) * s[u];
+        } else {
+          int code;
+          if constexpr (kBits == 8)
+            code = static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xFF);
+          else
+            code = static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xF);
+          w[i] = (static_cast<float>(code) - z[u]) * s[u];
+        }
       }
 #pragma unroll
       for (int j = 0; j < kTokens; ++j) {
@@ -110,10 +116,11 @@ __global__ void __launch_bounds__(kWarps * 32) weight_only_gemm_kernel(WeightOnl
   }
 }
 
-template <int kBits, typename S>
+template <int kBits, bool kFp8, typename S>
 void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
-  launch_token_tiled(&weight_only_gemm_kernel<kBits, S, 1>, &weight_only_gemm_kernel<kBits, S, 4>,
-                     &weight_only_gemm_kernel<kBits, S, 8>, p, p.m, p.n, kWarps, stream,
+  launch_token_tiled(&weight_only_gemm_kernel<kBits, kFp8, S, 1>,
+                     &weight_only_gemm_kernel<kBits, kFp8, S, 4>,
+                     &weight_only_gemm_kernel<kBits, kFp8, S, 8>, p, p.m, p.n, kWarps, stream,
                      p.groups.on() ? p.groups.max_active : 1);
 }
 
@@ -133,6 +140,9 @@ void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream)
     require(aligned(p.x, 16) && aligned(p.w, 16), kn, "x and w must be 16-byte aligned");
   }
   require(!(p.zeros_f32 && p.zeros_i8), kn, "zeros_f32 and zeros_i8 are exclusive");
+  require(!p.fp8_codes || (p.bits == 8 && !p.zeros_f32 && !p.zeros_i8 && !p.has_zeros_f32 &&
+                           !p.has_zeros_i8 && !p.fault_group_off_by_one),
+          kn, "e4m3 codes are 8 bits wide and take no zero points");
   require(p.m >= 0 && p.n > 0 && p.k > 0 && p.group > 0, kn, "m >= 0, n > 0, k > 0, group > 0");
   const int64_t c = weight_only_codes_per_load(p.bits);
   require(p.k % c == 0, kn,
@@ -143,10 +153,15 @@ void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream)
               " and divide k " + std::to_string(p.k));
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
-  if (p.bits == 8)
-    p.scale_bf16 ? launch_for<8, __nv_bfloat16>(p, stream) : launch_for<8, float>(p, stream);
+  if (p.fp8_codes)
+    p.scale_bf16 ? launch_for<8, true, __nv_bfloat16>(p, stream)
+                 : launch_for<8, true, float>(p, stream);
+  else if (p.bits == 8)
+    p.scale_bf16 ? launch_for<8, false, __nv_bfloat16>(p, stream)
+                 : launch_for<8, false, float>(p, stream);
   else
-    p.scale_bf16 ? launch_for<4, __nv_bfloat16>(p, stream) : launch_for<4, float>(p, stream);
+    p.scale_bf16 ? launch_for<4, false, __nv_bfloat16>(p, stream)
+                 : launch_for<4, false, float>(p, stream);
   check_launch(kn);
 }
 

@@ -3,14 +3,17 @@
 //   w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],   g = k / group,
 // the weights streamed in their integer codes (int8: one byte a code; int4: two codes a byte)
 // and dequantized in registers. What msModelSlim W8A16 (per channel / per group, offsets) and
-// compressed-tensors pack-quantized INT4/INT8 (W4A16, symmetric or asymmetric) compute.
+// compressed-tensors pack-quantized INT4/INT8 (W4A16, symmetric or asymmetric) compute. With
+// `fp8_codes` the bytes are e4m3fn codes instead and w[n, k] = e4m3(q[n, k]) * scale[n, g] (no
+// zeros): FP8 weights with bf16 inputs (compressed-tensors FP8 weight-only per tensor / channel /
+// block, MXFP8A16; gpu_engine/quant/fp8_weight_only.h).
 //
 // Precision: each weight is dequantized in fp32, (q - zero) then one rounding of the product
 // with the scale ((q - zero) is exact: integer codes and integral zeros; a non-integral F32
-// offset rounds once more); products accumulate in fp32, each lane over its own k in ascending
-// order, then a fixed butterfly over the warp; the bias joins in fp32; one rounding to bf16.
-// A token's sums never depend on the other tokens of the batch, so results are batch-invariant
-// bit for bit, and deterministic run to run.
+// offset rounds once more; an e4m3 value is exact in fp32); products accumulate in fp32, each lane
+// over its own k in ascending order, then a fixed butterfly over the warp; the bias joins in fp32;
+// one rounding to bf16. A token's sums never depend on the other tokens of the batch, so results
+// are batch-invariant bit for bit, and deterministic run to run.
 //
 // Layouts (the loader repacks checkpoints into them once, gpu_engine/quant/weight_only_int.h):
 //   int8  w [n, k] signed codes, row-major.
@@ -48,7 +51,8 @@ struct WeightOnlyGemmParams {
   const float* bias = nullptr;       // optional, [n]
   __nv_bfloat16* y = nullptr;        // [m, n] row-major
   int64_t m = 0, n = 0, k = 0, group = 0;
-  int bits = 8;  // 4 or 8
+  int bits = 8;            // 4 or 8
+  bool fp8_codes = false;  // bits 8 only: e4m3fn codes, no zeros (above)
   // Grouped experts (expert_groups.h): x and y hold the rows grouped by expert, expert e's weight
   // is experts[e] (a device array; every expert with the same bits, group, scale and zero kinds:
   // scale_bf16, and which zeros pointer is set, are read from the table's entries as one kind),

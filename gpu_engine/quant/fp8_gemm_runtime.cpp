@@ -11,6 +11,17 @@
 
 namespace qparity::gpu {
 
+void set_fp8_activation_rule(const reference::Fp8ScaleRule& rule, const std::string& dialect,
+                             const std::string& where, QuantizeFp8Params* q) {
+  if (rule.arith != reference::Arith::kFp32 || rule.ue8m0 || rule.zero_scale > 0)
+    throw Error(where, "the fp8 activation rule of dialect " + dialect +
+                           " (UE8M0 scales, or arithmetic other than fp32) is not on the GPU");
+  q->multiply_reciprocal = rule.use == reference::ScaleUse::kMultiplyReciprocal;
+  q->amax_floor = static_cast<float>(rule.amax_floor);
+  q->min_scale = static_cast<float>(rule.min_scale);
+  q->zero_saturates = rule.zero_saturates;
+}
+
 void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
                             const std::vector<double>& bias_values, int64_t n, int64_t k,
                             const std::string& where) {
@@ -35,7 +46,7 @@ void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
   ws.doubled_codes = packed;
 }
 
-void Fp8GemmRuntime::upload_bytes(const reference::QuantizedMatrix& w, const std::string& where) {
+std::vector<uint8_t> e4m3_bytes(const reference::QuantizedMatrix& w, const std::string& where) {
   const int64_t k = w.cols;
   std::vector<uint8_t> bytes(static_cast<size_t>(w.rows * w.cols));
   // A weight holds few distinct codes (at most the 253 finite e4m3fn values): each is encoded and
@@ -63,10 +74,14 @@ void Fp8GemmRuntime::upload_bytes(const reference::QuantizedMatrix& w, const std
       }
     }
   });
-  codes = DeviceBuffer<uint8_t>(bytes);
+  return bytes;
+}
+
+void Fp8GemmRuntime::upload_bytes(const reference::QuantizedMatrix& w, const std::string& where) {
+  codes = DeviceBuffer<uint8_t>(e4m3_bytes(w, where));
   b_block_rows = w.block_rows;
   b_block_cols = w.block_cols;
-  if (b_block_cols < k && b_block_cols % 16 != 0)
+  if (b_block_cols < w.cols && b_block_cols % 16 != 0)
     throw Error(where, "weight scale blocks of " + std::to_string(b_block_cols) +
                            " columns: the GPU's fp8 GEMM needs multiples of 16");
   scales = DeviceBuffer<float>(exact_f32(w.scales.data, where + ".weight_scale"));

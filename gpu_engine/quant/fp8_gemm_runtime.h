@@ -13,9 +13,20 @@
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "schemes/fp8/fp8_common.h"
 #include "schemes/math/scaled_gemm.h"
 
 namespace qparity::gpu {
+
+// The quantizer fields (reciprocal use, amax floor, minimum scale, zero saturation) of the
+// reference's fp8 activation rule, which must use fp32 arithmetic, no UE8M0 rounding and no
+// zero-scale replacement; an Error naming `where` and `dialect` otherwise.
+void set_fp8_activation_rule(const reference::Fp8ScaleRule& rule, const std::string& dialect,
+                             const std::string& where, QuantizeFp8Params* q);
+
+// The e4m3fn bytes of a processed weight's values (codes on its lattice), row-major [rows, cols];
+// an Error naming `where` and the first element that is not an e4m3fn value.
+std::vector<uint8_t> e4m3_bytes(const reference::QuantizedMatrix& w, const std::string& where);
 
 struct Fp8GemmRuntime {
   ActivationWorkspace ws;   // extra: the per-tensor amax

@@ -34,10 +34,6 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t ex
     throw Error(where, to_string(scheme()) + " in dialect " + dialect +
                            ": the GPU's activation quantization follows vllm or sglang bit for "
                            "bit; run with --dialect vllm or --dialect sglang");
-  const reference::Fp8ScaleRule rule = m.activation_rule();
-  if (rule.arith != reference::Arith::kFp32 || rule.ue8m0 || rule.zero_scale > 0)
-    throw Error(where, "the fp8 activation rule of dialect " + dialect +
-                           " (UE8M0 scales, or arithmetic other than fp32) is not on the GPU");
   switch (m.activation_mode()) {
     case reference::Fp8Act::kNone:
       throw Error(where, "fp8 weight-only (no activation quantization) is not on the GPU yet");
@@ -56,10 +52,7 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t ex
       rt_.quant.group = reference::kFp8BlockSize;
       break;
   }
-  rt_.quant.multiply_reciprocal = rule.use == reference::ScaleUse::kMultiplyReciprocal;
-  rt_.quant.amax_floor = static_cast<float>(rule.amax_floor);
-  rt_.quant.min_scale = static_cast<float>(rule.min_scale);
-  rt_.quant.zero_saturates = rule.zero_saturates;
+  set_fp8_activation_rule(m.activation_rule(), dialect, where, &rt_.quant);
   // Weight: codes on the 2^-9 lattice -> e4m3fn bytes (exact: they are e4m3fn values).
   rt_.upload(m.processed_weight(e), m.processed_bias(e), out_features(), in_features(), where);
 }
@@ -78,10 +71,7 @@ std::unique_ptr<Fp8LinearMethod> Fp8LinearMethod::random_block(std::string prefi
           .activation_rule(reference::Fp8Act::kDynamicGroup, DType::kBF16);
   rt.quant.mode = Fp8ActMode::kDynamicGroup;
   rt.quant.group = b;
-  rt.quant.multiply_reciprocal = rule.use == reference::ScaleUse::kMultiplyReciprocal;
-  rt.quant.amax_floor = static_cast<float>(rule.amax_floor);
-  rt.quant.min_scale = static_cast<float>(rule.min_scale);
-  rt.quant.zero_saturates = rule.zero_saturates;
+  set_fp8_activation_rule(rule, "vllm", m->prefix(), &rt.quant);
   rt.b_block_rows = b;
   rt.b_block_cols = b;
   // Codes: random rows quantized by the same rule (real e4m3fn codes, never NaN).

@@ -2,8 +2,10 @@
 
 #include "core/error.h"
 #include "gpu_engine/quant/fp8_linear.h"
+#include "gpu_engine/quant/fp8_weight_only.h"
 #include "gpu_engine/quant/mx_linear.h"
 #include "gpu_engine/quant/nvfp4_linear.h"
+#include "gpu_engine/quant/packed_int_a8.h"
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
@@ -13,37 +15,16 @@ namespace qparity::gpu {
 
 namespace {
 
-// The points of compressed-tensors' integer weight space the weight-only kernels take
-// (kernels/weight_only_gemm.h): int4 and int8 codes in column order. The K-multiple rules (32 for
-// int4, 16 for int8) are checked per layer when the method is built.
-// Said before any weight is uploaded (validate then reports "no engine row" with it).
-constexpr const char* kMxfp8a16Refusal =
-    "MXFP8A16 (weight-only) is not on the GPU yet: its fp8 GEMM takes fp8 inputs, and there is no "
-    "kernel for e4m3 weights with bf16 inputs";
-
-constexpr const char* kFp8WeightOnlyRefusal =
-    "fp8 weight-only (FP8 weights with bf16 inputs, vLLM's W8A16Fp8) is not on the GPU yet: its "
-    "fp8 GEMM takes fp8 inputs";
-
+// The points of compressed-tensors' integer weight space the GPU takes: int4 and int8 codes, in
+// column order or act order (the inputs gathered first), with bf16 inputs (weight_only_int.h) or
+// 8-bit per-token ones (packed_int_a8.h). The K-multiple rules (32 for int4, 16 for int8) are
+// checked per layer when the method is built.
 bool packed_int_runs(const SchemeId& s, std::string* why) {
   const IntWeightPoint& p = s.int_weights;
-  if (s.int_inputs != IntWeightInputs::kNone) {
-    if (why)
-      *why = to_string(s) +
-             ": integer weights with per-token 8-bit inputs (compressed-tensors W4A8 / W4AFP8) "
-             "need a GEMM that scales each K-group's integer sum; the GPU has none yet (the "
-             "reference runs the point)";
-    return false;
-  }
   if (p.bits != 4 && p.bits != 8) {
     if (why)
       *why = "int" + std::to_string(p.bits) +
-             " weights: the GPU's weight-only kernels take 4 or 8 bits";
-    return false;
-  }
-  if (p.actorder) {
-    if (why)
-      *why = "actorder group (weight_g_idx): the GPU's weight-only kernels take columns in order";
+             " weights: the GPU's integer-weight kernels take 4 or 8 bits";
     return false;
   }
   return true;
@@ -66,12 +47,11 @@ bool gpu_supports_linear_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kMxfp4:
     case SchemeKind::kNvfp4:  // Hopper emulation (quant/nvfp4_linear.h)
       return true;
-    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Tensor:  // weight-only: quant/fp8_weight_only.h
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
-      return s.weight_only ? no(kFp8WeightOnlyRefusal) : true;
-    case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h)
-      return s.weight_only ? no(kMxfp8a16Refusal) : true;
+    case SchemeKind::kMxfp8:  // Hopper emulation (quant/mx_linear.h; MXFP8A16 weight-only)
+      return true;
     case SchemeKind::kW8A8Int8:  // static inputs: vllm, sglang (quant/w8a8_int8.h)
       return true;
     case SchemeKind::kPackedInt:
@@ -101,13 +81,8 @@ bool gpu_supports_expert_scheme(const SchemeId& s, std::string* why) {
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
-      if (!s.weight_only) return true;
-      if (why) *why = kFp8WeightOnlyRefusal;
-      return false;
     case SchemeKind::kMxfp8:
-      if (!s.weight_only) return true;
-      if (why) *why = kMxfp8a16Refusal;
-      return false;
+      return true;
     case SchemeKind::kW8A8Int8:
       return gpu_supports_linear_scheme(s, why);
     case SchemeKind::kW8A8Static:
@@ -136,9 +111,12 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
   if (!host.processed())
     throw Error(host.shape().prefix, "the reference method was not processed before the upload");
   switch (s.kind) {
+    case SchemeKind::kPackedInt:
+      if (s.int_inputs != IntWeightInputs::kNone)
+        return std::make_unique<PackedIntA8Method>(host, expert);
+      return std::make_unique<WeightOnlyIntMethod>(host, options, expert);
     case SchemeKind::kW8A16Channel:
     case SchemeKind::kW8A16Group:
-    case SchemeKind::kPackedInt:
     case SchemeKind::kMxint4:
       return std::make_unique<WeightOnlyIntMethod>(host, options, expert);
     case SchemeKind::kW8A8Static:
@@ -150,8 +128,11 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
     case SchemeKind::kFp8Block:
+      if (s.weight_only) return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
       return std::make_unique<Fp8LinearMethod>(host, expert);
     case SchemeKind::kMxfp8:
+      if (s.weight_only) return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
+      return std::make_unique<MxLinearMethod>(host, expert);
     case SchemeKind::kMxfp4:
       return std::make_unique<MxLinearMethod>(host, expert);
     case SchemeKind::kNvfp4:

@@ -44,6 +44,8 @@ std::unique_ptr<GroupedExperts> GroupedExperts::make(
         return refuse(why, m->prefix() +
                                ": bits, group or scale kind differ from expert 0's "
                                "(or a test fault is planted)");
+      if (w->permuted())
+        return refuse(why, m->prefix() + ": act-order experts gather their inputs per expert");
       const WeightOnlyExpert v = w->device_view();
       if (!v.zeros_f32 != !v0.zeros_f32 || !v.zeros_i8 != !v0.zeros_i8)
         return refuse(why, m->prefix() + ": zero-point kind differs from expert 0's");

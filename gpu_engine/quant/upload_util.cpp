@@ -1,6 +1,7 @@
 #include "gpu_engine/quant/upload_util.h"
 
 #include "core/error.h"
+#include "gpu_engine/kernels/column_gather.h"
 
 namespace qparity::gpu {
 
@@ -13,8 +14,8 @@ int64_t method_expert(const reference::LinearMethod& host, int64_t expert) {
     return 0;
   }
   if (expert >= n)
-    throw Error(host.shape().prefix, "expert " + std::to_string(expert) + " outside [0, " +
-                                         std::to_string(n) + ")");
+    throw Error(host.shape().prefix,
+                "expert " + std::to_string(expert) + " outside [0, " + std::to_string(n) + ")");
   return expert;
 }
 
@@ -31,6 +32,44 @@ reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMet
     throw Error(where, "scheme " + to_string(host.config().scheme) +
                            " has no integer weight the GPU methods can take");
   return std::move(*w);
+}
+
+std::vector<int32_t> gather_columns_of(const std::vector<int64_t>& perm, int64_t k,
+                                       const std::string& where) {
+  if (perm.empty()) return {};
+  if (static_cast<int64_t>(perm.size()) != k)
+    throw Error(where, "act-order permutation of " + std::to_string(perm.size()) +
+                           " columns, the layer has " + std::to_string(k));
+  std::vector<int32_t> out(perm.size());
+  std::vector<bool> seen(perm.size(), false);
+  for (size_t j = 0; j < perm.size(); ++j) {
+    const int64_t c = perm[j];
+    if (c < 0 || c >= k || seen[static_cast<size_t>(c)])
+      throw Error(where, "act-order column " + std::to_string(c) + " at position " +
+                             std::to_string(j) + " is outside [0, k) or repeated");
+    seen[static_cast<size_t>(c)] = true;
+    out[j] = static_cast<int32_t>(c);
+  }
+  return out;
+}
+
+size_t gathered_input_bytes(int64_t t, int64_t k) {
+  return (static_cast<size_t>(t * k) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
+}
+
+const __nv_bfloat16* gather_input(const __nv_bfloat16* x, const int32_t* perm, int64_t t, int64_t k,
+                                  void* dst, const std::string& where, cudaStream_t stream) {
+  if (!dst) throw Error(where, "act order gathers its inputs into the engine's workspace");
+  auto* out = static_cast<__nv_bfloat16*>(dst);
+  launch_column_gather({.src = x,
+                        .dst = out,
+                        .sources = perm,
+                        .rows = t,
+                        .cols = k,
+                        .src_stride = k,
+                        .dst_stride = k},
+                       stream);
+  return out;
 }
 
 std::vector<float> exact_f32(const std::vector<double>& v, const std::string& where) {

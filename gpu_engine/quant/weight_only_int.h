@@ -6,21 +6,19 @@
 // (kernels/weight_only_gemm.h) serves them.
 //
 // Built from the processed reference method's ProcessedIntWeight (codes in column order, zeros in
-// code units, fp64 scales that are the checkpoint's own F32 / BF16 values) and repacked once:
-//   codes   int8 as is; int4 two a byte, low nibble first, u = q + 8;
-//   scales  bf16 when every scale is exactly a bf16 value (compressed-tensors stores them in the
-//           model dtype), else fp32 (msModelSlim's F32 scales), never rounded;
-//   zeros   absent when all zero (symmetric); int8 when all are integers in [-128, 127] and the
-//           codes are int4; else fp32 (msModelSlim's F32 offsets, kept exactly);
-//   bias    fp32, when the layer has a non-zero one.
-// The GPU cannot run: actorder=group (a column permutation; refused by the reference accessor),
-// bit widths other than 4 and 8, K or group not a multiple of 16 (int8) / 32 (int4). Each is an
-// Error naming the layer.
+// code units, fp64 scales that are the checkpoint's own F32 / BF16 values) and repacked once
+// (quant/int_weight_upload.h). Act order (actorder=group, GPTQ desc_act): the codes are in the
+// stable g_idx sort's column order, so each apply first gathers x[:, perm[j]] into the workspace
+// (kernels/column_gather.h, bf16 bit for bit) and runs the same kernel on it, as vLLM's Marlin
+// does with its sorted g_idx; the products are the reference's, the fp32 sums run in the
+// permuted order. The GPU cannot run bit widths other than 4 and 8, K or group not a multiple
+// of 16 (int8) / 32 (int4): each is an Error naming the layer.
 #include <memory>
 
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "gpu_engine/quant/int_weight_upload.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
@@ -42,22 +40,20 @@ class WeightOnlyIntMethod final : public GpuLinearMethod {
                       int64_t in_features, const Random& r);
   void apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t, cudaStream_t stream,
              void* workspace) const override;
+  size_t workspace_bytes(int64_t max_tokens) const override;
   size_t device_bytes() const override;
-  int bits() const { return bits_; }
-  int64_t group() const { return group_; }
-  bool scale_bf16() const { return scale_bf16_; }
+  int bits() const { return dev_.bits; }
+  int64_t group() const { return dev_.group; }
+  bool scale_bf16() const { return dev_.scale_bf16; }
   bool faulty() const { return fault_; }
+  // Act order: the inputs are gathered before the GEMM (no grouped launch takes that yet).
+  bool permuted() const { return dev_.perm.size() > 0; }
   // The layer's device pointers, for a grouped launch of a stack's experts (grouped_experts.h).
   WeightOnlyExpert device_view() const;
 
  private:
-  int bits_ = 8;
-  int64_t group_ = 0;
-  bool scale_bf16_ = false, fault_ = false;
-  DeviceBuffer<uint8_t> codes_;
-  DeviceBuffer<float> scales_f32_, zeros_f32_, bias_;
-  DeviceBuffer<__nv_bfloat16> scales_bf16_;
-  DeviceBuffer<int8_t> zeros_i8_;
+  bool fault_ = false;
+  IntWeightOnDevice dev_;
 };
 
 }  // namespace qparity::gpu

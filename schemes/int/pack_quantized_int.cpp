@@ -744,10 +744,6 @@ Matrix PackQuantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) cons
 std::optional<ProcessedIntWeight> PackQuantizedLinearMethod::processed_int_weight(
     int64_t expert) const {
   const FusedIntWeight& f = fused_.at(sz(expert));
-  if (!f.identity)
-    throw Error(shape().prefix,
-                "actorder=group (a weight_g_idx column permutation) has no "
-                "column-order integer form; an engine must permute activations");
   if (f.w.block_cols != group_size_ || f.w.block_rows != 1)
     throw Error(shape().prefix, "fused weight blocks [" + std::to_string(f.w.block_rows) + ", " +
                                     std::to_string(f.w.block_cols) + "] are not [1, group " +
@@ -757,6 +753,7 @@ std::optional<ProcessedIntWeight> PackQuantizedLinearMethod::processed_int_weigh
   w.zero.assign(w.scale.size(), 0.0);
   for (size_t i = 0; i < f.w.zero_points.size() && i < w.zero.size(); ++i)
     w.zero[i] = static_cast<double>(f.w.zero_points[i]);
+  if (!f.identity) w.perm = f.perm;  // the codes above are in the permuted column order
   const auto& b = biases_.at(sz(expert));
   if (std::any_of(b.begin(), b.end(), [](double v) { return v != 0.0; })) w.bias = b;
   return w;

@@ -79,6 +79,11 @@ struct ProcessedIntWeight {
   std::vector<int8_t> stored;       // [rows * cols]
   std::vector<double> zero, scale;  // [rows * cols / group]
   std::vector<double> bias;         // [rows] or empty
+  // Act order (compressed-tensors actorder=group, GPTQ desc_act): stored column j is the layer's
+  // input column perm[j], every group contiguous in j (the stable sort of weight_g_idx that
+  // compressed-tensors and vLLM's Marlin make); empty in column order. An engine gathers its
+  // inputs x[:, perm[j]] before the GEMM; the products are the same, summed in j's order.
+  std::vector<int64_t> perm;
 };
 
 // Which integers of a QuantizedMatrix become ProcessedIntWeight::stored.
@@ -137,8 +142,7 @@ class LinearMethod {
   // activation quantization kernel.
   std::optional<QuantizedMatrix> quantize_input(const Matrix& x, int64_t expert = 0) const;
   // The processed weight as a ProcessedIntWeight (integer-weight schemes; nullopt for every
-  // other scheme). An Error naming the layer when the scheme's weight has no such form (an
-  // actorder=group column permutation).
+  // other scheme), act order's column permutation in ProcessedIntWeight::perm.
   virtual std::optional<ProcessedIntWeight> processed_int_weight(int64_t expert = 0) const {
     (void)expert;
     return std::nullopt;

@@ -168,6 +168,9 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
   const MethodConfig defaults = method_config(scheme, request.dialect);
   if (!request.weights) request.weights = defaults.weights;
   if (!request.input_activations) request.input_activations = defaults.input_activations;
+  // A weight-only point has no input scale, whatever statistics came with the request (fp8-tensor's
+  // writer would otherwise take them for static inputs).
+  if (scheme.weight_only) request.activations.reset();
   if (scheme.kind == SchemeKind::kW8A16Group && request.group_size == 0)
     request.group_size = scheme.group_size;
   if ((scheme.kind == SchemeKind::kFp8Tensor || scheme.kind == SchemeKind::kFp8Block) &&

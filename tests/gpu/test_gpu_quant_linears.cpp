@@ -18,6 +18,7 @@
 #include "core/codecs/float_format.h"
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/fp4_gemm.h"
+#include "gpu_engine/kernels/int_group_gemm.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_test.h"
@@ -71,6 +72,14 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
   shape.in_features = c.k;
   auto m = reference::make_linear_method(shape, mc);
   std::normal_distribution<double> d(0.0, 0.05);
+  // Act order: per-column activation magnitudes order the columns (the quantizer's proxy for
+  // GPTQ's Hessian diagonal), the same for every fused partition, as their shared input gives.
+  std::vector<double> channel_absmax;
+  if (id.kind == SchemeKind::kPackedInt && id.int_weights.actorder) {
+    std::uniform_real_distribution<double> u(0.1, 4.0);
+    for (int64_t k = 0; k < c.k; ++k)
+      channel_absmax.push_back(u(rng));
+  }
   for (size_t p = 0; p < c.partitions.size(); ++p) {
     reference::QuantizeRequest r;
     r.weight = Matrix(c.partitions[p], c.k);
@@ -81,7 +90,7 @@ std::unique_ptr<reference::LinearMethod> reference_method(const Case& c, std::mt
     r.input_activations = mc.input_activations;
     // Static input scales; an off-centre range for asymmetric inputs, so the zero point is not 0.
     const bool asym_inputs = mc.input_activations && !mc.input_activations->symmetric;
-    r.activations = reference::ActivationStats{asym_inputs ? -1.5 : -4.0, 4.0, {}};
+    r.activations = reference::ActivationStats{asym_inputs ? -1.5 : -4.0, 4.0, channel_absmax};
     r.group_size = effective_group_size(id);
     reference::TensorMap t = reference::quantize_linear(id, r);
     // quantize_linear fills in the scheme's default activations: a weight-only checkpoint has
@@ -174,6 +183,29 @@ std::vector<Case> cases() {
       {"nvfp4", true, {64, 32, 32}, 256, Dialect::kSglang, true},
       {"mxfp4", true, {192}, 512, Dialect::kVllm, true},  // MXFP4A16
       {"mxfp4", true, {64, 32, 32}, 256, Dialect::kIdeal, true},
+      // Act order (actorder=group, GPTQ desc_act): codes in the stable g_idx sort's column
+      // order, the inputs gathered into it before the GEMM.
+      {"ct-w4a16-g128-actorder", true, {64, 32, 32}, 512},
+      {"ct-w4a16-g32-asym-actorder", false, {192}, 256},
+      {"ct-w8a16-g64-actorder", true, {128}, 384},
+      // FP8 weights with bf16 inputs (vLLM's W8A16Fp8; MXFP8A16): per tensor (fused, each
+      // partition's scale), per channel, 128 x 128 blocks ragged in N, and in K (320: the block
+      // scales repeated every 64 columns).
+      {"fp8-tensor-a16", true, {128, 64, 64}, 256},
+      {"fp8-channel-a16", true, {192}, 512},
+      {"fp8-block-a16", true, {200}, 384},
+      {"fp8-block-a16", true, {256, 128}, 320},
+      {"mxfp8a16", true, {96, 32, 32}, 256},
+      // compressed-tensors' WnA8 / WnAFP8 (W4A8, W4AFP8): group-scaled integer weights with
+      // per-token int8 / fp8 inputs; asymmetric weights and act order among them.
+      {"ct-w4a8-g128", true, {192}, 512, Dialect::kVllm},
+      {"ct-w4a8-g128", true, {64, 32, 32}, 256, Dialect::kSglang},
+      {"ct-w4a8-g32-asym-actorder", false, {64, 32, 32}, 512, Dialect::kVllm},
+      {"ct-w8a8-g64", true, {96}, 256, Dialect::kVllm},
+      {"ct-w8a8-ch-asym", false, {128}, 384, Dialect::kSglang},
+      {"ct-w4afp8-g128", true, {192}, 512, Dialect::kVllm},
+      {"ct-w4afp8-g64-asym-actorder", false, {64, 32, 32}, 256, Dialect::kSglang},
+      {"ct-w8afp8-g32", true, {128}, 256, Dialect::kVllm},
   };
 }
 
@@ -234,14 +266,15 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
 TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
   for (const std::string scheme :
        {"w8a8-int8-dyn", "ct-w8a8-int8-static", "ct-w8a8-int8-static-asym", "w4a8-dyn",
-        "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4"})
+        "w8a8-static", "fp8-tensor", "fp8-channel", "fp8-block", "mxfp8", "mxfp4", "nvfp4",
+        "ct-w4a8-g128", "ct-w4a8-g64-actorder", "ct-w4afp8-g128", "ct-w4afp8-g32-actorder"})
     for (const auto dialect : {Dialect::kVllm, Dialect::kSglang, Dialect::kCompressedTensors}) {
       // compressed-tensors' own activation rule: nvfp4's (its divisions, zero blocks 0.125).
       if (dialect == Dialect::kCompressedTensors && scheme != "nvfp4") continue;
       const Case c{scheme, true, {64}, 384, dialect};
       SCOPED_TRACE(name_of(c));
-      const bool fp8 =
-          scheme.rfind("fp8", 0) == 0 || scheme.rfind("mx", 0) == 0 || scheme == "nvfp4";
+      const bool fp8 = scheme.rfind("fp8", 0) == 0 || scheme.rfind("mx", 0) == 0 ||
+                       scheme == "nvfp4" || scheme.find("afp8") != std::string::npos;
       const auto host = reference_method(c, rng);
       const auto g = gpu::make_gpu_linear_method(*host);
       const int64_t t = 70;
@@ -305,7 +338,7 @@ TEST_F(GpuQuantLinears, ActivationCodesMatchTheDialectBitForBit) {
       }
       EXPECT_EQ(code_mismatches, 0);
       EXPECT_EQ(scale_mismatches, 0);
-      if (scheme == "w8a8-int8-dyn" || scheme == "w4a8-dyn") {
+      if (scheme == "w8a8-int8-dyn" || scheme == "w4a8-dyn" || scheme == "ct-w4a8-g128") {
         EXPECT_GT(ties, 1000) << "the tie rows must hold ties";
       }
       // Outputs: the rows whose products stay finite in fp32 (not the 1e30 row).
@@ -429,11 +462,14 @@ TEST(GpuQuantLinearRefusals, UnsupportedSchemesAreRefusedByName) {
               }),
               AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("nvfp4"),
                     HasSubstr("run with --dialect vllm")));
-  EXPECT_THAT(test::error_of([&] {
-                gpu::make_gpu_linear_method(
-                    *reference_method({"mxfp8", true, {64}, 128, Dialect::kVllm, true}, rng));
-              }),
-              AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr("MXFP8A16")));
+  // WnA8 in the ideal dialect: its fp64 per-token scales are not the GPU's fp32 rule.
+  for (const char* scheme : {"ct-w4a8-g128", "ct-w4afp8-g128"})
+    EXPECT_THAT(test::error_of([&] {
+                  gpu::make_gpu_linear_method(
+                      *reference_method({scheme, true, {64}, 256, Dialect::kIdeal}, rng));
+                }),
+                AllOf(HasSubstr("model.layers.0.self_attn"), HasSubstr(scheme),
+                      HasSubstr("in dialect ideal"), HasSubstr("run with --dialect vllm")));
   // compressed-tensors keeps each fused partition's own global scales: one alpha cannot serve.
   EXPECT_THAT(test::error_of([&] {
                 gpu::make_gpu_linear_method(*reference_method(
@@ -463,6 +499,39 @@ TEST(GpuQuantLinearRefusals, TheLauncherNamesEveryViolatedShapeRule) {
   p.x = reinterpret_cast<const Bf16*>(buf + 2);
   EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_gemm(p, nullptr); }),
               HasSubstr("16-byte aligned"));
+  p.x = reinterpret_cast<const Bf16*>(buf);
+  p.fp8_codes = true;
+  p.bits = 4;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_gemm(p, nullptr); }),
+              HasSubstr("e4m3 codes are 8 bits wide and take no zero points"));
+  p.bits = 8;
+  p.zeros_i8 = reinterpret_cast<const int8_t*>(buf);
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_gemm(p, nullptr); }),
+              HasSubstr("e4m3 codes are 8 bits wide and take no zero points"));
+
+  gpu::IntGroupGemmParams q;
+  q.a = buf;
+  q.a_scales = reinterpret_cast<const float*>(buf);
+  q.w = buf;
+  q.scales = buf;
+  q.y = reinterpret_cast<Bf16*>(buf);
+  q.m = 1, q.n = 8, q.k = 48, q.group = 48, q.bits = 4;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_int_group_gemm(q, nullptr); }),
+              AllOf(HasSubstr("int_group_gemm"), HasSubstr("k 48 must be a multiple of 32")));
+  q.k = 128, q.group = 48, q.bits = 8;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_int_group_gemm(q, nullptr); }),
+              HasSubstr("group 48 must be a multiple of 16 and divide k 128"));
+  q.group = 64, q.bits = 3;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_int_group_gemm(q, nullptr); }),
+              HasSubstr("bits must be 4 or 8"));
+  q.bits = 8;
+  q.a = buf + 4;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_int_group_gemm(q, nullptr); }),
+              HasSubstr("16-byte aligned"));
+  q.a = buf;
+  q.a_scales = nullptr;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_int_group_gemm(q, nullptr); }),
+              HasSubstr("a, a_scales, w, scales and y are required"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "schemes/fp8/fp8_common.h"
 #include "schemes/fp8/fp8_tensor.h"
 #include "schemes/kv/kv_fp8.h"
+#include "schemes/method/method_factory.h"
 #include "tests/unit/error_of.h"
 #include "tests/unit/quant_test_util.h"
 #include "tests/unit/test_seed.h"
@@ -86,6 +87,22 @@ TEST(Fp8Tensor, FormatFp8WritesF32Scales) {
   const double s = static_cast<float>(3.0 / 448.0);
   EXPECT_EQ(decode(t.at("weight_scale").view(), "s")[0], s);
   EXPECT_EQ(decode(t.at("weight").view(), "w")[0], fp8_saturate(3.0 / s));
+}
+
+// A weight-only point writes no input scale even when the request carries calibration statistics
+// (the fp8-tensor writer takes statistics for static inputs otherwise); the point with inputs
+// writes one.
+TEST(Fp8Tensor, WeightOnlyPointsWriteNoInputScale) {
+  Matrix w(2, 32);
+  for (size_t i = 0; i < w.data.size(); ++i)
+    w.data[i] = 0.01 * static_cast<double>(i % 7) - 0.02;
+  for (const std::string id :
+       {"fp8-tensor-a16", "fp8-channel-a16", "fp8-block-a16", "fp8-tensor"}) {
+    QuantizeRequest r = request(w, Dialect::kIdeal);
+    r.activations = ActivationStats{-3.0, 2.0, {}};
+    const TensorMap t = quantize_linear(parse_scheme_id(id), r);
+    EXPECT_EQ(t.count("input_scale"), id == "fp8-tensor" ? 1u : 0u) << id;
+  }
 }
 
 TEST(Fp8Common, SaturatesNeverNaN) {
