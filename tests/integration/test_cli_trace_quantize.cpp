@@ -24,6 +24,7 @@ namespace qparity {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class CliTraceQuantize : public testing::Test {
@@ -195,10 +196,71 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
       "mlp": {"targets": ["re:.*mlp.*"], "format": "float-quantized", "weights": {
         "num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": {
         "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}})");
-  r = run("quantize --in " + p("fp") + " --config " + mixed + " --out " + p("qm"));
+  r = run("quantize --in " + p("fp") + " --config " + mixed + " --out " + p("qmix"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("w4a16-g32 (group attn, 8 linears)"));
+  EXPECT_THAT(r.err, HasSubstr("fp8-channel (group mlp, 6 linears)"));
+  r = run("inspect " + p("qmix"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("fp8-channel x6"), HasSubstr("w4a16-g32 x8")));
+  {
+    const Json qc = Json::parse(test::slurp(dir_ / "qmix" / "config.json"))["quantization_config"];
+    EXPECT_EQ(qc["format"], "mixed-precision");
+    EXPECT_EQ(qc["config_groups"]["attn"]["targets"], Json::array({"re:.*self_attn.*"}));
+    EXPECT_EQ(qc["config_groups"]["attn"]["format"], "pack-quantized");
+    EXPECT_EQ(qc["config_groups"]["mlp"]["format"], "float-quantized");
+    EXPECT_EQ(qc["config_groups"]["mlp"]["input_activations"]["strategy"], "token");
+  }
+  r = run("trace --model " + p("qmix") + " --synthetic 3 --out " + p("qmix.st"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  // A shape rule of one group's scheme is checked on that group's linears only: group-256
+  // weights on the attention (K = 128 here) are refused naming an attention linear.
+  const std::string mixed128 = write("mixed128.json", R"({"quant_method": "compressed-tensors",
+      "format": "mixed-precision", "ignore": ["lm_head"], "config_groups": {
+      "attn": {"targets": ["re:.*self_attn.*"], "format": "pack-quantized", "weights": {
+        "num_bits": 4, "type": "int", "strategy": "group", "group_size": 256}},
+      "mlp": {"targets": ["re:.*mlp.*"], "format": "float-quantized", "weights": {
+        "num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": {
+        "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + mixed128 + " --out " + p("qm"));
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("asks for 2 weight points"));
-  EXPECT_THAT(r.err, HasSubstr("quantize writes one point per checkpoint"));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("self_attn"), HasSubstr("256")));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("calibrating")));
+  EXPECT_FALSE(fs::exists(dir_ / "qm"));
+  // FP8 weights with an FP8 KV cache in one config (as RedHatAI's *-FP8-KV checkpoints publish
+  // it: per-tensor weights and static inputs, kv_cache_scheme per tensor): both written, planned
+  // back as both, and the same bytes as --scheme with --kv-cache; the per-head cache likewise.
+  const std::string fp8kv = write("fp8kv.json", R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"group_0": {
+      "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "tensor",
+        "symmetric": true, "dynamic": false}, "input_activations": {"num_bits": 8,
+        "type": "float", "strategy": "tensor", "symmetric": true, "dynamic": false}}},
+      "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor",
+        "symmetric": true, "dynamic": false}})");
+  r = run("quantize --in " + p("fp") + " --config " + fp8kv + " --out " + p("qkv"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("asks for fp8-tensor and a kv-fp8 KV cache"));
+  r = run("inspect " + p("qkv"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kv-fp8"));
+  EXPECT_THAT(r.out, HasSubstr("fp8-tensor"));
+  EXPECT_THAT(test::slurp(dir_ / "qkv" / "config.json"), HasSubstr("\"kv_cache_scheme\": {"));
+  r = run("quantize --in " + p("fp") + " --scheme fp8-tensor --kv-cache kv-fp8 --out " + p("qkv2"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::slurp(dir_ / "qkv" / "model.safetensors"),
+            test::slurp(dir_ / "qkv2" / "model.safetensors"));
+  r = run("trace --model " + p("qkv") + " --synthetic 3 --out " + p("qkv.st"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = run("quantize --in " + p("fp") + " --scheme fp8-channel --kv-cache kv-fp8-head --out " +
+          p("qkvh"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("inspect " + p("qkvh"));
+  EXPECT_THAT(r.out, HasSubstr("kv-fp8-head"));
+  EXPECT_THAT(r.out, HasSubstr("fp8-channel"));
+  // A cache beside what is not a compressed-tensors weight scheme: refused naming both.
+  r = run("quantize --in " + p("fp") + " --scheme w8a16-ch --kv-cache kv-fp8 --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("kv cache 'kv-fp8'"), HasSubstr("w8a16-ch is not one")));
   EXPECT_FALSE(fs::exists(dir_ / "qm"));
   // FP8 weights with unquantized inputs (FP8 W8A16): the point fp8-channel-a16, written with no
   // input scales and planned back as itself.

@@ -12,9 +12,12 @@
 // naming it and its rule; --ignore-unsupported ignores exactly those linears instead.
 // --config FILE instead of --scheme: a full quantization_config (the block, or a config.json
 // holding one) planned against the input model; the one point it asks for is written, with the
-// linears it leaves unquantized ignored by name. A config that asks for several weight points,
-// weights and a KV cache at once, or args no scheme id names (fp8 inputs static where the id
-// implies dynamic, ...) is refused naming them, before anything is read. A sparsity_config
+// linears it leaves unquantized ignored by name; a kv_cache_scheme beside the weights' point
+// (FP8 weights with an FP8 cache) is written with them (--kv-cache ID asks for the same beside
+// --scheme); config groups of different points (mixed precision) are each written with their
+// own args, format and targets. A group that reads as two points, or args no scheme id names
+// (fp8 inputs static where the id implies dynamic, ...) are refused naming them, before anything
+// is read. A sparsity_config
 // (sparse-24-bitmask, sparse-bitmask) is written as compressed-tensors wrote it (--sparsity F
 // asks for the same beside --scheme): 2:4 magnitude-pruned, quantized, then compressed.
 // --format gptq|gptq_v2|awq writes an integer weight-only point in GPTQ's or AutoAWQ's layout and
@@ -24,6 +27,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -47,7 +51,7 @@ namespace qparity::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, scheme, config, dialect = "ideal", calib, sparsity, format;
+  std::string in, out, scheme, config, dialect = "ideal", calib, sparsity, format, kv_cache;
   int64_t calib_synthetic = 2048;
   uint64_t seed = 0;
   bool force = false;
@@ -60,9 +64,29 @@ struct QuantizeOptions {
 struct ConfigPoint {
   SchemeId scheme;
   std::vector<std::string> unquantized;
-  std::string sparsity;  // the sparse storage of every linear written, or ""
-  std::string layout;    // "gptq" / "gptq_v2" / "awq" for those producers' configs, else ""
+  std::string sparsity;        // the sparse storage of every linear written, or ""
+  std::string layout;          // "gptq" / "gptq_v2" / "awq" for those producers' configs, else ""
+  std::optional<SchemeId> kv;  // a KV-cache point beside the weights' point
+  // Several weight points: the config's groups (empty for one point).
+  std::vector<fixtures::QuantizeCheckpointOptions::WeightGroup> groups;
 };
+
+// The targets of a config group as the config wrote them: a preset group's list, or the
+// group's "targets".
+std::vector<std::string> group_targets(const Json& block, const std::string& group,
+                                       const std::string& where) {
+  const std::string key = where + ".config_groups." + group;
+  if (!block.contains("config_groups") || !block.at("config_groups").contains(group))
+    throw Error(key, "internal: the plan names a group the config does not have");
+  const Json& g = block.at("config_groups").at(group);
+  const Json& t = g.is_array() ? g : g.at("targets");
+  std::vector<std::string> out;
+  for (const Json& v : t) {
+    if (!v.is_string()) throw Error(key + ".targets", "a target is not a string");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
 
 ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
   const Json j = read_json_file(file);
@@ -73,7 +97,8 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
   for (const std::string& w : plan.warnings())
     std::cerr << "quantize: " << where << ": " << w << "\n";
   std::map<std::string, std::vector<std::string>> by_point;  // scheme id -> its modules
-  std::map<std::string, std::vector<std::string>> sparse;    // sparsity format -> its modules
+  std::map<std::string, std::pair<SchemeId, std::vector<std::string>>> by_group;  // group -> ...
+  std::map<std::string, std::vector<std::string>> sparse;  // sparsity format -> its modules
   const PlanEntry* first = nullptr;
   ConfigPoint out;
   for (const LinearModule& l : plan.modules().linears()) {
@@ -94,6 +119,13 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
     }
     by_point[e.scheme_string()].push_back(l.prefix);
     if (!first) first = &e;
+    auto [g, fresh] = by_group.try_emplace(e.why.group, *e.scheme, std::vector<std::string>{});
+    if (!fresh && g->second.first != *e.scheme)
+      throw Error(where, "config group '" + e.why.group + "' reads as " +
+                             to_string(g->second.first) + " on " + g->second.second.front() +
+                             " and as " + e.scheme_string() + " on " + l.prefix +
+                             ": quantize writes one point per group");
+    g->second.second.push_back(l.prefix);
     // The id writes its implied args: the config's must be that point, or the file written
     // would not be what the config asks for.
     const ImpliedArgs implied = implied_args(*e.scheme);
@@ -112,16 +144,20 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
     if (e.quantized()) kv.insert(e.scheme_string());
   }
   if (by_point.size() > 1) {
-    std::string list;
-    for (const auto& [id, mods] : by_point)
-      list += (list.empty() ? "" : "; ") + id + " on " + std::to_string(mods.size()) +
-              " linears (" + mods.front() + ", ...)";
-    throw Error(where, "asks for " + std::to_string(by_point.size()) + " weight points (" + list +
-                           "): quantize writes one point per checkpoint");
+    // Several weight points: one per config group, each written with its own args.
+    for (const auto& [name, point] : by_group) {
+      if (name.empty())
+        throw Error(where, point.second.front() +
+                               ": quantized by no config group; quantize writes several weight "
+                               "points only as the config's groups");
+      out.groups.push_back({name, point.first, group_targets(block, name, where), point.second});
+    }
   }
-  if (!by_point.empty() && !kv.empty())
-    throw Error(where, "asks for weights in " + by_point.begin()->first + " and a KV cache in " +
-                           *kv.begin() + ": quantize writes one scheme per checkpoint");
+  if (kv.size() > 1)
+    throw Error(where, "asks for " + std::to_string(kv.size()) + " KV-cache points (" +
+                           *kv.begin() + ", " + *std::next(kv.begin()) +
+                           "): quantize writes one kv_cache_scheme per checkpoint");
+  if (!by_point.empty() && !kv.empty()) out.kv = parse_scheme_id(*kv.begin());
   // The writer gives one sparse storage to exactly the linears it writes: the quantized ones,
   // or every decoder linear of a sparsity-only config.
   for (const auto& [format, mods] : sparse) {
@@ -153,7 +189,9 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
       if (format.empty()) out.unquantized = mods;
     return out;
   }
-  out.scheme = by_point.empty() ? parse_scheme_id(*kv.begin()) : *first->scheme;
+  out.scheme = by_point.empty()     ? parse_scheme_id(*kv.begin())
+               : out.groups.empty() ? *first->scheme
+                                    : out.groups.front().scheme;
   if (first && (first->format == "gptq" || first->format == "gptq_v2" || first->format == "awq" ||
                 first->format == "modelopt"))
     out.layout = first->format;
@@ -166,19 +204,32 @@ void run(const QuantizeOptions& o) {
     throw UsageError("quantize", "give exactly one of --scheme ID and --config FILE");
   std::vector<std::string> config_ignore;
   SchemeId scheme;
+  std::optional<SchemeId> kv_cache;
+  if (!o.kv_cache.empty()) kv_cache = parse_scheme_id(o.kv_cache);
+  std::vector<fixtures::QuantizeCheckpointOptions::WeightGroup> groups;
   std::string sparsity = o.sparsity;
   std::string layout = o.format;
   if (!o.config.empty()) {
     const ConfigPoint c =
         point_of_config(load_model_config(std::filesystem::path(o.in) / "config.json"), o.config);
     scheme = c.scheme;
+    kv_cache = c.kv;
+    groups = c.groups;
     config_ignore = c.unquantized;
     sparsity = c.sparsity;
     if (!layout.empty() && !c.layout.empty() && layout != c.layout)
       throw UsageError("quantize",
                        "--format " + layout + " contradicts " + o.config + " (" + c.layout + ")");
     if (layout.empty()) layout = c.layout;
-    std::cerr << "quantize: " << o.config << " asks for " << to_string(scheme) << " ("
+    std::string points = to_string(scheme);
+    if (!groups.empty()) {
+      points.clear();
+      for (const auto& g : groups)
+        points += (points.empty() ? "" : ", ") + to_string(g.scheme) + " (group " + g.name + ", " +
+                  std::to_string(g.linears.size()) + " linears)";
+    }
+    std::cerr << "quantize: " << o.config << " asks for " << points
+              << (kv_cache ? " and a " + to_string(*kv_cache) + " KV cache" : "") << " ("
               << c.unquantized.size() << " linears left unquantized)\n";
   } else {
     scheme = parse_scheme_id(o.scheme);
@@ -200,13 +251,20 @@ void run(const QuantizeOptions& o) {
   qo.ignore_unsupported = o.ignore_unsupported;
   qo.sparsity = sparsity;
   qo.layout = layout;
+  qo.kv_cache = kv_cache;
+  qo.groups = groups;
   const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
   for (const fixtures::SchemeExclusion& x : ignored.added)
     std::cerr << "quantize: ignoring " << x.module << " (" << x.rule << ")\n";
   qo.ignore = ignored.entries;
   qo.ignore_unsupported = false;
   fixtures::StatsProviders stats;
-  if (fixtures::needs_calibration(scheme, dialect)) {
+  const bool calibrate = fixtures::needs_calibration(scheme, dialect) ||
+                         (kv_cache && fixtures::needs_calibration(*kv_cache, dialect)) ||
+                         std::any_of(groups.begin(), groups.end(), [&](const auto& g) {
+                           return fixtures::needs_calibration(g.scheme, dialect);
+                         });
+  if (calibrate) {
     const std::vector<int64_t> tokens =
         o.calib.empty() ? reference::synthetic_tokens(o.calib_synthetic, cfg.vocab, o.seed)
                         : golden::file_inputs(o.calib, 0).tokens;
@@ -215,8 +273,9 @@ void run(const QuantizeOptions& o) {
               << o.in << "\n";
     stats = fixtures::calibrate_checkpoint(o.in, tokens);
   }
-  std::cerr << "quantize: " << to_string(scheme) << " (dialect " << qparity::to_string(dialect)
-            << ") -> " << o.out << "\n";
+  std::cerr << "quantize: " << (groups.empty() ? to_string(scheme) : "config groups")
+            << (kv_cache ? " with a " + to_string(*kv_cache) + " KV cache" : "") << " (dialect "
+            << qparity::to_string(dialect) << ") -> " << o.out << "\n";
   fixtures::quantize_checkpoint(o.in, scheme, dialect, o.out, stats,
                                 o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse,
                                 &std::cerr, qo);
@@ -268,6 +327,11 @@ void add_quantize_command(CLI::App& app, int& rc) {
                   "fp8-tensor or kv-fp8 as modelopt (hf_quant_config.json); fp8-block or "
                   "fp8-tensor as hf-fp8 (quant_method fp8)")
       ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8"}));
+  cmd->add_option("--kv-cache", o->kv_cache,
+                  "with --scheme: also write this KV-cache point (kv-fp8, kv-fp8-head) beside "
+                  "the weights, as compressed-tensors' kv_cache_scheme")
+      ->check(CLI::IsMember({"kv-fp8", "kv-fp8-head"}))
+      ->excludes("--config");
   cmd->add_flag("--force", o->force, "replace existing output files");
   cmd->callback([o, &rc] {
     run(*o);
