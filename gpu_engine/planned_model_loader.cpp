@@ -151,14 +151,6 @@ const reference::UnquantizedLinearMethod& unquantized(const reference::LinearMet
   return *u;
 }
 
-std::string partition_name(const reference::LinearMethod& lm, int64_t p, int64_t e) {
-  const auto& s = lm.shape();
-  std::string n = s.prefix;
-  if (s.num_experts > 0) n += "." + std::to_string(e);
-  if (!s.partition_names.empty()) n += "." + s.partition_names.at(static_cast<size_t>(p));
-  return n + ".weight";
-}
-
 // An unquantized method's weight of expert e as the checkpoint stored it, each partition
 // converted to bf16 on the way up (BF16 copied; F16 / F32 rounded to nearest even once, the
 // rounding upload_values applied to their exactly decoded values before).
@@ -169,7 +161,7 @@ void upload_stored(StagedUploader& up, __nv_bfloat16* dst, const reference::Line
   for (int64_t p = 0; p < s.partition_count(); ++p) {
     const reference::HostTensor& t = u.stored_weight(p, e);
     up.upload_bf16(dst + static_cast<size_t>(s.partition_offset(p) * s.in_features), t.bytes,
-                   t.dtype, partition_name(lm, p, e));
+                   t.dtype, lm.where("weight", p, e));
   }
 }
 
@@ -240,7 +232,7 @@ void place_gated_qkv(const reference::LinearMethod& lm, const ModelConfig& c, Gp
         src -= s.partitions[static_cast<size_t>(p++)];
       const reference::HostTensor& t = u.stored_weight(p, 0);
       reference::decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(src * k), row,
-                                  partition_name(lm, p, 0));
+                                  lm.where("weight", p, 0));
       for (int64_t j = 0; j < k; ++j)
         codes[r * static_cast<size_t>(k) + static_cast<size_t>(j)] =
             codec::double_to_bf16(row[static_cast<size_t>(j)]);

@@ -1,6 +1,7 @@
 #include "gpu_engine/kernels/e4m3_lattice.cuh"
 #include "gpu_engine/kernels/int_group_gemm.h"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/scale_load.cuh"
 #include "gpu_engine/kernels/token_tiles.cuh"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 
@@ -9,14 +10,6 @@ namespace qparity::gpu {
 namespace {
 
 constexpr int kWarps = 4;  // output rows per block, one warp each
-
-template <typename S>
-__device__ float load_scale(const void* s, int64_t i) {
-  if constexpr (sizeof(S) == 2)
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(s)[i]);
-  else
-    return static_cast<const float*>(s)[i];
-}
 
 // One warp per output row n, kTokens tokens per block row of the grid; each lane streams 16 bytes
 // of weight codes per step and the same columns of every token's codes.
@@ -110,13 +103,7 @@ void launch_int_group_gemm(const IntGroupGemmParams& p, cudaStream_t stream) {
           "a, a_scales, w, scales and y are required");
   require(aligned(p.a, 16) && aligned(p.w, 16), kn, "a and w must be 16-byte aligned");
   require(p.m >= 0 && p.n > 0 && p.k > 0 && p.group > 0, kn, "m >= 0, n > 0, k > 0, group > 0");
-  const int64_t c = weight_only_codes_per_load(p.bits);
-  require(p.k % c == 0, kn,
-          "k " + std::to_string(p.k) + " must be a multiple of " + std::to_string(c) + " for int" +
-              std::to_string(p.bits) + " weights");
-  require(p.group % c == 0 && p.k % p.group == 0, kn,
-          "group " + std::to_string(p.group) + " must be a multiple of " + std::to_string(c) +
-              " and divide k " + std::to_string(p.k));
+  require_int_weight_layout(kn, p.bits, p.k, p.group);
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
   p.bits == 8 ? launch_bits<8>(p, stream) : launch_bits<4>(p, stream);

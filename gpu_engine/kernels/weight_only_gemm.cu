@@ -1,5 +1,6 @@
 #include "gpu_engine/kernels/e4m3_lattice.cuh"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/scale_load.cuh"
 #include "gpu_engine/kernels/token_tiles.cuh"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 
@@ -8,14 +9,6 @@ namespace qparity::gpu {
 namespace {
 
 constexpr int kWarps = 4;  // output rows per block, one warp each
-
-template <typename S>
-__device__ float load_scale(const void* s, int64_t i) {
-  if constexpr (sizeof(S) == 2)
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(s)[i]);
-  else
-    return static_cast<const float*>(s)[i];
-}
 
 // One warp per output row n, kTokens tokens per block row of the grid. Each lane streams 16
 // bytes of codes per step (kCodes codes, all in one group), strided by the warp. kFp8: the bytes
@@ -126,6 +119,16 @@ void launch_for(const WeightOnlyGemmParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+void require_int_weight_layout(const char* kernel, int bits, int64_t k, int64_t group) {
+  const int64_t c = weight_only_codes_per_load(bits);
+  require(k % c == 0, kernel,
+          "k " + std::to_string(k) + " must be a multiple of " + std::to_string(c) + " for int" +
+              std::to_string(bits) + " weights");
+  require(group % c == 0 && k % group == 0, kernel,
+          "group " + std::to_string(group) + " must be a multiple of " + std::to_string(c) +
+              " and divide k " + std::to_string(k));
+}
+
 void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream) {
   constexpr const char* kn = "weight_only_gemm";
   require(p.bits == 4 || p.bits == 8, kn, "bits must be 4 or 8, got " + std::to_string(p.bits));
@@ -144,13 +147,7 @@ void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream)
                            !p.has_zeros_i8 && !p.fault_group_off_by_one),
           kn, "e4m3 codes are 8 bits wide and take no zero points");
   require(p.m >= 0 && p.n > 0 && p.k > 0 && p.group > 0, kn, "m >= 0, n > 0, k > 0, group > 0");
-  const int64_t c = weight_only_codes_per_load(p.bits);
-  require(p.k % c == 0, kn,
-          "k " + std::to_string(p.k) + " must be a multiple of " + std::to_string(c) + " for int" +
-              std::to_string(p.bits) + " weights");
-  require(p.group % c == 0 && p.k % p.group == 0, kn,
-          "group " + std::to_string(p.group) + " must be a multiple of " + std::to_string(c) +
-              " and divide k " + std::to_string(p.k));
+  require_int_weight_layout(kn, p.bits, p.k, p.group);
   require(p.m <= 65535LL * 8, kn, "m too large for one launch");
   if (p.m == 0) return;
   if (p.fp8_codes)

@@ -70,6 +70,10 @@ constexpr int64_t weight_only_codes_per_load(int bits) {
   return bits == 8 ? 16 : 32;
 }
 
+// The layout rules of the int4 / int8 code rows (k and group multiples of the codes a 16-byte load
+// holds, group dividing k), an Error naming `kernel` otherwise (int_group_gemm.h reads them too).
+void require_int_weight_layout(const char* kernel, int bits, int64_t k, int64_t group);
+
 void launch_weight_only_gemm(const WeightOnlyGemmParams& p, cudaStream_t stream);
 
 }  // namespace qparity::gpu

@@ -17,6 +17,12 @@ size_t sz(int64_t v) {
   return static_cast<size_t>(v);
 }
 
+// The chunks of a parallel pass over n codes: one per thread, at least 65536 codes each (what
+// a chunk computes never depends on how many there are: see the callers).
+int64_t chunk_count(int64_t n) {
+  return std::max<int64_t>(1, std::min<int64_t>(reference_threads(), n / 65536));
+}
+
 // The distinct values of `codes`, sorted, or empty when there are more than `limit`. Chunks in
 // parallel, each its own sorted set, then their union: the same set whatever the thread count.
 std::vector<int64_t> distinct_up_to(std::span<const int64_t> codes, size_t limit) {
@@ -30,7 +36,7 @@ std::vector<int64_t> distinct_up_to(std::span<const int64_t> codes, size_t limit
     return true;
   };
   const int64_t n = static_cast<int64_t>(codes.size());
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(reference_threads(), n / 65536));
+  const int64_t parts = chunk_count(n);
   std::vector<std::vector<int64_t>> seen(static_cast<size_t>(parts));
   std::vector<char> fits(static_cast<size_t>(parts), 1);
   parallel_chunks(parts, n, [&](int64_t p0, int64_t p1) {
@@ -101,7 +107,7 @@ CodeStore CodeStore::pack(std::span<const int64_t> codes) {
   if (codes.empty()) return s;
   const auto n = static_cast<int64_t>(codes.size());
   // min and max per chunk, then of those: exact whatever the thread count.
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(reference_threads(), n / 65536));
+  const int64_t parts = chunk_count(n);
   std::vector<int64_t> los(static_cast<size_t>(parts)), his(static_cast<size_t>(parts));
   parallel_chunks(parts, n, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {

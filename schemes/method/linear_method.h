@@ -152,6 +152,9 @@ class LinearMethod {
   virtual TensorMap runtime_tensors() const { return {}; }
   // Bytes of checkpoint tensors still held after processing (see retained_after_processing).
   size_t loaded_bytes() const;
+  // The checkpoint name of one shard's tensor, as errors name it:
+  // "model.layers.0.self_attn.k_proj.weight_scale".
+  std::string where(const std::string& name, int64_t partition, int64_t expert) const;
 
  protected:
   virtual void process() = 0;
@@ -168,8 +171,6 @@ class LinearMethod {
 
   const HostTensor* find_loaded(const std::string& name, int64_t partition, int64_t expert) const;
   const HostTensor& loaded(const std::string& name, int64_t partition, int64_t expert) const;
-  // "model.layers.0.self_attn.k_proj.weight_scale"
-  std::string where(const std::string& name, int64_t partition, int64_t expert) const;
   // The fused bias [N] of one expert from the shards' `bias` tensors (zeros where absent).
   std::vector<double> loaded_bias(int64_t expert) const;
 
