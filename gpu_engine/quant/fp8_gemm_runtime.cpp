@@ -25,10 +25,7 @@ void set_fp8_activation_rule(const reference::Fp8ScaleRule& rule, const std::str
 void Fp8GemmRuntime::upload(const reference::QuantizedMatrix& w,
                             const std::vector<double>& bias_values, int64_t n, int64_t k,
                             const std::string& where) {
-  if (w.rows != n || w.cols != k)
-    throw Error(where, "processed weight is [" + std::to_string(w.rows) + ", " +
-                           std::to_string(w.cols) + "], the layer is [" + std::to_string(n) + ", " +
-                           std::to_string(k) + "]");
+  require_processed_shape(w.rows, w.cols, n, k, where);
   if (k % 16 != 0)
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 16 for the GPU's fp8 GEMM");

@@ -51,10 +51,7 @@ Fp8WeightOnlyMethod::Fp8WeightOnlyMethod(const reference::LinearMethod& host, in
   const Fp8WeightOnlyHost h = host_weight(host, method_expert(host, expert), where);
   const reference::QuantizedMatrix& w = *h.w;
   const int64_t n = out_features(), k = in_features();
-  if (w.rows != n || w.cols != k)
-    throw Error(where, "processed weight is [" + std::to_string(w.rows) + ", " +
-                           std::to_string(w.cols) + "], the layer is [" + std::to_string(n) + ", " +
-                           std::to_string(k) + "]");
+  require_processed_shape(w.rows, w.cols, n, k, where);
   if (k % 16 != 0)
     throw Error(where, "in_features " + std::to_string(k) +
                            " must be a multiple of 16 for the GPU's fp8 weight-only kernel");

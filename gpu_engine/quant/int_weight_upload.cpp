@@ -29,10 +29,7 @@ IntWeightOnDevice upload_int_weight(const reference::ProcessedIntWeight& w, int6
   if (d.bits != 4 && d.bits != 8)
     throw Error(where, "int" + std::to_string(d.bits) +
                            " weights: the GPU's integer-weight kernels take 4 or 8 bits");
-  if (w.rows != n || w.cols != k)
-    throw Error(where, "processed weight is [" + std::to_string(w.rows) + ", " +
-                           std::to_string(w.cols) + "], the layer is [" + std::to_string(n) + ", " +
-                           std::to_string(k) + "]");
+  require_processed_shape(w.rows, w.cols, n, k, where);
   const int64_t c = weight_only_codes_per_load(d.bits);
   if (w.cols % c != 0 || d.group % c != 0)
     throw Error(where, "in_features " + std::to_string(w.cols) + " and group " +

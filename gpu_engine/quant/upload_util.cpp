@@ -34,6 +34,14 @@ reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMet
   return std::move(*w);
 }
 
+void require_processed_shape(int64_t rows, int64_t cols, int64_t n, int64_t k,
+                             const std::string& where) {
+  if (rows != n || cols != k)
+    throw Error(where, "processed weight is [" + std::to_string(rows) + ", " +
+                           std::to_string(cols) + "], the layer is [" + std::to_string(n) + ", " +
+                           std::to_string(k) + "]");
+}
+
 std::vector<int32_t> gather_columns_of(const std::vector<int64_t>& perm, int64_t k,
                                        const std::string& where) {
   if (perm.empty()) return {};

@@ -23,6 +23,10 @@ std::string method_prefix(const reference::LinearMethod& host, int64_t expert);
 reference::ProcessedIntWeight processed_int_weight_of(const reference::LinearMethod& host,
                                                       int64_t expert = -1);
 
+// A processed weight of rows x cols must be the layer's [n, k]: an Error naming `where` otherwise.
+void require_processed_shape(int64_t rows, int64_t cols, int64_t n, int64_t k,
+                             const std::string& where);
+
 // Act order's column permutation (ProcessedIntWeight::perm) as the int32 sources of a column
 // gather: empty when the weight is in column order; an Error naming `where` unless it is a
 // permutation of [0, k).

@@ -227,6 +227,30 @@ TEST_F(CliTraceQuantize, QuantizeFromAQuantizationConfig) {
   EXPECT_THAT(r.err, AllOf(HasSubstr("self_attn"), HasSubstr("256")));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("calibrating")));
   EXPECT_FALSE(fs::exists(dir_ / "qm"));
+  // A mixed config as an attacker would give it: a target that is not a string, and a duplicate
+  // group name (the later group would silently win); each refused naming the key, nothing written.
+  const std::string badtarget = write("badtarget.json", R"({"quant_method": "compressed-tensors",
+      "format": "mixed-precision", "ignore": ["lm_head"], "config_groups": {
+      "attn": {"targets": ["re:.*self_attn.*", 7], "weights": {"num_bits": 4, "type": "int",
+        "strategy": "group", "group_size": 32}},
+      "mlp": {"targets": ["re:.*mlp.*"], "weights": {"num_bits": 8, "type": "float",
+        "strategy": "channel"}, "input_activations": {"num_bits": 8, "type": "float",
+        "strategy": "token", "dynamic": true}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + badtarget + " --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("config_groups.attn': key 'targets'[1]"),
+                           HasSubstr("expected a string")));
+  EXPECT_FALSE(fs::exists(dir_ / "qm"));
+  const std::string dupgroup = write("dupgroup.json", R"({"quant_method": "compressed-tensors",
+      "format": "mixed-precision", "ignore": ["lm_head"], "config_groups": {
+      "g": {"targets": ["re:.*self_attn.*"], "weights": {"num_bits": 4, "type": "int",
+        "strategy": "group", "group_size": 32}},
+      "g": {"targets": ["re:.*mlp.*"], "weights": {"num_bits": 8, "type": "float",
+        "strategy": "channel"}}}})");
+  r = run("quantize --in " + p("fp") + " --config " + dupgroup + " --out " + p("qm"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("duplicate key 'g'"));
+  EXPECT_FALSE(fs::exists(dir_ / "qm"));
   // FP8 weights with an FP8 KV cache in one config (as RedHatAI's *-FP8-KV checkpoints publish
   // it: per-tensor weights and static inputs, kv_cache_scheme per tensor): both written, planned
   // back as both, and the same bytes as --scheme with --kv-cache; the per-head cache likewise.
