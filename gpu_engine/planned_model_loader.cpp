@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 bool plan_quantizes_anything(const QuantPlan& plan) {
   for (const PlanEntry& e : plan)
     // A sparse-compressed weight is decompressed by the host loader (sparse_weight.h) as well.
-    if (e.quantized() || !e.sparsity.empty() || (e.role == ModuleRole::kNorm && e.scheme))
+    if (e.quantized() || !e.sparsity.empty() || !e.transforms.empty() ||
+        (e.role == ModuleRole::kNorm && e.scheme))
       return true;
   return false;
 }
@@ -45,6 +46,12 @@ std::string plan_scheme_summary(const QuantPlan& plan) {
 
 void check_gpu_can_run(const QuantPlan& plan) {
   for (const PlanEntry& e : plan) {
+    if (!e.transforms.empty())
+      throw Error(e.prefix, "an online " + to_string(e.transforms.front().location) + " " +
+                                to_string(e.transforms.front().type) + " transform (" +
+                                e.transforms.front().key +
+                                ") is not run on the GPU yet (the reference applies it); the "
+                                "engine never runs a rotated layer without its rotation");
     if (!e.scheme) continue;
     const std::string scheme = e.scheme_string();
     const std::string why_entry = e.why.file.empty() ? "" : " (from " + e.why.file + ")";

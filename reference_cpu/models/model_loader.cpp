@@ -51,6 +51,8 @@ std::unique_ptr<CausalLm> load_impl(std::shared_ptr<const Checkpoint> checkpoint
     throw Error(checkpoint->root().string() + ": tensor 'model.embed_tokens.weight'", "missing");
   std::vector<LinearLayer> linears =
       linear_layers(c, model->model_dtype(), model->weight_rounding());
+  WeightContext ctx = context_of(*model);
+  ctx.transforms = OnlineTransformMatrices::read(*checkpoint, model->plan());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     DecoderLayer l;
     l.index = i;
@@ -58,7 +60,7 @@ std::unique_ptr<CausalLm> load_impl(std::shared_ptr<const Checkpoint> checkpoint
   }
   if (!stream) {
     TopWeights top;
-    WeightLoader loader(checkpoint, context_of(*model), linears);
+    WeightLoader loader(checkpoint, ctx, linears);
     for (DecoderLayer& l : model->layers())
       loader.build_layer(l);
     loader.build_top(top);
@@ -73,16 +75,16 @@ std::unique_ptr<CausalLm> load_impl(std::shared_ptr<const Checkpoint> checkpoint
   // for a consumer now (an unexpected tensor fails before any compute) and loaded when the layer
   // runs.
   TensorsByLayer names = tensors_by_layer(*checkpoint, c.num_layers);
-  check_every_layer_tensor_used(checkpoint, context_of(*model), linears, names);
+  check_every_layer_tensor_used(checkpoint, ctx, linears, names);
   {
     TopWeights top;
-    WeightLoader loader(checkpoint, context_of(*model), linears);
+    WeightLoader loader(checkpoint, ctx, linears);
     loader.build_top(top);
     loader.load(names.top);
     take_top(*model, top);
   }
   model->stream_layers_from(std::make_unique<CheckpointLayerSource>(
-      checkpoint, context_of(*model), std::move(linears), std::move(names.layers)));
+      checkpoint, ctx, std::move(linears), std::move(names.layers)));
   return model;
 }
 

@@ -93,6 +93,11 @@ void emulate_tensor_parallel(CausalLm& model, const std::filesystem::path& dir,
                   "the reference does not emulate tensor parallelism inside MoE experts yet");
   const auto full = std::make_shared<const Checkpoint>(open_model_checkpoint(dir, cfg));
   const QuantPlan plan = build_quant_plan(cfg, dir, override_scheme);
+  for (const PlanEntry& e : plan)
+    if (!e.transforms.empty())
+      throw Error(e.prefix, "reference --tp: an online transform (" + e.transforms.front().key +
+                                ") spans the whole layer, which a rank does not hold (vLLM: "
+                                "'Online transforms with tensor parallelism is not supported')");
   const ModelConfig local = tp_rank_config(cfg, tp);
   auto ranks = std::make_shared<std::vector<std::unique_ptr<CausalLm>>>();
   for (int r = 0; r < tp; ++r) {

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
-#include <regex>
 
 #include "core/error.h"
 #include "core/safetensors/language_model_names.h"
 #include "schemes/description/awq_config.h"
 #include "schemes/description/config_keys.h"
+#include "schemes/description/ct_pattern.h"
 #include "schemes/description/gptq_config.h"
 #include "schemes/description/modelopt_config.h"
+#include "schemes/description/online_transform.h"
 
 namespace qparity {
 
@@ -116,75 +117,6 @@ std::optional<QuantArgs> opt_args(const Json& j, std::string_view key, const std
   if (it == j.end() || it->is_null()) return std::nullopt;
   return parse_quant_args(*it, key_where(where, std::string(key)));
 }
-
-// Python `re` syntax that ECMAScript spells differently; the rest is shared by the patterns
-// real configs use (".*", "[0-9]+", "(a|b)", "$").
-std::string python_to_ecmascript(const std::string& pat, const std::string& where) {
-  std::string out;
-  for (size_t i = 0; i < pat.size(); ++i) {
-    if (pat.compare(i, 4, "(?P<") == 0) {
-      const size_t close = pat.find('>', i);
-      if (close == std::string::npos) throw Error(where, "unterminated named group");
-      out += '(';
-      i = close;
-    } else if (pat.compare(i, 4, "(?P=") == 0) {
-      throw Error(where, "named backreferences (?P=...) are not supported");
-    } else if (pat[i] == '\\' && i + 1 < pat.size()) {
-      if (pat[i + 1] == 'A')
-        out += '^';
-      else if (pat[i + 1] == 'Z')
-        out += '$';
-      else
-        out += pat.substr(i, 2);
-      ++i;
-    } else {
-      out += pat[i];
-    }
-  }
-  return out;
-}
-
-// One target or ignore entry, compiled once.
-struct Pattern {
-  std::string text;
-  bool is_regex = false;
-  std::regex re;
-
-  Pattern(std::string t, const std::string& where) : text(std::move(t)) {
-    if (text.rfind("re:", 0) != 0) return;
-    is_regex = true;
-    const std::string pat = text.substr(3);
-    auto flags = std::regex::ECMAScript | std::regex::optimize;
-#if defined(__GLIBCXX__)
-    // libstdc++'s default executor backtracks (exponential on nested quantifiers); this one is
-    // polynomial, which matters for configs from untrusted sources (and the fuzzers).
-    flags |= std::regex_constants::__polynomial;
-#endif
-    try {
-      re = std::regex(python_to_ecmascript(pat, where + ": regex '" + pat + "'"), flags);
-    } catch (const std::regex_error& e) {
-      throw Error(where, "invalid regex '" + pat + "' in target '" + text + "': " + e.what());
-    }
-    where_ = where;
-  }
-  // compressed-tensors match_name: re.match (anchored at the start, not at the end), or equality.
-  bool matches_name(std::string_view name) const {
-    if (!is_regex) return text == name;
-    try {
-      return std::regex_search(name.begin(), name.end(), re,
-                               std::regex_constants::match_continuous);
-    } catch (const std::regex_error& e) {
-      throw Error(where_, "regex in target '" + text + "' failed on '" + std::string(name) +
-                              "': " + e.what());
-    }
-  }
-  bool matches_class(std::string_view cls) const {
-    return !is_regex && text == cls;
-  }
-
- private:
-  std::string where_;
-};
 
 // The first module that is not a linear (expert stack, attention, norm, other) which `p` names
 // by prefix or class, as "prefix (Class)"; empty if none. Used to explain targets and ignore
@@ -602,11 +534,7 @@ QuantPlan plan_from_compressed_tensors(const ModelConfig& cfg, const Json& qc,
   }
 
   if (c.sparsity) apply_sparsity(*c.sparsity, cfg, plan, key("sparsity_config"));
-  for (const std::string& t : c.fused_transforms)
-    plan.add_warning(key("transform_config") + ": group " + t +
-                     " has offline locations only (weight_input / weight_output): compressed-"
-                     "tensors fused it into the stored weights, so nothing is applied at run "
-                     "time (as vLLM does)");
+  apply_transform_config(c.transforms, cfg, plan);
 
   for (const NormModule& n : mods.norms())
     if (plan.find(n.prefix)) plan.mutable_entry(n.prefix).why.note.clear();
@@ -867,60 +795,6 @@ std::optional<CtSparsity> parse_sparsity_config(
   return s;
 }
 
-// compressed-tensors' TransformConfig (transform/transform_config.py, transform_args.py): each
-// group a scheme (type hadamard / random-hadamard / random-matrix) applied at locations of
-// its targets. TransformFactory._apply_to_module fuses the offline locations (weight_input,
-// weight_output) into the weights eagerly and deletes the transform (unless requires_grad),
-// so the saved weights already hold them and an engine applies nothing (vLLM's transform
-// method handles only the online ones). The online locations (input, output, q_attn, k_cache)
-// are forward hooks: a rotation every engine must run, refused here by name until qparity runs
-// it. Returns the groups that are wholly fused.
-std::vector<std::string> parse_transform_config(
-    const Json& j, const std::function<std::string(const std::string&)>& key) {
-  const std::string where = key("transform_config");
-  std::vector<std::string> fused;
-  const auto cg = j.find("config_groups");
-  if (cg == j.end() || cg->is_null()) return fused;
-  require_object(*cg, key("transform_config.config_groups"));
-  for (const auto& [name, g] : cg->items()) {
-    const std::string gpath = "transform_config.config_groups." + name;
-    const std::string gk = key(gpath);
-    require_object(g, gk);
-    const std::string type = opt_string(g, "type", gk).value_or("hadamard");
-    if (auto rg = g.find("requires_grad"); rg != g.end() && rg->is_boolean() && rg->get<bool>())
-      throw Error(key(gpath + ".requires_grad"),
-                  "true: a training-time parametrization (the weights are stored as "
-                  "parametrizations.weight.original, not fused); not a deployable checkpoint");
-    const Json& apply = require_key(g, "apply", gk);
-    if (!apply.is_array()) throw Error(key(gpath + ".apply"), "expected a list");
-    for (size_t i = 0; i < apply.size(); ++i) {
-      const std::string apath = gpath + ".apply[" + std::to_string(i) + "]";
-      const std::string ak = key(apath);
-      require_object(apply[i], ak);
-      const std::string loc =
-          as_string(require_key(apply[i], "location", ak), key(apath + ".location"));
-      if (loc == "weight_input" || loc == "weight_output") continue;
-      if (loc == "input" || loc == "output" || loc == "q_attn" || loc == "k_cache") {
-        std::string first;
-        if (auto t = apply[i].find("targets"); t != apply[i].end()) {
-          const auto list = as_string_list(*t, key(apath + ".targets"));
-          if (!list.empty()) first = " on '" + list.front() + "'";
-        }
-        throw Error(key(apath + ".location"),
-                    "'" + loc + "': an online " + type + " transform" + first +
-                        " (a rotation of activations at run time, e.g. SpinQuant R3/R4 or "
-                        "QuIP) is not applied by qparity yet; offline weight_input / "
-                        "weight_output transforms are read (already fused into the weights)");
-      }
-      throw Error(key(apath + ".location"),
-                  "unknown location '" + loc +
-                      "' (known: input, weight_input, weight_output, output, q_attn, k_cache)");
-    }
-    fused.push_back(name + " (" + type + ")");
-  }
-  return fused;
-}
-
 }  // namespace
 
 CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const std::string& where) {
@@ -994,8 +868,9 @@ CompressedTensorsConfig parse_compressed_tensors_config(const Json& qc, const st
     c.kv_cache_scheme = parse_quant_args(*it, key("kv_cache_scheme"));
 
   if (has_sparsity) c.sparsity = parse_sparsity_config(*sparsity_it, key);
-  if (auto it = qc.find("transform_config"); it != qc.end() && it->is_object() && !it->empty())
-    c.fused_transforms = parse_transform_config(*it, key);
+  if (auto it = qc.find("transform_config");
+      it != qc.end() && !it->is_null() && !(it->is_object() && it->empty()))
+    c.transforms = parse_transform_config(*it, where);
   return c;
 }
 

@@ -22,6 +22,7 @@
 
 #include "core/config/model_config.h"
 #include "core/json_util.h"
+#include "schemes/description/online_transform.h"
 #include "schemes/description/quant_args.h"
 #include "schemes/description/quant_plan.h"
 
@@ -56,10 +57,9 @@ struct CompressedTensorsConfig {
   std::vector<std::string> ignore;
   std::optional<QuantArgs> kv_cache_scheme;
   std::optional<CtSparsity> sparsity;  // set when sparsity_config compresses anything
-  // transform_config groups whose every transform is offline (location weight_input /
-  // weight_output): compressed-tensors fused them into the stored weights, so nothing runs at
-  // load or run time ("R1 (hadamard)"); an online location is refused when parsing.
-  std::vector<std::string> fused_transforms;
+  // transform_config groups (online_transform.h): offline locations are already in the stored
+  // weights; online input / output ones are applied by the linears they target.
+  std::vector<TransformGroup> transforms;
 };
 
 // Whether a linear stored in `format` has a tensor named `weight` (the dense weight or its

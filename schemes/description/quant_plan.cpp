@@ -29,6 +29,8 @@ std::string describe_entry(const PlanEntry& e) {
     s += std::string(e.weights ? "; " : " [") + "inputs " + describe(*e.input_activations);
   if (e.weights || e.input_activations) s += "]";
   if (!e.sparsity.empty()) s += " (" + e.sparsity + ")";
+  for (const OnlineTransform& t : e.transforms)
+    s += " +" + to_string(t.location) + " " + to_string(t.type) + (t.inverse ? "^T" : "");
   return s;
 }
 
@@ -410,6 +412,16 @@ Json QuantPlan::to_json() const {
               {"format", e.format},
               {"decided_by", provenance_json(e.why)}};
     if (!e.sparsity.empty()) j["sparsity"] = e.sparsity;
+    for (const OnlineTransform& t : e.transforms)
+      j["online_transforms"].push_back({{"group", t.group},
+                                        {"type", to_string(t.type)},
+                                        {"location", to_string(t.location)},
+                                        {"inverse", t.inverse},
+                                        {"randomize", t.randomize},
+                                        {"size", t.size},
+                                        {"precision", t.precision},
+                                        {"tensor", e.prefix + "." + t.stem() + ".weight"},
+                                        {"key", t.key}});
     if (!e.source_type.empty()) j["source_type"] = e.source_type;
     if (e.weights) j["weights"] = qparity::to_json(*e.weights);
     if (e.input_activations) j["input_activations"] = qparity::to_json(*e.input_activations);

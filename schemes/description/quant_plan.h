@@ -28,6 +28,7 @@
 #include "core/config/model_config.h"
 #include "core/json_util.h"
 #include "schemes/description/module_names.h"
+#include "schemes/description/online_transform.h"
 #include "schemes/description/quant_args.h"
 #include "schemes/description/scheme_registry.h"
 
@@ -76,6 +77,10 @@ struct PlanEntry {
   // ("sparse-24-bitmask", "sparse-bitmask": <prefix>.compressed / .bitmask / .shape
   // [/ .row_offsets] in place of <prefix>.weight); empty when stored as the format says.
   std::string sparsity;
+  // Linears only: compressed-tensors transform_config rotations applied at run time (at most one
+  // at `input`, one at `output`); their matrices come from the checkpoint
+  // (schemes/loading/online_transform_matrices.h).
+  std::vector<OnlineTransform> transforms;
   std::string source_type;  // msModelSlim type ("W8A8"), compressed-tensors preset, ...
   Provenance why;
 

@@ -185,6 +185,11 @@ class WeightLoader::Impl {
   // args (fused q/k/v and gate/up: vLLM refuses otherwise; expert stacks: QuantPlan::finalize).
   std::unique_ptr<LinearMethod> make(const QuantPlan& plan, const LinearLayer& ll) {
     if (ll.kind == LinearLayerKind::kLmHead && cfg_.tie_word_embeddings) {
+      if (!plan.method_for(ll.plan_entry).transforms.empty())
+        throw Error(ll.plan_entry,
+                    "online transforms on a tied lm_head (it shares "
+                    "model.embed_tokens.weight, which the embedding reads "
+                    "unrotated)");
       // Reads model.embed_tokens.weight (route()); never quantized.
       MethodConfig c;
       c.scheme = SchemeId{};
@@ -204,12 +209,74 @@ class WeightLoader::Impl {
                                      ll.fused_module.substr(ll.fused_module.rfind('.') + 1) +
                                      " layer needs one scheme (vLLM refuses the same)");
       }
-    auto lm = make_linear_method(ll.shape, method_config(first, ctx_.dialect));
+    MethodConfig config = method_config(first, ctx_.dialect);
+    LinearTransforms transforms = transforms_of(plan, ll, config);
+    auto lm = make_linear_method(ll.shape, config);
+    if (!config.transforms.empty()) lm->set_online_transforms(std::move(transforms));
     methods_.push_back(lm.get());
     for (const LinearLayer::Member& mb : ll.members)
       shards_[mb.module] = {lm.get(), mb.partition, mb.expert, plan.method_for(mb.module).sparsity};
     if (!ll.fused_module.empty()) fused_[ll.fused_module] = {lm.get(), first.sparsity};
     return lm;
+  }
+
+  // The layer's online transforms from its members' plan entries (into config.transforms) and
+  // their matrices. Fused members and experts share one input transform (vLLM: "Must have same
+  // input"); every expert's partition p has the same output transform.
+  LinearTransforms transforms_of(const QuantPlan& plan, const LinearLayer& ll,
+                                 MethodConfig& config) {
+    auto find = [](const PlanEntry& e, TransformLocation l) -> const OnlineTransform* {
+      for (const OnlineTransform& t : e.transforms)
+        if (t.location == l) return &t;
+      return nullptr;
+    };
+    auto same = [](const OnlineTransform* a, const OnlineTransform* b) {
+      return (!a && !b) || (a && b && *a == *b);
+    };
+    const size_t parts = static_cast<size_t>(ll.shape.partition_count());
+    const OnlineTransform* input = nullptr;
+    std::vector<const OnlineTransform*> output(parts, nullptr);
+    std::vector<std::string> owner(parts);
+    const std::string& first = ll.members.front().module;
+    for (size_t i = 0; i < ll.members.size(); ++i) {
+      const LinearLayer::Member& mb = ll.members[i];
+      const PlanEntry& e = plan.method_for(mb.module);
+      const OnlineTransform* in = find(e, TransformLocation::kInput);
+      if (i == 0)
+        input = in;
+      else if (!same(in, input))
+        throw Error(mb.module, "its online input transform differs from " + first +
+                                   "'s: one layer (fused partitions, an expert stack) runs one "
+                                   "input transform (vLLM: 'Must have same input')");
+      const size_t p = static_cast<size_t>(mb.partition);
+      const OnlineTransform* out = find(e, TransformLocation::kOutput);
+      if (owner[p].empty()) {
+        owner[p] = mb.module;
+        output[p] = out;
+      } else if (!same(out, output[p])) {
+        throw Error(mb.module, "its online output transform differs from " + owner[p] +
+                                   "'s: an expert stack applies one per partition");
+      }
+    }
+    config.transforms.clear();
+    if (input) config.transforms.push_back(*input);
+    for (const OnlineTransform* o : output)
+      if (o) config.transforms.push_back(*o);
+    LinearTransforms lt;
+    if (config.transforms.empty()) return lt;
+    if (!ctx_.transforms)
+      throw Error(first, "online transforms (" + config.transforms.front().key +
+                             ") but no transform matrices were read for this load");
+    if (input) lt.input = ctx_.transforms->matrix(*input, first);
+    bool any_output = false;
+    for (const OnlineTransform* o : output)
+      any_output = any_output || o;
+    if (any_output) {
+      lt.output.resize(parts);
+      for (size_t p = 0; p < parts; ++p)
+        if (output[p]) lt.output[p] = ctx_.transforms->matrix(*output[p], owner[p]);
+    }
+    return lt;
   }
 
   void build_attention(const QuantPlan& plan, LayerWeights& l) {
@@ -268,6 +335,8 @@ class WeightLoader::Impl {
     // An image-text checkpoint's vision tower, Qwen3.5's mtp head: the text path does not run
     // them (transformers' Qwen3_5ForCausalLM ignores them on load too).
     if (is_unused_by_text(cfg_, name)) return true;
+    // Online transform matrices: read once for the whole checkpoint (online_transform_matrices.h).
+    if (ctx_.transforms && ctx_.transforms->consumed(name)) return true;
     if (name == "model.embed_tokens.weight") {
       if (!is_float(v.dtype) || v.shape != std::vector<int64_t>{cfg_.vocab, cfg_.hidden})
         throw Error(name, "expected a float [" + std::to_string(cfg_.vocab) + ", " +

@@ -30,6 +30,7 @@
 #include "schemes/description/quant_plan.h"
 #include "schemes/loading/layer_weights.h"
 #include "schemes/loading/linear_layers.h"
+#include "schemes/loading/online_transform_matrices.h"
 
 namespace qparity::reference {
 
@@ -42,6 +43,10 @@ struct WeightContext {
   // A run dtype asked for (an fp32 checkpoint on a bf16 engine): unquantized weights, norms and
   // Gated DeltaNet parameters are rounded to it once at load. Empty: nothing rounded.
   std::optional<DType> weight_rounding;
+  // The matrices of the plan's online transforms (OnlineTransformMatrices::read, once per
+  // checkpoint); their tensors are consumed there. Null: a plan with online transforms is
+  // refused when its first such layer is built.
+  std::shared_ptr<const OnlineTransformMatrices> transforms;
 };
 
 class WeightLoader {

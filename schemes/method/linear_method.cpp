@@ -170,7 +170,50 @@ Matrix LinearMethod::apply(const Matrix& x, int64_t expert) const {
     throw Error(shape_.prefix, "expert " + std::to_string(expert) + " of " +
                                    std::to_string(shape_.expert_count()));
   require_finite(x.data, shape_.prefix + " input");
-  return do_apply(x, expert);
+  if (config_.transforms.empty()) return do_apply(x, expert);
+  Matrix y = do_apply(transformed_input(x), expert);
+  if (transforms_.output.empty()) return y;
+  // Each partition's columns y[:, off : off + N_p] through its own output transform.
+  for (int64_t p = 0; p < shape_.partition_count(); ++p) {
+    const auto& u = transforms_.output[static_cast<size_t>(p)];
+    if (!u) continue;
+    const int64_t off = shape_.partition_offset(p), n = shape_.partitions[static_cast<size_t>(p)];
+    Matrix part(y.rows, n);
+    for (int64_t i = 0; i < y.rows; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        part(i, j) = y(i, off + j);
+    const Matrix r = apply_transform(part, *u);
+    for (int64_t i = 0; i < y.rows; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        y(i, off + j) = r(i, j);
+  }
+  return y;
+}
+
+Matrix LinearMethod::transformed_input(const Matrix& x) const {
+  if (transforms_.empty())
+    throw Error(shape_.prefix, "its online transforms (" + config_.transforms.front().key +
+                                   ") have no matrices: the loader did not set them");
+  return transforms_.input ? apply_transform(x, *transforms_.input) : x;
+}
+
+void LinearMethod::set_online_transforms(LinearTransforms t) {
+  if (config_.transforms.empty() && !t.empty())
+    throw Error(shape_.prefix, "online transform matrices for a layer whose plan has none");
+  if (!t.output.empty() && static_cast<int64_t>(t.output.size()) != shape_.partition_count())
+    throw Error(shape_.prefix, "output transforms for " + std::to_string(t.output.size()) +
+                                   " partitions of a layer with " +
+                                   std::to_string(shape_.partition_count()));
+  if (t.input && shape_.in_features % t.input->block != 0)
+    throw Error(shape_.prefix, "an input transform of order " + std::to_string(t.input->block) +
+                                   " on " + std::to_string(shape_.in_features) + " features");
+  for (size_t p = 0; p < t.output.size(); ++p)
+    if (t.output[p] && shape_.partitions[p] % t.output[p]->block != 0)
+      throw Error(shape_.prefix, "an output transform of order " +
+                                     std::to_string(t.output[p]->block) + " on partition " +
+                                     std::to_string(p) + "'s " +
+                                     std::to_string(shape_.partitions[p]) + " features");
+  transforms_ = std::move(t);
 }
 
 std::optional<QuantizedMatrix> LinearMethod::quantize_input(const Matrix& x, int64_t expert) const {
@@ -183,7 +226,8 @@ std::optional<QuantizedMatrix> LinearMethod::quantize_input(const Matrix& x, int
     throw Error(shape_.prefix, "expert " + std::to_string(expert) + " of " +
                                    std::to_string(shape_.expert_count()));
   require_finite(x.data, shape_.prefix + " input");
-  return do_quantize_input(x, expert);
+  if (config_.transforms.empty()) return do_quantize_input(x, expert);
+  return do_quantize_input(transformed_input(x), expert);
 }
 
 Matrix LinearMethod::dequantized_weight(int64_t expert) const {

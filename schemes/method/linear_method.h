@@ -25,6 +25,7 @@
 #include "schemes/math/matmul.h"
 #include "schemes/math/scaled_gemm.h"
 #include "schemes/method/host_tensor.h"
+#include "schemes/method/linear_transforms.h"
 
 namespace qparity::reference {
 
@@ -103,6 +104,9 @@ struct MethodConfig {
   std::optional<QuantArgs> input_activations;
   std::string format;       // compressed-tensors format, "msmodelslim", "fp8", "dense"
   std::string source_type;  // msModelSlim type ("W8A8S"), compressed-tensors preset, ...
+  // Online rotations of the layer's plan entries (its first member's; the loader checks that
+  // fused members agree). Their matrices come through set_online_transforms.
+  std::vector<OnlineTransform> transforms;
 };
 
 class LinearMethod {
@@ -133,13 +137,19 @@ class LinearMethod {
   void process_weights_after_loading();
   bool processed() const { return processed_; }
 
+  // The layer: the input transform (if any), the scheme's product, the output transforms.
   Matrix apply(const Matrix& x, int64_t expert = 0) const;
-  // The weight apply() multiplies with, in fp64, [N, K] with the partitions in order. For
-  // activation-quantized schemes this is the weight side only.
+  // The matrices of config().transforms (the loader reads them from the checkpoint: they may be
+  // stored under another layer's name). apply() refuses to run without them.
+  void set_online_transforms(LinearTransforms t);
+  const LinearTransforms& online_transforms() const { return transforms_; }
+  // The weight the scheme's product multiplies with, in fp64, [N, K] with the partitions in
+  // order; online transforms are not folded in. For activation-quantized schemes this is the
+  // weight side only.
   Matrix dequantized_weight(int64_t expert = 0) const;
   // The activation codes apply() would feed its GEMM for x (activation-quantized schemes), with
-  // their scales; nullopt for weight-only schemes. For bit-exact comparison with an engine's
-  // activation quantization kernel.
+  // their scales, after the input transform; nullopt for weight-only schemes. For bit-exact
+  // comparison with an engine's activation quantization kernel.
   std::optional<QuantizedMatrix> quantize_input(const Matrix& x, int64_t expert = 0) const;
   // The processed weight as a ProcessedIntWeight (integer-weight schemes; nullopt for every
   // other scheme), act order's column permutation in ProcessedIntWeight::perm.
@@ -177,8 +187,11 @@ class LinearMethod {
  private:
   LinearShape shape_;
   MethodConfig config_;
+  Matrix transformed_input(const Matrix& x) const;
+
   std::map<std::tuple<std::string, int64_t, int64_t>, HostTensor> loaded_;
   bool processed_ = false;
+  LinearTransforms transforms_;
 };
 
 // The standard `bias` parameter: model dtype (any float dtype accepted; msModelSlim writes F32).

@@ -694,6 +694,19 @@ TEST(GpuEngineQuantizedLoader, RefusesWhatTheGpuCannotRunByName) {
     EXPECT_THAT(refusal("llama", s),
                 AllOf(HasSubstr(s), HasSubstr("the GPU's integer-weight kernels take 4 or 8 bits"),
                       HasSubstr("never runs a quantized layer as bf16")));
+  // SpinQuant R4 (an online Hadamard on down_proj's input): the reference applies it, the GPU
+  // refuses the layer by name rather than run it unrotated.
+  const fs::path fp = test::tiny_checkpoint(root, "llama", "bf16", 3), r4 = root / "llama.r4";
+  fixtures::QuantizeCheckpointOptions o;
+  o.transform_config = Json::parse(R"({"config_groups": {"R4": {"type": "hadamard", "apply": [
+      {"targets": ["re:.*down_proj$"], "location": "input"},
+      {"targets": ["re:.*down_proj$"], "location": "weight_input", "inverse": true}]}}})");
+  fixtures::quantize_checkpoint(fp, parse_scheme_id("fp8-channel"), Dialect::kIdeal, r4, {},
+                                OverwritePolicy::kRefuse, nullptr, o);
+  EXPECT_THAT(
+      test::error_of([&] { gpu::load_gpu_model(r4, nullptr); }),
+      AllOf(HasSubstr("model.layers.0.mlp.down_proj"), HasSubstr("online input hadamard transform"),
+            HasSubstr("not run on the GPU yet")));
   fs::remove_all(root);
 }
 

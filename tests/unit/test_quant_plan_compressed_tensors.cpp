@@ -187,9 +187,10 @@ TEST(CompressedTensorsPlan, PresetGroupNames) {
 // compressed-tensors' W4A8 (int8 per-token inputs) and W4AFP8 (fp8 per-token inputs) on int4
 // group-128 weights: int-quantized or pack-quantized codes; what no engine reads is refused.
 // transform_config: offline transforms (weight_input / weight_output) were fused into the
-// stored weights by compressed-tensors and are planned with a warning saying so; online ones
-// (a run-time rotation) and training-time parametrizations are refused by name.
-TEST(CompressedTensorsPlan, TransformsFusedIntoTheWeightsAreReadOnlineOnesRefused) {
+// stored weights by compressed-tensors and are planned with a warning saying so; an online one
+// (a run-time rotation) goes on the linears it targets (test_online_transforms.cpp has the
+// rest); training-time parametrizations are refused by name.
+TEST(CompressedTensorsPlan, TransformsFusedIntoTheWeightsAreReadOnlineOnesPlanned) {
   auto with = [](const std::string& apply, const char* extra = "") {
     return std::string(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
         "ignore": ["lm_head"], "config_groups": {"W4A16": ["Linear"]},
@@ -203,17 +204,18 @@ TEST(CompressedTensorsPlan, TransformsFusedIntoTheWeightsAreReadOnlineOnesRefuse
   expect_all_linears(p, "ct-w4a16-g128");
   bool warned = false;
   for (const std::string& w : p.warnings())
-    warned =
-        warned || w.find("group R1 (hadamard) has offline locations only") != std::string::npos;
+    warned = warned || w.find("R1' (hadamard): offline locations only") != std::string::npos;
   EXPECT_TRUE(warned);
-  EXPECT_THAT(
-      error_of([&] {
-        plan_of(
-            tiny_llama(),
-            with(offline + R"(, {"targets": ["re:.*down_proj$"], "location": "input"})").c_str());
-      }),
-      AllOf(HasSubstr("transform_config.config_groups.R1.apply[2].location"),
-            HasSubstr("'input': an online hadamard transform on 're:.*down_proj$'")));
+  for (const PlanEntry& e : p)
+    EXPECT_TRUE(e.transforms.empty()) << e.prefix;
+  const QuantPlan online =
+      plan_of(tiny_llama(),
+              with(offline + R"(, {"targets": ["re:.*down_proj$"], "location": "input"})").c_str());
+  const PlanEntry& down = online.method_for("model.layers.0.mlp.down_proj");
+  ASSERT_EQ(down.transforms.size(), 1u);
+  EXPECT_EQ(down.transforms[0].stem(), "R1_input");
+  EXPECT_EQ(down.transforms[0].size, 512);
+  EXPECT_THAT(down.transforms[0].key, HasSubstr("transform_config.config_groups.R1.apply[2]"));
   EXPECT_THAT(
       error_of([&] { plan_of(tiny_llama(), with(offline, R"("requires_grad": true, )").c_str()); }),
       HasSubstr("requires_grad': true: a training-time parametrization"));

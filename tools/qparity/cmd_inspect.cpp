@@ -144,6 +144,11 @@ void run_inspect(const InspectOptions& opt) {
               << to_string(e.role) << " " << std::setw(14) << e.scheme_string();
     if (e.format != "dense") std::cout << " format=" << e.format;
     if (!e.sparsity.empty()) std::cout << " sparsity=" << e.sparsity;
+    // Online rotations: "rotate=input:v(random-hadamard,128)" (the group, its type and order;
+    // "^T" for an inverse).
+    for (const OnlineTransform& t : e.transforms)
+      std::cout << " rotate=" << to_string(t.location) << ":" << t.group << "(" << to_string(t.type)
+                << "," << t.size << ")" << (t.inverse ? "^T" : "");
     if (!e.why.group.empty()) std::cout << " group=" << e.why.group;
     if (!e.why.target.empty()) std::cout << " target=" << e.why.target;
     if (!e.why.key.empty()) std::cout << " key=" << e.why.key;

@@ -19,7 +19,10 @@
 // (fp8 inputs static where the id implies dynamic, ...) are refused naming them, before anything
 // is read. A sparsity_config
 // (sparse-24-bitmask, sparse-bitmask) is written as compressed-tensors wrote it (--sparsity F
-// asks for the same beside --scheme): 2:4 magnitude-pruned, quantized, then compressed.
+// asks for the same beside --scheme): 2:4 magnitude-pruned, quantized, then compressed. A
+// transform_config (QuIP / SpinQuant rotations) is written as compressed-tensors leaves it: the
+// offline locations fused into the weights before quantization, the online matrices saved
+// (fixtures/transform_writer.h).
 // --format gptq|gptq_v2|awq writes an integer weight-only point in GPTQ's or AutoAWQ's layout and
 // config instead (a --config with quant_method gptq / awq implies it): those producers'
 // round-to-nearest codes, not their calibrated algorithms.
@@ -69,6 +72,7 @@ struct ConfigPoint {
   std::optional<SchemeId> kv;  // a KV-cache point beside the weights' point
   // Several weight points: the config's groups (empty for one point).
   std::vector<fixtures::QuantizeCheckpointOptions::WeightGroup> groups;
+  std::optional<Json> transform_config;  // written as given (rotations fused / saved)
 };
 
 // The targets of a config group as the config wrote them: a preset group's list, or the
@@ -179,6 +183,9 @@ ConfigPoint point_of_config(const ModelConfig& cfg, const std::string& file) {
   }
   if (by_point.empty() && kv.empty() && out.sparsity.empty())
     throw Error(where, "quantizes nothing of this model");
+  if (const auto t = block.find("transform_config");
+      t != block.end() && !t->is_null() && !(t->is_object() && t->empty()))
+    out.transform_config = *t;
   if (!out.sparsity.empty() && !kv.empty())
     throw Error(where, "asks for a KV cache in " + *kv.begin() + " and a " + out.sparsity +
                            " sparsity: quantize writes one scheme per checkpoint");
@@ -207,6 +214,7 @@ void run(const QuantizeOptions& o) {
   std::optional<SchemeId> kv_cache;
   if (!o.kv_cache.empty()) kv_cache = parse_scheme_id(o.kv_cache);
   std::vector<fixtures::QuantizeCheckpointOptions::WeightGroup> groups;
+  std::optional<Json> transform_config;
   std::string sparsity = o.sparsity;
   std::string layout = o.format;
   if (!o.config.empty()) {
@@ -215,6 +223,7 @@ void run(const QuantizeOptions& o) {
     scheme = c.scheme;
     kv_cache = c.kv;
     groups = c.groups;
+    transform_config = c.transform_config;
     config_ignore = c.unquantized;
     sparsity = c.sparsity;
     if (!layout.empty() && !c.layout.empty() && layout != c.layout)
@@ -253,6 +262,7 @@ void run(const QuantizeOptions& o) {
   qo.layout = layout;
   qo.kv_cache = kv_cache;
   qo.groups = groups;
+  qo.transform_config = transform_config;
   const fixtures::IgnorePlan ignored = fixtures::plan_ignore(o.in, scheme, dialect, qo);
   for (const fixtures::SchemeExclusion& x : ignored.added)
     std::cerr << "quantize: ignoring " << x.module << " (" << x.rule << ")\n";
