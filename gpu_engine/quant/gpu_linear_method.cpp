@@ -9,6 +9,7 @@
 #include "gpu_engine/quant/w8a8_int8.h"
 #include "gpu_engine/quant/w8a8_static.h"
 #include "gpu_engine/quant/weight_only_int.h"
+#include "schemes/fp8/fp8_common.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
@@ -127,9 +128,14 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       return std::make_unique<W8A8Int8Method>(host, expert);
     case SchemeKind::kFp8Tensor:
     case SchemeKind::kFp8Channel:
-    case SchemeKind::kFp8Block:
-      if (s.weight_only) return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
+    case SchemeKind::kFp8Block: {
+      // By what the host method quantizes, not by the id: a dialect may quantize the inputs of
+      // a weight-only id (vLLM on ModelOpt's FP8_PB_WO).
+      const auto* f = dynamic_cast<const reference::Fp8LinearBase*>(&host);
+      if (f ? f->activation_mode() == reference::Fp8Act::kNone : s.weight_only)
+        return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
       return std::make_unique<Fp8LinearMethod>(host, expert);
+    }
     case SchemeKind::kMxfp8:
       if (s.weight_only) return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
       return std::make_unique<MxLinearMethod>(host, expert);

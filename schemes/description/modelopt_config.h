@@ -12,8 +12,12 @@
 //   * kv_cache_quant_algo FP8 (config.json form: kv_cache_scheme {"type": "float", "num_bits":
 //     8}): kv-fp8 with ModelOpt's <attn>.k_proj.k_scale / v_proj.v_scale (vLLM remaps them to
 //     attn.k_scale / v_scale);
-//   * NVFP4, W4A16_NVFP4, FP8_PB_WO, MXFP8, W4A8_AWQ, W4A16_AWQ,
-//     MIXED_PRECISION and KV algorithms other than FP8 are refused by name (not read yet);
+//   * FP8_PB_WO: fp8-block-a16 (F32 weight_scale [N/128, 1, K/128, 1]; the vllm dialect quantizes
+//     the inputs 1x128 as vLLM does); MXFP8: mxfp8; NVFP4 / W4A16_NVFP4: nvfp4 / nvfp4a16;
+//   * MIXED_PRECISION: quantized_layers {module: {quant_algo, group_size}} gives each listed
+//     module (or an expert stack by its name) its own algorithm of the above; unlisted modules
+//     stay unquantized; an unknown algorithm, a quantized lm_head or router is refused;
+//   * W4A8_AWQ, W4A16_AWQ and KV algorithms other than FP8 are refused by name (not read yet);
 //   * exclude_modules / ignore: a module stays unquantized when an entry equals its name, is a
 //     substring of it (vLLM's legacy rule) or matches it as an fnmatch pattern ("layers.0.mlp*");
 //     lm_head and MoE routers never quantize.

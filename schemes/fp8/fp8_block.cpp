@@ -78,6 +78,13 @@ Fp8BlockLinearMethod::Fp8BlockLinearMethod(LinearShape shape, MethodConfig confi
 
 Fp8BlockLinearMethod::Fp8BlockLinearMethod(LinearShape shape, MethodConfig config, Fp8Rules rules)
     : Fp8LinearBase(std::move(shape), std::move(config), rules, kBlockActs) {
+  // ModelOpt's FP8_PB_WO is weight-only as ModelOpt defines it (its input quantizer disabled);
+  // vLLM runs it on its block-fp8 GEMM with dynamic 1x128 fp8 inputs
+  // (ModelOptFp8PbWoLinearMethod: create_fp8_quant_key(static=False, GroupShape(1, 128))), so
+  // under the vllm dialect the inputs are quantized as vLLM quantizes them.
+  if (this->config().format == "modelopt" && act_ == Fp8Act::kNone &&
+      this->config().dialect == Dialect::kVllm)
+    act_ = Fp8Act::kDynamicGroup;
   if (file_ == Fp8File::kMsModelSlim)
     throw Error(this->shape().prefix, "msModelSlim has no 128x128 block fp8 weights");
   if (this->config().weights) {
@@ -95,13 +102,16 @@ std::string Fp8BlockLinearMethod::scale_name() const {
 std::vector<ParamSpec> Fp8BlockLinearMethod::create_weights(int64_t partition) const {
   const auto& s = shape();
   const int64_t n = s.partitions.at(static_cast<size_t>(partition));
-  return {{"weight", {DType::kF8E4M3}, {n, s.in_features}, true, ""},
-          {scale_name(),
-           scale_dtypes(fp8_scale_dtype(file_, s.model_dtype)),
-           {tiles(n), tiles(s.in_features)},
-           true,
-           "one scale per 128x128 tile (multiplier)"},
-          bias_spec(s, partition)};
+  ParamSpec scale{scale_name(),
+                  scale_dtypes(fp8_scale_dtype(file_, s.model_dtype)),
+                  {tiles(n), tiles(s.in_features)},
+                  true,
+                  "one scale per 128x128 tile (multiplier)"};
+  // ModelOpt's FP8_PB_WO export: F32 [out_blk, 1, in_blk, 1], the same values in the same order
+  // (vLLM ModelOptFp8PbWoLinearMethod squeezes dims 1 and 3).
+  if (config().format == "modelopt") scale.alt_shapes = {{tiles(n), 1, tiles(s.in_features), 1}};
+  return {
+      {"weight", {DType::kF8E4M3}, {n, s.in_features}, true, ""}, scale, bias_spec(s, partition)};
 }
 
 namespace {

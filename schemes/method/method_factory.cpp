@@ -195,6 +195,22 @@ TensorMap quantize_linear(const SchemeId& scheme, QuantizeRequest request) {
       if (auto it = t.find(n); it != t.end()) it->second.shape = {};
     return t;
   }
+  if (scheme.kind == SchemeKind::kFp8Block && request.format == "modelopt" && scheme.weight_only) {
+    // ModelOpt's FP8_PB_WO: F32 weight_scale [N/128, 1, K/128, 1] per 128x128 tile (the F32
+    // tile scales of quant_method fp8's layout, under ModelOpt's name and shape).
+    request.format.clear();
+    TensorMap t = quantize_fp8_block(request, {Fp8File::kFp8Config});
+    HostTensor sc = std::move(t.at("weight_scale_inv"));
+    t.erase("weight_scale_inv");
+    sc.shape = {sc.shape.at(0), 1, sc.shape.at(1), 1};
+    t["weight_scale"] = std::move(sc);
+    return t;
+  }
+  if (scheme.kind == SchemeKind::kMxfp8 && request.format == "modelopt" && !scheme.weight_only) {
+    // ModelOpt's MXFP8: the same e4m3 weight and U8 E8M0 weight_scale [N, K/32].
+    request.format.clear();
+    return quantize_linear(scheme, std::move(request));
+  }
   if (scheme.kind == SchemeKind::kFp8Channel && request.format == "modelopt" &&
       !scheme.weight_only) {
     // ModelOpt's FP8_PER_CHANNEL_PER_TOKEN: F32 weight_scale [N] (the F32 [N, 1] scales of the

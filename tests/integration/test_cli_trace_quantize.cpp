@@ -518,6 +518,35 @@ TEST_F(CliTraceQuantize, ModelOptSpellingTracesAsTheCompressedTensorsOne) {
   EXPECT_THAT(r.out, HasSubstr("nvfp4"));
   EXPECT_THAT(r.out, HasSubstr("format=modelopt"));
   ASSERT_EQ(run("trace --model " + p("nv") + " --token-ids 5,17,3 --out " + p("nv.st")).status, 0);
+  // FP8_PB_WO: F32 tile scales [N/128, 1, K/128, 1]; MXFP8: the compressed-tensors tensors
+  // under ModelOpt's config, so the same logits bit for bit.
+  for (const auto& [scheme, algo] :
+       {std::pair<std::string, std::string>{"fp8-block-a16", "FP8_PB_WO"}, {"mxfp8", "MXFP8"}}) {
+    const std::string mo = "mo-" + scheme, ct = "ct-" + scheme;
+    r = run("quantize --in " + p("fp") + " --scheme " + scheme + " --format modelopt --out " +
+            p(mo));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(
+        read_json_file(dir_ / mo / "hf_quant_config.json").at("quantization").at("quant_algo"),
+        algo);
+    const auto f = SafetensorsFile::open(dir_ / mo / "model.safetensors");
+    const TensorInfo& sc = f.at("model.layers.0.mlp.up_proj.weight_scale");
+    if (scheme == "mxfp8")
+      EXPECT_EQ(sc.dtype, DType::kU8);
+    else
+      EXPECT_EQ(sc.shape.size(), 4u);
+    r = run("inspect " + p(mo));
+    EXPECT_THAT(r.out, AllOf(HasSubstr(" " + scheme + " "), HasSubstr("format=modelopt"),
+                             HasSubstr("quant_algo " + algo)));
+    ASSERT_EQ(run("trace --model " + p(mo) + " --token-ids 5,17,3 --out " + p(mo + ".st")).status,
+              0);
+    if (scheme != "mxfp8") continue;
+    ASSERT_EQ(run("quantize --in " + p("fp") + " --scheme mxfp8 --out " + p(ct)).status, 0);
+    ASSERT_EQ(run("trace --model " + p(ct) + " --token-ids 5,17,3 --out " + p(ct + ".st")).status,
+              0);
+    EXPECT_EQ(test::read_matrix(p(ct + ".st"), "logits").data,
+              test::read_matrix(p(mo + ".st"), "logits").data);
+  }
   r = run("quantize --in " + p("fp") + " --scheme mxfp4 --format modelopt --out " + p("x"));
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("is not a ModelOpt point"));
