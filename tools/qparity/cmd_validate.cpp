@@ -716,14 +716,13 @@ bool run(const ValidateOptions& given) {
       const bool fp8 = id.kind == SchemeKind::kFp8Tensor || id.kind == SchemeKind::kFp8Block;
       const bool ok =
           hf         ? fp8 && !id.weight_only
-          : modelopt ? ((id.kind == SchemeKind::kFp8Tensor || id.kind == SchemeKind::kFp8Channel) &&
-                        !id.weight_only) ||
-                           id.kind == SchemeKind::kNvfp4 ||
+          : modelopt ? !fixtures::modelopt_algo_of(id).empty() ||
                            (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
                      : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
       const char* why =
           hf         ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
-          : modelopt ? " is not a ModelOpt point (fp8-tensor, fp8-channel, nvfp4, nvfp4a16, kv-fp8)"
+          : modelopt ? " is not a ModelOpt point (fp8-tensor, fp8-channel, fp8-block-a16, mxfp8, "
+                       "nvfp4, nvfp4a16, kv-fp8)"
                      : " is not an integer weight-only point; --format writes "
                        "GPTQ's / AWQ's layout of those";
       if (!ok)
