@@ -379,16 +379,12 @@ void apply_sparsity(const CtSparsity& sp, const ModelConfig& cfg, QuantPlan& pla
     targets.emplace_back(sp.targets[i], key_where(where, "targets[" + std::to_string(i) + "]"));
   for (size_t i = 0; i < sp.ignore.size(); ++i)
     ignores.emplace_back(sp.ignore[i], key_where(where, "ignore[" + std::to_string(i) + "]"));
-  auto any = [](const std::vector<Pattern>& ps, const std::string& name, const std::string& cls) {
-    for (const Pattern& p : ps)
-      if (p.matches_name(name) || p.matches_class(cls)) return true;
-    return false;
-  };
   int64_t packed = 0;
   std::string first_packed;
   for (const LinearModule& m : plan.modules().linears()) {
     const std::string hf_name = language_model_checkpoint_name(cfg, m.prefix);
-    if (!any(targets, hf_name, m.class_name) || any(ignores, hf_name, m.class_name)) continue;
+    if (!any_matches(targets, hf_name, m.class_name) || any_matches(ignores, hf_name, m.class_name))
+      continue;
     PlanEntry& e = plan.mutable_entry(m.prefix);
     if (!format_stores_weight(e.format)) {
       if (packed++ == 0) first_packed = m.prefix;

@@ -63,4 +63,10 @@ bool Pattern::matches_name(std::string_view name) const {
   }
 }
 
+bool any_matches(const std::vector<Pattern>& ps, std::string_view name, std::string_view cls) {
+  for (const Pattern& p : ps)
+    if (p.matches_name(name) || p.matches_class(cls)) return true;
+  return false;
+}
+
 }  // namespace qparity

@@ -6,6 +6,7 @@
 #include <regex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qparity {
 
@@ -24,5 +25,8 @@ struct Pattern {
  private:
   std::string where_;
 };
+
+// Whether any of `ps` matches the module `name` (as the checkpoint names it) or its class.
+bool any_matches(const std::vector<Pattern>& ps, std::string_view name, std::string_view cls);
 
 }  // namespace qparity

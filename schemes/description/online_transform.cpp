@@ -164,14 +164,9 @@ std::vector<std::string> transform_linears(const TransformGroup& g, size_t index
     targets.emplace_back(a.targets[t], g.key(apath + ".targets[" + std::to_string(t) + "]"));
   for (size_t t = 0; t < a.ignore.size(); ++t)
     ignores.emplace_back(a.ignore[t], g.key(apath + ".ignore[" + std::to_string(t) + "]"));
-  auto any = [](const std::vector<Pattern>& ps, const std::string& name, const std::string& cls) {
-    for (const Pattern& p : ps)
-      if (p.matches_name(name) || p.matches_class(cls)) return true;
-    return false;
-  };
   auto hit = [&](const std::string& prefix, const std::string& cls) {
     const std::string hf = language_model_checkpoint_name(cfg, prefix);
-    return any(targets, hf, cls) && !any(ignores, hf, cls);
+    return any_matches(targets, hf, cls) && !any_matches(ignores, hf, cls);
   };
   // Modules other than linears: an online rotation there (the embedding's output, an attention
   // module's input) has no place in either engine.
