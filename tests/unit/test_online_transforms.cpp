@@ -375,6 +375,49 @@ TEST(OnlineTransformCheckpoint, StoredMatricesThatDoNotDetermineTheRotationAreRe
   });
   EXPECT_THAT(error_of([&] { logits_of(differ); }),
               AllOf(HasSubstr(key), HasSubstr("differs from " + other)));
+  // As an attacker writes them: a NaN entry, a matrix of the wrong order, a permutation for a
+  // transform that does not randomize.
+  const fs::path nan = variant("nan", [&](auto& bytes, auto&, auto&) {
+    const double q = std::nan("");
+    std::memcpy(bytes.at(key).data() + 8 * 5, &q, 8);
+  });
+  EXPECT_THAT(error_of([&] { logits_of(nan); }), HasSubstr(key));
+  const fs::path order = variant("order", [&](auto& bytes, auto&, auto& shapes) {
+    bytes.at(key).resize(64 * 64 * 8);
+    shapes.at(key) = {64, 64};
+  });
+  EXPECT_THAT(error_of([&] { logits_of(order); }),
+              AllOf(HasSubstr(key), HasSubstr("expected a float [128, 128] transform matrix")));
+  const std::string perm = "model.layers.2.self_attn.v_proj.v_input.perm";
+  const fs::path stray = variant("stray", [&](auto& bytes, auto& dtypes, auto& shapes) {
+    bytes[perm] = std::vector<uint8_t>(128 * 8, 0);
+    dtypes[perm] = DType::kI64;
+    shapes[perm] = {128};
+  });
+  EXPECT_THAT(error_of([&] { logits_of(stray); }),
+              AllOf(HasSubstr(perm), HasSubstr("a permutation for a transform without randomize")));
+  // A randomized checkpoint whose stored permutation repeats an index.
+  const fs::path rnd = scratch("rnd");
+  fixtures::QuantizeCheckpointOptions ro;
+  ro.transform_config = Json::parse(quip_blocks());
+  fixtures::quantize_checkpoint(fp, parse_scheme_id("ct-w8a16-ch"), Dialect::kIdeal, rnd, {},
+                                OverwritePolicy::kRefuse, nullptr, ro);
+  const Checkpoint rck = Checkpoint::open(rnd);
+  ASSERT_TRUE(rck.contains(perm));
+  const fs::path repeat = scratch("repeat");
+  fs::create_directories(repeat);
+  fs::copy_file(rnd / "config.json", repeat / "config.json");
+  std::vector<std::vector<uint8_t>> owned;
+  owned.reserve(rck.tensors().size());
+  std::vector<TensorToWrite> out;
+  for (const auto& [n, ref] : rck.tensors()) {
+    owned.emplace_back(ref.bytes().begin(), ref.bytes().end());
+    if (n == perm) std::memcpy(owned.back().data() + 8, owned.back().data(), 8);  // p[1] = p[0]
+    out.push_back({n, ref.info->dtype, ref.info->shape, owned.back()});
+  }
+  write_safetensors(repeat / "model.safetensors", std::move(out), std::nullopt);
+  EXPECT_THAT(error_of([&] { logits_of(repeat); }),
+              AllOf(HasSubstr(perm), HasSubstr("not a permutation of 0..127")));
 }
 
 }  // namespace
