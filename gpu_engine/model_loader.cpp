@@ -21,6 +21,13 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
                                          const GpuLoadOptions& options) {
   ModelConfig cfg = load_model_config(dir / "config.json");
   const std::string where = (dir / "config.json").string();
+  // gpt-oss: sink logits in the softmax, per-layer sliding windows, router and expert biases and
+  // the clamped SwiGLU are the reference's alone for now (its MXFP4 experts included).
+  if (cfg.attention_sinks)
+    throw Error(where, cfg.arch_name +
+                           ": attention sinks, alternating sliding windows, router / expert biases "
+                           "and the clamped SwiGLU are not in the GPU engine yet (the fp64 "
+                           "reference runs it)");
   if (cfg.attention_bias || cfg.mlp_bias)
     throw Error(where, "attention_bias / mlp_bias: the GPU engine has no bias path yet");
   if (cfg.has_qkv_bias() && options.tp > 1)

@@ -38,7 +38,7 @@ struct ArchInfo {
 // The image-text classes (Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration) are
 // read as their language models (parse_image_text_config); Qwen3-VL's text decoder is Qwen3's
 // blocks (Qwen3VLText* classes).
-constexpr std::array<ArchInfo, 10> kArchs = {{
+constexpr std::array<ArchInfo, 11> kArchs = {{
     {Arch::kLlama, "LlamaForCausalLM", "llama", "Llama", false, false, false, 2048, false},
     {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "Qwen3", true, false, true, 32768, false},
     {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", true, true, true, 32768,
@@ -57,6 +57,8 @@ constexpr std::array<ArchInfo, 10> kArchs = {{
     // Qwen3-VL's text decoder as parse_image_text_config reads it (no checkpoint names it).
     {Arch::kQwen3Vl, "Qwen3VLTextModel", "qwen3_vl_text", "Qwen3VLText", true, false, true, 128000,
      false, "", "", true},
+    // gpt-oss: its keys besides Llama's are read by parse_gpt_oss (GptOssConfig's defaults).
+    {Arch::kGptOss, "GptOssForCausalLM", "gpt_oss", "GptOss", false, false, false, 131072, false},
 }};
 
 const ArchInfo& arch_info(Arch a) {  // the first entry of the arch: its canonical HF name
@@ -146,29 +148,36 @@ std::string implemented_rope_list() {
   return join(names, ", ");
 }
 
+// `layer_types` verbatim into c.layer_types when the key is given (false when absent or null):
+// one entry per layer, each full_attention or `other` (the class's second kind, `what` naming the
+// class's layers in errors).
+bool read_layer_types(const Json& j, const std::string& where, ModelConfig& c, LayerType other_type,
+                      const std::string& other, const std::string& what) {
+  auto lt = j.find("layer_types");
+  if (lt == j.end() || lt->is_null()) return false;
+  const std::string kw = key_where(where, "layer_types");
+  const auto types = as_string_list(*lt, kw);
+  if (static_cast<int64_t>(types.size()) != c.num_layers)
+    throw Error(kw, "lists " + std::to_string(types.size()) + " layers, num_hidden_layers is " +
+                        std::to_string(c.num_layers));
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "full_attention")
+      c.layer_types.push_back(LayerType::kFullAttention);
+    else if (types[i] == other)
+      c.layer_types.push_back(other_type);
+    else
+      throw Error(key_where(where, "layer_types[" + std::to_string(i) + "]"),
+                  "'" + types[i] + "' is not " + what + " (full_attention, " + other + ")");
+  }
+  return true;
+}
+
 // Qwen3_5TextConfig: `layer_types` verbatim, else every full_attention_interval-th layer (default
 // 4) is full attention; the Gated DeltaNet sizes; the gated attention and zero-centred norms
 // every Qwen3.5 layer has.
 void parse_qwen3_5_mixers(const Json& j, const std::string& where, ModelConfig& c) {
-  auto lt = j.find("layer_types");
-  if (lt != j.end() && !lt->is_null()) {
-    const std::string kw = key_where(where, "layer_types");
-    const auto types = as_string_list(*lt, kw);
-    if (static_cast<int64_t>(types.size()) != c.num_layers)
-      throw Error(kw, "lists " + std::to_string(types.size()) + " layers, num_hidden_layers is " +
-                          std::to_string(c.num_layers));
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] == "full_attention")
-        c.layer_types.push_back(LayerType::kFullAttention);
-      else if (types[i] == "linear_attention")
-        c.layer_types.push_back(LayerType::kLinearAttention);
-      else
-        throw Error(key_where(where, "layer_types[" + std::to_string(i) + "]"),
-                    "'" + types[i] +
-                        "' is not a Qwen3.5 token mixer (full_attention, "
-                        "linear_attention)");
-    }
-  } else {
+  if (!read_layer_types(j, where, c, LayerType::kLinearAttention, "linear_attention",
+                        "a Qwen3.5 token mixer")) {
     const int64_t interval =
         opt_positive(j, "full_attention_interval", where, kMaxLayers).value_or(4);
     for (int64_t i = 0; i < c.num_layers; ++i)
@@ -201,6 +210,72 @@ void parse_qwen3_5_mixers(const Json& j, const std::string& where, ModelConfig& 
                 "true is not implemented by the qparity reference");
   c.attn_output_gate = true;
   c.zero_centred_norms = true;
+}
+
+// GptOssConfig (transformers models/gpt_oss/configuration_gpt_oss.py): every layer is a sparse
+// MoE block of num_local_experts experts of intermediate_size, top num_experts_per_tok; layers
+// alternate sliding_attention (even i) / full_attention unless layer_types says otherwise; the
+// sliding window defaults to 128; attention has biases (attention_bias defaults to true) and
+// sinks; the experts' clamped SwiGLU has swiglu_alpha (1.702) and swiglu_limit (7.0).
+void parse_gpt_oss(const Json& j, const std::string& where, ModelConfig& c) {
+  const auto ne = opt_int(j, "num_experts", where);
+  const auto nle = opt_int(j, "num_local_experts", where);
+  if (ne && nle && *ne != *nle)
+    throw Error(where, "num_experts (" + std::to_string(*ne) + ") and num_local_experts (" +
+                           std::to_string(*nle) + ") disagree");
+  c.num_experts = nle ? require_positive(j, "num_local_experts", where, kMaxExperts)
+                      : opt_positive(j, "num_experts", where, kMaxExperts).value_or(128);
+  c.num_experts_per_tok = opt_positive(j, "num_experts_per_tok", where).value_or(4);
+  // The original release also writes experts_per_token (OpenAI's own config name).
+  if (const auto ept = opt_int(j, "experts_per_token", where); ept && *ept != c.num_experts_per_tok)
+    throw Error(key_where(where, "experts_per_token"), std::to_string(*ept) +
+                                                           " disagrees with num_experts_per_tok " +
+                                                           std::to_string(c.num_experts_per_tok));
+  if (c.num_experts_per_tok > c.num_experts)
+    throw Error(where, "num_experts_per_tok (" + std::to_string(c.num_experts_per_tok) +
+                           ") exceeds num_local_experts (" + std::to_string(c.num_experts) + ")");
+  c.moe_intermediate_size = c.intermediate;
+  c.norm_topk_prob = true;  // a softmax over the chosen k logits sums to 1
+  c.topk_then_softmax = true;
+  c.router_bias = c.expert_bias = c.attention_sinks = true;
+  c.attention_bias = opt_bool(j, "attention_bias", where).value_or(true);
+  if (!c.attention_bias)
+    throw Error(key_where(where, "attention_bias"),
+                "false is not implemented by the qparity reference (GptOssAttention has biases)");
+  // The released config writes swiglu_limit 7.0. transformers 5.17's GptOssExperts runs alpha
+  // 1.702 and limit 7.0 whatever the config says (read off its source on the device); vLLM's
+  // FusedMoEConfig takes a swiglu_limit (default 7.0). Another value would be run differently by
+  // the two, so it is refused.
+  c.swiglu_alpha = opt_positive_number(j, "swiglu_alpha", where).value_or(1.702);
+  c.swiglu_limit = opt_positive_number(j, "swiglu_limit", where).value_or(7.0);
+  if (c.swiglu_alpha != 1.702)
+    throw Error(key_where(where, "swiglu_alpha"),
+                fmt_number(c.swiglu_alpha) +
+                    " is not 1.702, which transformers' GptOssExperts hard-codes (the engines "
+                    "would disagree)");
+  if (c.swiglu_limit != 7.0)
+    throw Error(key_where(where, "swiglu_limit"),
+                fmt_number(c.swiglu_limit) +
+                    " is not 7.0, which transformers' GptOssExperts hard-codes (the engines "
+                    "would disagree)");
+  auto sw = j.find("sliding_window");
+  if (sw == j.end())
+    c.sliding_window = 128;
+  else if (!sw->is_null())
+    c.sliding_window = check_size(as_int(*sw, key_where(where, "sliding_window")), "sliding_window",
+                                  where, int64_t{1} << 40);
+  if (!read_layer_types(j, where, c, LayerType::kSlidingAttention, "sliding_attention",
+                        "a gpt-oss layer")) {
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % 2 != 0 ? LayerType::kSlidingAttention
+                                               : LayerType::kFullAttention);
+  }
+  bool sliding = false;
+  for (LayerType t : c.layer_types)
+    sliding = sliding || t == LayerType::kSlidingAttention;
+  if (sliding && c.sliding_window == 0)
+    throw Error(key_where(where, "sliding_window"),
+                "is null but layer_types has sliding_attention layers");
 }
 
 }  // namespace
@@ -315,9 +390,9 @@ bool rope_type_implemented(RopeType t) {
     case RopeType::kDefault:
     case RopeType::kLinear:
     case RopeType::kLlama3:
+    case RopeType::kYarn:
       return true;
     case RopeType::kDynamic:
-    case RopeType::kYarn:
     case RopeType::kLongrope:
       return false;
   }
@@ -489,6 +564,8 @@ ModelConfig parse_text_model(const Json& j, const std::string& where, const Arch
                 "sliding-window attention is not implemented by the qparity reference");
   if (c.arch == Arch::kQwen3_5) {
     parse_qwen3_5_mixers(j, where, c);
+  } else if (c.arch == Arch::kGptOss) {
+    parse_gpt_oss(j, where, c);
   } else if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
     const auto types = as_string_list(*lt, key_where(where, "layer_types"));
     for (size_t i = 0; i < types.size(); ++i)
@@ -512,7 +589,9 @@ ModelConfig parse_text_model(const Json& j, const std::string& where, const Arch
       break;
     }
   }
-  c.rope_theta = opt_positive_number(j, "rope_theta", where).value_or(10000.0);
+  // GptOssConfig.default_theta is 150000; every other class here defaults to 10000.
+  c.rope_theta = opt_positive_number(j, "rope_theta", where)
+                     .value_or(c.arch == Arch::kGptOss ? 150000.0 : 10000.0);
   // Qwen3_5TextConfig fills in 0.25 when the key is absent.
   double partial_rotary =
       opt_number(j, "partial_rotary_factor", where).value_or(c.arch == Arch::kQwen3_5 ? 0.25 : 1.0);
@@ -529,6 +608,15 @@ ModelConfig parse_text_model(const Json& j, const std::string& where, const Arch
       throw Error(where, rope_key + " type '" + std::string(rope_type_name(c.rope_scaling.type)) +
                              "' is not implemented by the qparity reference (implemented: " +
                              implemented_rope_list() + ")");
+  }
+  if (!rope_dict && c.arch == Arch::kGptOss) {
+    // GptOssConfig.__post_init__ fills in YaRN when no rope parameters are given.
+    c.rope_scaling.type = RopeType::kYarn;
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.beta_fast = 32.0;
+    c.rope_scaling.beta_slow = 1.0;
+    c.rope_scaling.truncate = false;
+    c.rope_scaling.original_max_position_embeddings = 4096;
   }
   if (c.arch == Arch::kQwen3_5) {
     // HF compute_default_rope_parameters: dim = int(head_dim * partial_rotary_factor); the first
@@ -652,7 +740,9 @@ Json to_json(const ModelConfig& c) {
   if (!c.layer_types.empty()) {
     std::vector<std::string> types;
     for (LayerType t : c.layer_types)
-      types.emplace_back(t == LayerType::kLinearAttention ? "linear_attention" : "full_attention");
+      types.emplace_back(t == LayerType::kLinearAttention    ? "linear_attention"
+                         : t == LayerType::kSlidingAttention ? "sliding_attention"
+                                                             : "full_attention");
     out["layer_types"] = types;
     out["attn_output_gate"] = c.attn_output_gate;
     out["zero_centred_norms"] = c.zero_centred_norms;
@@ -663,6 +753,11 @@ Json to_json(const ModelConfig& c) {
                                {"value_head_dim", c.linear.value_head_dim},
                                {"num_key_heads", c.linear.num_key_heads},
                                {"num_value_heads", c.linear.num_value_heads}};
+  if (c.attention_sinks) {
+    out["gpt_oss"] = {{"attention_sinks", true},        {"router_bias", c.router_bias},
+                      {"expert_bias", c.expert_bias},   {"router", "softmax over the top-k logits"},
+                      {"swiglu_alpha", c.swiglu_alpha}, {"swiglu_limit", c.swiglu_limit}};
+  }
   if (c.is_moe()) {
     std::vector<int64_t> sparse;
     for (int64_t i = 0; i < c.num_layers; ++i)

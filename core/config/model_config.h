@@ -19,11 +19,21 @@ namespace qparity {
 
 // kQwen3Vl: Qwen3-VL's text decoder (Qwen3's blocks), read from a Qwen3VLForConditionalGeneration
 // checkpoint.
-enum class Arch : uint8_t { kLlama, kQwen3, kQwen3Moe, kMistral, kChatGlm2, kQwen3_5, kQwen3Vl };
+enum class Arch : uint8_t {
+  kLlama,
+  kQwen3,
+  kQwen3Moe,
+  kMistral,
+  kChatGlm2,
+  kQwen3_5,
+  kQwen3Vl,
+  kGptOss,
+};
 
-// A decoder layer's token mixer (HF `layer_types`): softmax attention, or Qwen3.5's Gated
-// DeltaNet linear attention.
-enum class LayerType : uint8_t { kFullAttention, kLinearAttention };
+// A decoder layer's token mixer (HF `layer_types`): softmax attention over every earlier
+// position, softmax attention over the last sliding_window positions (gpt-oss's alternate
+// layers), or Qwen3.5's Gated DeltaNet linear attention.
+enum class LayerType : uint8_t { kFullAttention, kLinearAttention, kSlidingAttention };
 
 // Qwen3.5's Gated DeltaNet sizes (`linear_*` keys): key heads of key_head_dim for q and k, value
 // heads of value_head_dim for v, z, the state and the output; value head j reads key head
@@ -54,7 +64,7 @@ enum class RopeType : uint8_t { kDefault, kLinear, kDynamic, kLlama3, kYarn, kLo
 
 // HF spelling ("default", "linear", "dynamic", "llama3", "yarn", "longrope").
 std::string_view rope_type_name(RopeType t);
-// Whether the qparity reference computes this rope variant (default, linear, llama3).
+// Whether the qparity reference computes this rope variant (default, linear, llama3, yarn).
 bool rope_type_implemented(RopeType t);
 
 // HF `rope_scaling` / `rope_parameters`. Fields a variant does not use stay unset; defaults that
@@ -98,8 +108,9 @@ struct ModelConfig {
   // otherwise Hugging Face's rotate-half pairs (x[i], x[i + rotary_dim / 2]).
   int64_t rotary_dim = 0;
   bool rope_interleaved = false;
-  // Sliding-window attention (Mistral): a query at position p sees keys at positions in
-  // (p - sliding_window, p]; 0 for full causal attention.
+  // Sliding-window attention: a query at position p sees keys at positions in
+  // (p - sliding_window, p]; 0 for full causal attention. Mistral: every layer (layer_types
+  // empty); gpt-oss: the layers layer_types marks sliding_attention (window_of).
   int64_t sliding_window = 0;
 
   bool tie_word_embeddings = false;
@@ -110,7 +121,18 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   std::string dtype;  // `dtype` (transformers 5) or `torch_dtype`; empty when absent
 
-  // MoE (Qwen3-MoE); zero / empty for dense models.
+  // gpt-oss (GptOssForCausalLM): a learned logit per attention head that joins every softmax
+  // denominator (HF `sinks`), a bias on the router, and experts whose gate/up output runs the
+  // clamped SwiGLU (up.clamp(-limit, limit) + 1) * g * sigmoid(alpha * g), g = gate.clamp(max =
+  // limit), with biases on gate/up and down; the router softmax is taken over the top-k logits.
+  bool attention_sinks = false;
+  bool router_bias = false;
+  bool expert_bias = false;
+  bool topk_then_softmax = false;
+  double swiglu_alpha = 0.0;  // 0: the experts run silu(gate) * up
+  double swiglu_limit = 0.0;
+
+  // MoE (Qwen3-MoE, gpt-oss); zero / empty for dense models.
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
@@ -150,6 +172,11 @@ struct ModelConfig {
            layer_types[static_cast<size_t>(i)] == LayerType::kLinearAttention;
   }
   bool has_linear_attention() const;
+  // The sliding window of layer i (0: full causal attention).
+  int64_t window_of(int64_t i) const {
+    if (layer_types.empty()) return sliding_window;
+    return layer_types[static_cast<size_t>(i)] == LayerType::kSlidingAttention ? sliding_window : 0;
+  }
   int64_t q_size() const { return num_heads * head_dim; }
   // q_proj's rows: q, or per head [q | gate] with the output gate.
   int64_t q_proj_size() const { return attn_output_gate ? 2 * q_size() : q_size(); }

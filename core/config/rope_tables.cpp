@@ -1,5 +1,6 @@
 #include "core/config/rope_tables.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -36,6 +37,48 @@ std::vector<double> llama3_inv_freq(const std::vector<double>& inv_freq, double 
     out[i] = is_medium ? smoothed : llama;
   }
   return out;
+}
+
+std::vector<double> yarn_inv_freq(double base, int64_t dim, double factor, double beta_fast,
+                                  double beta_slow, double original_max_position_embeddings,
+                                  bool truncate) {
+  const double pi = std::numbers::pi;
+  // find_correction_dim: (dim * ln(omax / (rotations * 2 * pi))) / (2 * ln(base))
+  auto correction_dim = [&](double rotations) {
+    return (static_cast<double>(dim) *
+            std::log(original_max_position_embeddings / (rotations * 2.0 * pi))) /
+           (2.0 * std::log(base));
+  };
+  double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // linear_ramp_factor's guard against a zero-width ramp
+  std::vector<double> inv(static_cast<size_t>(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const double pos_freq = std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim));
+    const double extrapolation = 1.0 / pos_freq;
+    const double interpolation = 1.0 / (factor * pos_freq);
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation_factor = 1.0 - ramp;
+    inv[static_cast<size_t>(i)] =
+        interpolation * (1.0 - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  return inv;
+}
+
+double yarn_attention_factor(const RopeScaling& rs) {
+  if (rs.attention_factor) return *rs.attention_factor;
+  auto mscale_of = [](double scale, double m) {
+    return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+  };
+  // Python truthiness: an mscale of 0 counts as absent.
+  if (rs.mscale && *rs.mscale != 0.0 && rs.mscale_all_dim && *rs.mscale_all_dim != 0.0)
+    return mscale_of(rs.factor, *rs.mscale) / mscale_of(rs.factor, *rs.mscale_all_dim);
+  return mscale_of(rs.factor, 1.0);
 }
 
 namespace {
@@ -87,12 +130,30 @@ RopeTable rope_table(const ModelConfig& config) {
                                   static_cast<double>(*rs.original_max_position_embeddings));
       break;
     }
+    case RopeType::kYarn: {
+      if (!std::isfinite(rs.factor) || !(rs.factor > 0.0))
+        throw Error("rope", "yarn rope factor " + std::to_string(rs.factor) + " must be > 0");
+      if (!rs.original_max_position_embeddings)
+        throw Error("rope", "yarn rope needs original_max_position_embeddings");
+      // HF: `beta_fast or 32`, `beta_slow or 1` (a 0 counts as absent).
+      const double fast = rs.beta_fast && *rs.beta_fast != 0.0 ? *rs.beta_fast : 32.0;
+      const double slow = rs.beta_slow && *rs.beta_slow != 0.0 ? *rs.beta_slow : 1.0;
+      if (!std::isfinite(fast) || !std::isfinite(slow) || !(fast > 0.0) || !(slow > 0.0))
+        throw Error("rope", "yarn rope needs beta_fast and beta_slow > 0");
+      inv_freq_ = yarn_inv_freq(config.rope_theta, dim_, rs.factor, fast, slow,
+                                static_cast<double>(*rs.original_max_position_embeddings),
+                                rs.truncate.value_or(true));
+      t.attention_scaling = yarn_attention_factor(rs);
+      if (!std::isfinite(t.attention_scaling) || !(t.attention_scaling > 0.0))
+        throw Error("rope", "yarn attention factor " + std::to_string(t.attention_scaling) +
+                                " must be > 0");
+      break;
+    }
     case RopeType::kDynamic:
-    case RopeType::kYarn:
     case RopeType::kLongrope:
       throw Error("rope", "rope type '" + std::string(rope_type_name(rs.type)) +
                               "' is not supported by the reference (supported: default, linear, "
-                              "llama3)");
+                              "llama3, yarn)");
   }
   return t;
 }

@@ -20,8 +20,18 @@
 //                                  / (high_freq_factor - low_freq_factor)
 //              smoothed          = ((1 - smooth) * llama) / factor + smooth * llama
 //              result            = !(wavelen < high) && !(wavelen > low) ? smoothed : llama
-//   attention_scaling is 1.0 for all three (HF's attention_factor for these types).
-// Other rope types (dynamic, yarn, longrope) throw a qparity::Error naming the type.
+//   yarn     (_compute_yarn_parameters), pos_freq[i] = base ** ((2i) / dim):
+//              correction(r) = (dim * ln(omax / (r * 2 * pi))) / (2 * ln(base))
+//              low = correction(beta_fast), high = correction(beta_slow); with truncate (HF's
+//              default true; gpt-oss writes false) floor(low), ceil(high); then low = max(low, 0),
+//              high = min(high, dim - 1); high += 0.001 when they are equal
+//              ramp[i]   = clamp((i - low) / (high - low), 0, 1);  ex = 1 - ramp[i]
+//              inv_freq[i] = (1 / (factor * pos_freq)) * (1 - ex) + (1 / pos_freq) * ex
+//            attention_scaling = attention_factor if given, else mscale / mscale_all_dim as
+//            get_mscale(factor, m) = factor <= 1 ? 1 : 0.1 * m * ln(factor) + 1 when both are
+//            non-zero, else get_mscale(factor, 1); it multiplies cos and sin (rope.h).
+//   attention_scaling is 1.0 for default / linear / llama3 (HF's attention_factor for them).
+// Other rope types (dynamic, longrope) throw a qparity::Error naming the type.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -49,6 +59,13 @@ std::vector<double> default_inv_freq(double base, int64_t dim);
 std::vector<double> llama3_inv_freq(const std::vector<double>& inv_freq, double factor,
                                     double low_freq_factor, double high_freq_factor,
                                     double old_context_len);
+
+// HF _compute_yarn_parameters' inverse frequencies, in the order the header states.
+std::vector<double> yarn_inv_freq(double base, int64_t dim, double factor, double beta_fast,
+                                  double beta_slow, double original_max_position_embeddings,
+                                  bool truncate);
+// HF's YaRN attention_factor (the cos / sin multiplier) of a yarn rope_scaling.
+double yarn_attention_factor(const RopeScaling& rs);
 
 // Qwen3-VL's interleaved M-RoPE: the row (0 time, 1 height, 2 width) each of the `freqs`
 // frequencies reads, with sections (s_t, s_h, s_w): height if i % 3 == 1 and i < 3·s_h, width if

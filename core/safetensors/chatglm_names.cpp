@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/safetensors/gpt_oss_names.h"
 #include "core/safetensors/language_model_names.h"
 
 namespace qparity {
@@ -165,6 +166,7 @@ Json chatglm2_canonical_description(const Json& desc, const ModelConfig& cfg,
 Checkpoint open_model_checkpoint(const std::filesystem::path& path, const ModelConfig& cfg) {
   Checkpoint raw = Checkpoint::open(path);
   if (cfg.arch == Arch::kChatGlm2) return chatglm2_canonical_checkpoint(std::move(raw), cfg);
+  if (cfg.arch == Arch::kGptOss) return gpt_oss_expert_view(std::move(raw), cfg);
   return language_model_view(std::move(raw), cfg);
 }
 

@@ -187,6 +187,44 @@ Checkpoint Checkpoint::overlaid(Checkpoint base, SafetensorsFile over) {
   return base;
 }
 
+Checkpoint Checkpoint::derived(Checkpoint base, SafetensorsFile derived,
+                               const std::vector<std::string>& consumed,
+                               const std::map<std::string, std::string>& source_of,
+                               const std::string& why) {
+  std::map<const SafetensorsFile*, size_t> index;
+  for (size_t i = 0; i < base.files_.size(); ++i)
+    index[&base.files_[i]] = i;
+  std::map<std::string, size_t> consumed_file;
+  for (const std::string& name : consumed) {
+    auto it = base.tensors_.find(name);
+    if (it == base.tensors_.end())
+      throw Error(base.root_.string(),
+                  "derived view consumes tensor '" + name + "', which is absent");
+    consumed_file[name] = index.at(it->second.file);
+    base.tensors_.erase(it);
+  }
+  base.files_.push_back(std::move(derived));
+  for (auto& [name, ref] : base.tensors_)
+    ref.file = &base.files_[index.at(ref.file)];
+  const SafetensorsFile& d = base.files_.back();
+  for (const TensorInfo& t : d.tensors()) {
+    if (!base.tensors_.emplace(t.name, TensorRef{&d, &t}).second)
+      throw Error(base.root_.string(), "derived tensor '" + t.name + "' is already present");
+    const auto src = source_of.find(t.name);
+    if (src == source_of.end() || !consumed_file.count(src->second))
+      throw Error(base.root_.string(), "derived tensor '" + t.name + "' names no consumed source");
+    base.origins_[t.name] = src->second + " (" + why + ")";
+    base.derived_disk_file_[t.name] = consumed_file.at(src->second);
+  }
+  return base;
+}
+
+const SafetensorsFile& Checkpoint::disk_file(const std::string& name) const {
+  if (auto it = derived_disk_file_.find(name); it != derived_disk_file_.end())
+    return files_[it->second];
+  return *at(name).file;
+}
+
 std::string Checkpoint::origin(const std::string& name) const {
   auto it = origins_.find(name);
   return it == origins_.end() ? name : it->second;

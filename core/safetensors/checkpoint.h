@@ -52,6 +52,18 @@ class Checkpoint {
   // an engine that re-lays some tensors out holds (gpu_engine/rope_layout.h). A tensor of `over`
   // that replaces nothing is an Error.
   static Checkpoint overlaid(Checkpoint base, SafetensorsFile over);
+  // `base` without the tensors named in `consumed`, with the tensors of `derived` (an in-memory
+  // image computed from them) added: a checkpoint whose layout no row view can show (gpt-oss's
+  // input-major, gate/up-interleaved expert stacks, gpt_oss_names.h). A consumed name that is
+  // absent, or a derived name already present, is an Error. `why` goes into origin().
+  // `source_of` names, for each derived tensor, the consumed tensor it was computed from
+  // (disk_file() reports that tensor's file).
+  static Checkpoint derived(Checkpoint base, SafetensorsFile derived,
+                            const std::vector<std::string>& consumed,
+                            const std::map<std::string, std::string>& source_of,
+                            const std::string& why);
+  // The file on disk a tensor's bytes come from: its own, or for a derived tensor its source's.
+  const SafetensorsFile& disk_file(const std::string& name) const;
   // Where a tensor's bytes come from, for messages: its own name, or for a view "<source>"
   // / "<source> rows [b, e)".
   std::string origin(const std::string& name) const;
@@ -81,6 +93,7 @@ class Checkpoint {
   std::map<std::string, TensorRef> tensors_;
   std::deque<TensorInfo> views_;  // a deque: its elements never move
   std::map<std::string, std::string> origins_;
+  std::map<std::string, size_t> derived_disk_file_;  // derived tensor -> index into files_
 };
 
 }  // namespace qparity

@@ -22,4 +22,12 @@ Matrix silu_and_mul(const Matrix& gate_up);
 // gate [T, I], up [T, I] -> [T, I]. Throws qparity::Error ("silu_and_mul") when the shapes differ.
 Matrix silu_and_mul(const Matrix& gate, const Matrix& up);
 
+// gpt-oss's experts (HF GptOssExperts.forward; vLLM's swigluoai_and_mul), gate_up [T, 2I] =
+// [gate | up] -> [T, I], elementwise in fp64:
+//   g = min(gate, limit)               (torch clamp(max=limit))
+//   u = min(max(up, -limit), limit)
+//   out = (u + 1) * (g * (1 / (1 + std::exp(-(g * alpha)))))   (g * torch.sigmoid(g * alpha))
+// Throws qparity::Error ("clamped_swiglu") for an odd or zero width, or alpha / limit not > 0.
+Matrix clamped_swiglu(const Matrix& gate_up, double alpha, double limit);
+
 }  // namespace qparity::reference

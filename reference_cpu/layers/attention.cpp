@@ -19,8 +19,14 @@ std::string str(int64_t v) {
 Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
                         std::span<const int64_t> q_positions, std::span<const int64_t> kv_positions,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double scaling,
-                        int64_t sliding_window) {
+                        int64_t sliding_window, std::span<const double> sinks) {
   const char* where = "causal_attention";
+  if (!sinks.empty() && static_cast<int64_t>(sinks.size()) != num_heads)
+    throw Error(where, "sinks has " + std::to_string(sinks.size()) + " logits, num_heads is " +
+                           str(num_heads));
+  for (size_t h = 0; h < sinks.size(); ++h)
+    if (!std::isfinite(sinks[h]))
+      throw Error(where, "sink logit of head " + std::to_string(h) + " is not finite");
   if (num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0)
     throw Error(where, "num_heads " + str(num_heads) + ", num_kv_heads " + str(num_kv_heads) +
                            " and head_dim " + str(head_dim) + " must all be > 0");
@@ -100,12 +106,18 @@ Matrix causal_attention(const Matrix& q, const Matrix& k, const Matrix& v,
         score[static_cast<size_t>(s)] = sc;
         if (sc > m) m = sc;
       }
+      // A sink joins the max and, last, the denominator (HF: cat([scores, sink]), softmax, the
+      // sink column dropped).
+      const bool sink = !sinks.empty();
+      const double sink_logit = sink ? sinks[static_cast<size_t>(h)] : 0.0;
+      if (sink && sink_logit > m) m = sink_logit;
       double z = 0.0;
       for (const int64_t s : visible) {
         const double e = std::exp(score[static_cast<size_t>(s)] - m);
         score[static_cast<size_t>(s)] = e;
         z += e;
       }
+      if (sink) z += std::exp(sink_logit - m);
       for (const int64_t s : visible)
         score[static_cast<size_t>(s)] /= z;
       // Each output channel sums p * v over the visible keys in ascending order; walking the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <string>
 
 #include "core/error.h"
@@ -36,33 +37,41 @@ Matrix router_softmax(const Matrix& router_logits) {
   return p;
 }
 
-Routing route_topk(const Matrix& router_logits, int64_t top_k, bool norm_topk_prob) {
-  const int64_t num_experts = router_logits.cols;
+namespace {
+
+void check_top_k(int64_t num_experts, int64_t top_k) {
   if (num_experts <= 0) throw Error("moe router", "router logits have no experts (0 columns)");
   if (top_k < 1 || top_k > num_experts)
     throw Error("moe router", "top_k " + std::to_string(top_k) + " must be in [1, " +
                                   std::to_string(num_experts) + "] (the number of experts)");
+}
+
+// The top_k entries of `row`, descending, equal values by index ascending: a strict weak order
+// that makes the selection and its order unique.
+std::vector<int64_t> top_k_of(std::span<const double> row, int64_t top_k) {
+  std::vector<int64_t> order(row.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top_k), order.end(),
+                    [&row](int64_t a, int64_t b) {
+                      const double va = row[static_cast<size_t>(a)];
+                      const double vb = row[static_cast<size_t>(b)];
+                      return va > vb || (va == vb && a < b);
+                    });
+  order.resize(static_cast<size_t>(top_k));
+  return order;
+}
+
+}  // namespace
+
+Routing route_topk(const Matrix& router_logits, int64_t top_k, bool norm_topk_prob) {
+  check_top_k(router_logits.cols, top_k);
   const Matrix probs = router_softmax(router_logits);
   Routing r;
-  r.ids.resize(static_cast<size_t>(probs.rows));
-  r.weights.resize(static_cast<size_t>(probs.rows));
-  std::vector<int64_t> order(static_cast<size_t>(num_experts));
   const auto k = static_cast<size_t>(top_k);
   for (int64_t t = 0; t < probs.rows; ++t) {
     const auto p = probs.row(t);
-    std::iota(order.begin(), order.end(), int64_t{0});
-    // Probability descending, expert index ascending among equals: a strict weak order that
-    // makes the selection and its order unique.
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [&p](int64_t a, int64_t b) {
-                        const double pa = p[static_cast<size_t>(a)];
-                        const double pb = p[static_cast<size_t>(b)];
-                        return pa > pb || (pa == pb && a < b);
-                      });
-    auto& ids = r.ids[static_cast<size_t>(t)];
-    auto& w = r.weights[static_cast<size_t>(t)];
-    ids.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
-    w.resize(k);
+    std::vector<int64_t> ids = top_k_of(p, top_k);
+    std::vector<double> w(k);
     for (size_t i = 0; i < k; ++i)
       w[i] = p[static_cast<size_t>(ids[i])];
     if (norm_topk_prob) {
@@ -72,6 +81,34 @@ Routing route_topk(const Matrix& router_logits, int64_t top_k, bool norm_topk_pr
       for (size_t i = 0; i < k; ++i)
         w[i] /= sum;
     }
+    r.ids.push_back(std::move(ids));
+    r.weights.push_back(std::move(w));
+  }
+  return r;
+}
+
+Routing route_topk_softmax(const Matrix& router_logits, int64_t top_k) {
+  check_top_k(router_logits.cols, top_k);
+  Routing r;
+  const auto k = static_cast<size_t>(top_k);
+  for (int64_t t = 0; t < router_logits.rows; ++t) {
+    const auto l = router_logits.row(t);
+    for (int64_t e = 0; e < router_logits.cols; ++e)
+      if (!std::isfinite(l[static_cast<size_t>(e)]))
+        throw Error("moe router", "router logit of row " + std::to_string(t) + ", expert " +
+                                      std::to_string(e) + " is not finite");
+    std::vector<int64_t> ids = top_k_of(l, top_k);
+    std::vector<double> w(k);
+    const double m = l[static_cast<size_t>(ids[0])];
+    double z = 0.0;
+    for (size_t i = 0; i < k; ++i) {
+      w[i] = std::exp(l[static_cast<size_t>(ids[i])] - m);
+      z += w[i];
+    }
+    for (size_t i = 0; i < k; ++i)
+      w[i] /= z;
+    r.ids.push_back(std::move(ids));
+    r.weights.push_back(std::move(w));
   }
   return r;
 }

@@ -45,4 +45,13 @@ Matrix router_softmax(const Matrix& router_logits);
 // top_k outside [1, E], E == 0 or a non-finite logit.
 Routing route_topk(const Matrix& router_logits, int64_t top_k, bool norm_topk_prob);
 
+// gpt-oss's router (HF GptOssTopKRouter.forward): the top_k logits per row, then a softmax over
+// those k values only:
+//   ids = the top_k experts by logit, descending; equal logits by expert index ascending
+//   m = logit_{ids[0]},  x_i = std::exp(logit_{ids[i]} - m),  Z = sum_{i in ids order} x_i,
+//   w_i = x_i / Z
+// (equal in exact arithmetic to softmax, top-k and renormalising; the roundings differ).
+// Throws qparity::Error ("moe router") for top_k outside [1, E], E == 0 or a non-finite logit.
+Routing route_topk_softmax(const Matrix& router_logits, int64_t top_k);
+
 }  // namespace qparity::reference

@@ -197,9 +197,9 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
   std::vector<int64_t> kv_pos(static_cast<size_t>(l.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)
     kv_pos[i] = static_cast<int64_t>(i);
-  Matrix core =
-      causal_attention(q, l.k_cache, l.v_cache, pos.seq, kv_pos, cfg_.num_heads, cfg_.num_kv_heads,
-                       d, 1.0 / std::sqrt(static_cast<double>(d)), cfg_.sliding_window);
+  Matrix core = causal_attention(q, l.k_cache, l.v_cache, pos.seq, kv_pos, cfg_.num_heads,
+                                 cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)),
+                                 cfg_.window_of(l.index), a.sinks);
   store(point_of(lp, point::kAttnCore), core, hooks);
   if (cfg_.attn_output_gate) {  // core * sigmoid(gate), sigmoid(x) = 1 / (1 + exp(-x))
     for (size_t i = 0; i < core.data.size(); ++i)
@@ -215,10 +215,12 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
 
 Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
                      const ForwardHooks& hooks) {
-  if (hooks.on_linear_input) hooks.on_linear_input(m.prefix + ".gate", h);
+  if (hooks.on_linear_input) hooks.on_linear_input(m.router->shape().prefix, h);
   Matrix logits = m.router->apply(h);
   store(point_of(lp, point::kMoeRouterLogits), logits, hooks, true);
-  const Routing r = route_topk(logits, cfg_.num_experts_per_tok, cfg_.norm_topk_prob);
+  const Routing r = cfg_.topk_then_softmax
+                        ? route_topk_softmax(logits, cfg_.num_experts_per_tok)
+                        : route_topk(logits, cfg_.num_experts_per_tok, cfg_.norm_topk_prob);
   const int64_t t_count = h.rows, k = cfg_.num_experts_per_tok;
   Matrix ids(t_count, k), weights(t_count, k);
   for (int64_t t = 0; t < t_count; ++t)
@@ -256,7 +258,8 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
     observe_codes(*m.w13, point_of(lp, point::kExpertsW13), xe, hooks, e);
     Matrix gu = m.w13->apply(xe, e);
     round_stored(gu);
-    Matrix act = silu_and_mul(gu);
+    Matrix act = cfg_.swiglu_limit > 0.0 ? clamped_swiglu(gu, cfg_.swiglu_alpha, cfg_.swiglu_limit)
+                                         : silu_and_mul(gu);
     round_stored(act);
     if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
     observe_codes(*m.w2, point_of(lp, point::kExpertsW2), act, hooks, e);

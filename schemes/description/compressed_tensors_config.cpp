@@ -9,6 +9,7 @@
 #include "schemes/description/awq_config.h"
 #include "schemes/description/config_keys.h"
 #include "schemes/description/ct_pattern.h"
+#include "schemes/description/gpt_oss_mxfp4_config.h"
 #include "schemes/description/gptq_config.h"
 #include "schemes/description/modelopt_config.h"
 #include "schemes/description/online_transform.h"
@@ -903,9 +904,11 @@ QuantPlan plan_from_quantization_config(const ModelConfig& cfg, const Json& qc,
   if (method == "gptq") return plan_from_gptq_config(cfg, qc, where);
   if (method == "awq") return plan_from_awq_config(cfg, qc, where);
   if (method == "modelopt") return plan_from_modelopt_config(cfg, qc, where);
+  if (method == "mxfp4") return plan_from_mxfp4_config(cfg, qc, where);
   throw Error(key_where(where, std::string(kQc) + ".quant_method"),
               "'" + method +
-                  "' is not supported (supported: compressed-tensors, fp8, gptq, awq, modelopt)");
+                  "' is not supported (supported: compressed-tensors, fp8, gptq, awq, modelopt, "
+                  "mxfp4)");
 }
 
 }  // namespace qparity

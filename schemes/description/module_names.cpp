@@ -119,7 +119,9 @@ ModuleNames::ModuleNames(const ModelConfig& cfg) {
 
     if (cfg.is_moe_layer(i)) {
       const std::string stack = mlp + ".experts";
-      std::vector<std::string> consumers = {mlp + ".gate"};
+      // gpt-oss names its router mlp.router; Qwen3-MoE mlp.gate.
+      const std::string router = mlp + (cfg.router_bias ? ".router" : ".gate");
+      std::vector<std::string> consumers = {router};
       for (int64_t e = 0; e < cfg.num_experts; ++e) {
         const std::string ep = stack + "." + std::to_string(e);
         consumers.push_back(ep + ".gate_proj");
@@ -127,10 +129,10 @@ ModuleNames::ModuleNames(const ModelConfig& cfg) {
       }
       add_norm(layer + ".post_attention_layernorm", NormKind::kPostAttentionLayernorm, i,
                cfg.hidden, std::move(consumers));
-      add_other(mlp, "Qwen3MoeSparseMoeBlock");
-      add_linear(mlp + ".gate", LinearKind::kRouter, i, cfg.num_experts, cfg.hidden);
-      stacks_.push_back(
-          {stack, i, cfg.num_experts, cfg.hidden, cfg.moe_intermediate_size, "ModuleList"});
+      add_other(mlp, cfg.router_bias ? cls + "MLP" : "Qwen3MoeSparseMoeBlock");
+      add_linear(router, LinearKind::kRouter, i, cfg.num_experts, cfg.hidden);
+      stacks_.push_back({stack, i, cfg.num_experts, cfg.hidden, cfg.moe_intermediate_size,
+                         cfg.router_bias ? cls + "Experts" : "ModuleList"});
       const int64_t inter = cfg.moe_intermediate_size;
       for (int64_t e = 0; e < cfg.num_experts; ++e) {
         const std::string ep = stack + "." + std::to_string(e);

@@ -78,6 +78,8 @@ std::string_view to_string(PlanSource s) {
       return "awq";
     case PlanSource::kModelOpt:
       return "modelopt";
+    case PlanSource::kMxfp4:
+      return "mxfp4";
   }
   return "?";
 }

@@ -44,6 +44,7 @@ enum class PlanSource : uint8_t {
   kGptq,
   kAwq,
   kModelOpt,
+  kMxfp4,  // quant_method "mxfp4" (gpt-oss)
 };
 
 std::string_view to_string(ModuleRole r);

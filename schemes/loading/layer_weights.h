@@ -40,6 +40,7 @@ struct AttentionBlock {
   std::unique_ptr<LinearMethod> o_proj;
   std::optional<NormWeights> q_norm, k_norm;
   std::unique_ptr<KvCacheMethod> kv;
+  std::vector<double> sinks;  // gpt-oss: one logit per attention head (`sinks` [H]); else empty
 };
 
 struct MlpBlock {

@@ -59,7 +59,9 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
           cfg.mlp_bias, "");
       continue;
     }
-    add(LinearLayerKind::kRouter, i, mlp + ".gate", {}, {cfg.num_experts}, cfg.hidden, false, "");
+    // gpt-oss names its router mlp.router (with a bias); Qwen3-MoE mlp.gate.
+    add(LinearLayerKind::kRouter, i, mlp + (cfg.router_bias ? ".router" : ".gate"), {},
+        {cfg.num_experts}, cfg.hidden, cfg.router_bias, "");
     const std::string stack = mlp + ".experts";
     const int64_t e = cfg.num_experts, im = cfg.moe_intermediate_size;
     for (const bool w13 : {true, false}) {
@@ -72,6 +74,7 @@ std::vector<LinearLayer> linear_layers(const ModelConfig& cfg, DType model_dtype
       ll.shape.partitions = w13 ? std::vector<int64_t>{im, im} : std::vector<int64_t>{cfg.hidden};
       ll.shape.in_features = w13 ? cfg.hidden : im;
       ll.shape.num_experts = e;
+      ll.shape.has_bias = cfg.expert_bias;
       ll.shape.model_dtype = model_dtype;
       ll.shape.run_dtype = run_dtype;
       for (int64_t x = 0; x < e; ++x)

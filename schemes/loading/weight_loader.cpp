@@ -287,6 +287,7 @@ class WeightLoader::Impl {
       norm_slot(a.prefix + ".q_norm", &*a.q_norm, cfg_.head_dim, cfg_.zero_centred_norms);
       norm_slot(a.prefix + ".k_norm", &*a.k_norm, cfg_.head_dim, cfg_.zero_centred_norms);
     }
+    if (cfg_.attention_sinks) params_[a.prefix + ".sinks"] = {&a.sinks, {cfg_.num_heads}, {}};
     a.kv =
         make_kv_cache_method(KvShape{a.prefix, cfg_.num_kv_heads, cfg_.head_dim, ctx_.model_dtype},
                              method_config(plan.method_for(a.prefix), ctx_.dialect));

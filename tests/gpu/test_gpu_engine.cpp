@@ -865,5 +865,28 @@ TEST(GpuEngineLoader, RefusesWhatQwen35DoesNotRunYet) {
   fs::remove_all(root);
 }
 
+// gpt-oss (bf16 and its MXFP4 layout) is the reference's alone: refused by name before any
+// weight is read (so this runs without a device), never run without its sinks or clamps.
+TEST(GpuEngineLoader, RefusesGptOssByName) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_gpu_loader_oss_" + std::to_string(test::test_seed()));
+  fs::create_directories(root);
+  fixtures::FixtureSpec spec;
+  spec.arch = fixtures::parse_fixture_arch("gpt-oss");
+  spec.seed = 3;
+  fixtures::write_fp_checkpoint(spec, root / "bf16", OverwritePolicy::kRefuse);
+  fixtures::QuantizeCheckpointOptions o;
+  o.layout = "gpt-oss";
+  fixtures::quantize_checkpoint(root / "bf16", parse_scheme_id("mxfp4a16"),
+                                Dialect::kCompressedTensors, root / "mxfp4", {},
+                                OverwritePolicy::kRefuse, nullptr, o);
+  for (const char* d : {"bf16", "mxfp4"})
+    EXPECT_THAT(test::error_of([&] { gpu::load_gpu_model(root / d, nullptr); }),
+                AllOf(HasSubstr("GptOssForCausalLM"), HasSubstr("attention sinks"),
+                      HasSubstr("not in the GPU engine yet")))
+        << d;
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace qparity

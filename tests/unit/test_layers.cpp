@@ -189,7 +189,12 @@ TEST(Rope, Llama3FactorsMatchHandComputedValues) {
 }
 
 TEST(Rope, UnsupportedTypesAreNamed) {
-  for (RopeType t : {RopeType::kYarn, RopeType::kDynamic, RopeType::kLongrope}) {
+  ModelConfig yarn = rope_config(8, 10000.0);
+  yarn.rope_scaling.type = RopeType::kYarn;
+  yarn.rope_scaling.factor = 2.0;
+  EXPECT_NE(error_of([&] { Rope r(yarn); }).find("original_max_position_embeddings"),
+            std::string::npos);
+  for (RopeType t : {RopeType::kDynamic, RopeType::kLongrope}) {
     ModelConfig c = rope_config(8, 10000.0);
     c.rope_scaling.type = t;
     c.rope_scaling.factor = 2.0;
@@ -722,6 +727,90 @@ TEST(Attention, SlidingWindowSeesTheLastWPositions) {
   EXPECT_NE(error_of([&] {
               causal_attention(q, k, v, pos, pos, 2, 1, d, 0.5, -1);
             }).find("sliding window -1"),
+            std::string::npos);
+}
+
+// gpt-oss's sinks: one more logit per head in the softmax's max and denominator, no value row.
+TEST(Attention, SinksJoinTheDenominatorOnly) {
+  const int64_t h = 2, d = 2;
+  Matrix q(2, h * d), k(2, d), v(2, d);
+  q.data = {0.5, -1.0, 2.0, 0.25, 1.5, 0.75, -0.5, 1.0};
+  k.data = {1.0, 0.5, -0.25, 2.0};
+  v.data = {3.0, -1.0, 0.5, 4.0};
+  const std::vector<int64_t> pos = {0, 1};
+  const std::vector<double> sinks = {0.7, 40.0};  // head 1: the sink dwarfs every score
+  const Matrix got = reference::causal_attention(q, k, v, pos, pos, h, 1, d, 0.5, 0, sinks);
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::vector<double> sc;
+      for (int64_t s = 0; s <= t; ++s)
+        sc.push_back((q(t, hh * d) * k(s, 0) + q(t, hh * d + 1) * k(s, 1)) * 0.5);
+      double m = sinks[static_cast<size_t>(hh)];
+      for (double x : sc)
+        m = std::max(m, x);
+      double z = 0.0;
+      for (double x : sc)
+        z += std::exp(x - m);
+      z += std::exp(sinks[static_cast<size_t>(hh)] - m);
+      for (int64_t c = 0; c < d; ++c) {
+        double want = 0.0;
+        for (int64_t s = 0; s <= t; ++s)
+          want += std::exp(sc[static_cast<size_t>(s)] - m) / z * v(s, c);
+        EXPECT_NEAR(got(t, hh * d + c), want, 1e-15 * (1.0 + std::abs(want))) << t << " " << hh;
+      }
+    }
+  // Head 1's rows are nearly all sink: the output goes to ~0, not to a value row.
+  EXPECT_LT(std::abs(got(1, 2)), 1e-12);
+  const std::vector<double> wrong = {0.0};
+  EXPECT_NE(error_of([&] {
+              reference::causal_attention(q, k, v, pos, pos, h, 1, d, 0.5, 0, wrong);
+            }).find("sinks has 1"),
+            std::string::npos);
+  const std::vector<double> nan = {0.0, std::nan("")};
+  EXPECT_NE(error_of([&] {
+              reference::causal_attention(q, k, v, pos, pos, h, 1, d, 0.5, 0, nan);
+            }).find("not finite"),
+            std::string::npos);
+}
+
+// gpt-oss's router: top-k on the logits, softmax over those k only; ties by lower index.
+TEST(MoeRouter, TopkThenSoftmax) {
+  Matrix l(2, 4);
+  l.data = {1.0, 3.0, 3.0, -2.0, 0.5, 0.5, 0.5, 0.5};
+  const reference::Routing r = reference::route_topk_softmax(l, 2);
+  EXPECT_EQ(r.ids[0], (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(r.weights[0][0], 0.5);
+  EXPECT_EQ(r.weights[0][1], 0.5);
+  EXPECT_EQ(r.ids[1], (std::vector<int64_t>{0, 1}));
+  Matrix l2(1, 3);
+  l2.data = {0.0, 2.0, 1.0};
+  const reference::Routing r2 = reference::route_topk_softmax(l2, 2);
+  EXPECT_EQ(r2.ids[0], (std::vector<int64_t>{1, 2}));
+  const double e = std::exp(-1.0);
+  EXPECT_EQ(r2.weights[0][0], 1.0 / (1.0 + e));
+  EXPECT_EQ(r2.weights[0][1], e / (1.0 + e));
+  Matrix bad(1, 2);
+  bad.data = {0.0, INFINITY};
+  EXPECT_NE(error_of([&] { reference::route_topk_softmax(bad, 1); }).find("not finite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { reference::route_topk_softmax(l2, 4); }).find("top_k 4"),
+            std::string::npos);
+}
+
+// gpt-oss's clamped SwiGLU: gate clamped above, up on both sides, (up + 1) * gate * sigmoid.
+TEST(Activation, ClampedSwiglu) {
+  Matrix gu(1, 6);
+  gu.data = {-3.0, 2.0, 9.0, /*up*/ 0.5, -8.0, 8.0};
+  const Matrix y = reference::clamped_swiglu(gu, 1.702, 7.0);
+  auto want = [](double g, double u) {
+    return (u + 1.0) * (g * (1.0 / (1.0 + std::exp(-(g * 1.702)))));
+  };
+  EXPECT_EQ(y(0, 0), want(-3.0, 0.5));
+  EXPECT_EQ(y(0, 1), want(2.0, -7.0));  // up clamped below: (up + 1) = -6
+  EXPECT_EQ(y(0, 2), want(7.0, 7.0));   // gate and up clamped above
+  EXPECT_NE(error_of([&] { reference::clamped_swiglu(Matrix(1, 3), 1.0, 1.0); }).find("even"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { reference::clamped_swiglu(gu, 1.0, 0.0); }).find("limit"),
             std::string::npos);
 }
 

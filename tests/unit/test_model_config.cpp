@@ -321,12 +321,13 @@ TEST(ModelConfig, UnknownArchitectureListsSupported) {
             "(supported: LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
             "MistralForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration, "
             "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, "
-            "Qwen3VLForConditionalGeneration)");
+            "Qwen3VLForConditionalGeneration, GptOssForCausalLM)");
   EXPECT_EQ(supported_architectures(),
-            (std::vector<std::string>{
-                "LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MistralForCausalLM",
-                "ChatGLMModel", "ChatGLMForConditionalGeneration", "Qwen3_5ForCausalLM",
-                "Qwen3_5ForConditionalGeneration", "Qwen3VLForConditionalGeneration"}));
+            (std::vector<std::string>{"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+                                      "MistralForCausalLM", "ChatGLMModel",
+                                      "ChatGLMForConditionalGeneration", "Qwen3_5ForCausalLM",
+                                      "Qwen3_5ForConditionalGeneration",
+                                      "Qwen3VLForConditionalGeneration", "GptOssForCausalLM"}));
   Json e = llama31_8b();
   e["architectures"] = Json::array();
   EXPECT_EQ(error_of([&] { parse(e); }), "config.json: key 'architectures': is empty");
@@ -339,18 +340,20 @@ TEST(ModelConfig, ModelTypeMustMatchArchitecture) {
               HasSubstr("key 'model_type': 'qwen2' does not match architecture Qwen3ForCausalLM"));
 }
 
-TEST(ModelConfig, YarnAndDynamicAreRejectedByName) {
+TEST(ModelConfig, YarnIsReadAndDynamicIsRejectedByName) {
+  // Qwen3's published YaRN (its model card's rope_scaling): read, truncate left to HF's default.
   Json j = qwen3_06b();
   j["rope_scaling"] = Json::parse(
       R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
-  EXPECT_EQ(error_of([&] { parse(j); }),
-            "config.json: rope_scaling type 'yarn' is not implemented by the qparity reference "
-            "(implemented: default, linear, llama3)");
+  const ModelConfig y = parse(j);
+  EXPECT_EQ(y.rope_scaling.type, RopeType::kYarn);
+  EXPECT_EQ(y.rope_scaling.factor, 4.0);
+  EXPECT_FALSE(y.rope_scaling.truncate.has_value());
   Json d = llama31_8b();
   d["rope_scaling"] = Json::parse(R"({"type": "dynamic", "factor": 2.0})");
   EXPECT_EQ(error_of([&] { parse(d); }),
             "config.json: rope_scaling type 'dynamic' is not implemented by the qparity reference "
-            "(implemented: default, linear, llama3)");
+            "(implemented: default, linear, llama3, yarn)");
 }
 
 TEST(ModelConfig, RopeVariantsParse) {
@@ -427,10 +430,11 @@ TEST(ModelConfig, Transformers5RopeParameters) {
   EXPECT_EQ(qc.rope_scaling.type, RopeType::kDefault);
   EXPECT_DOUBLE_EQ(qc.rope_theta, 1e6);
 
-  q["rope_parameters"] = Json::parse(R"({"rope_type": "yarn", "factor": 4.0})");
+  q["rope_parameters"] = Json::parse(R"({"rope_type": "longrope", "short_factor": [1.0],
+                                          "long_factor": [1.0]})");
   EXPECT_EQ(error_of([&] { parse(q); }),
-            "config.json: rope_parameters type 'yarn' is not implemented by the qparity "
-            "reference (implemented: default, linear, llama3)");
+            "config.json: rope_parameters type 'longrope' is not implemented by the qparity "
+            "reference (implemented: default, linear, llama3, yarn)");
 }
 
 TEST(ModelConfig, UnimplementedFeaturesAreRejectedByName) {

@@ -836,7 +836,7 @@ TEST(Fp8ConfigPlan, BlockAndTensor) {
 TEST(QuantizationConfigPlan, OtherMethodsAreRejectedByName) {
   EXPECT_EQ(error_of([] { plan_of(tiny_llama(), R"({"quant_method": "bitsandbytes"})"); }),
             "config.json: key 'quantization_config.quant_method': 'bitsandbytes' is not "
-            "supported (supported: compressed-tensors, fp8, gptq, awq, modelopt)");
+            "supported (supported: compressed-tensors, fp8, gptq, awq, modelopt, mxfp4)");
   EXPECT_EQ(error_of([] { plan_of(tiny_llama(), R"({"bits": 4})"); }),
             "config.json: key 'quantization_config': missing required key 'quant_method'");
 }

@@ -114,7 +114,7 @@ MOE_POINTS='embed,layers.*.input_norm,layers.*.attn.out,layers.*.post_attn_norm,
 # input too (transformers' prefill runs the chunked form of the rule: the peer checks ours).
 QWEN35_POINTS="$DENSE_POINTS"',layers.*.linear_attn.core,layers.*.linear_attn.norm,layers.*.attn.gated'
 points_of() {
-  case $1 in qwen3-moe) echo "$MOE_POINTS" ;; qwen3.5*) echo "$QWEN35_POINTS" ;; *) echo "$DENSE_POINTS" ;; esac
+  case $1 in qwen3-moe|gpt-oss*) echo "$MOE_POINTS" ;; qwen3.5*) echo "$QWEN35_POINTS" ;; *) echo "$DENSE_POINTS" ;; esac
 }
 # trace_and_compare NAME DIR ARCH [T]: qparity's trace of DIR on 24 synthetic tokens (or, with T,
 # the image prompt T/tokens.txt with T/pixels.safetensors), then transformers on the same input in
@@ -156,11 +156,17 @@ image_text_checkpoint() {
 }
 if want peer; then
 log "Hugging Face transformers peer: float64 (patched) must agree to 1e-12; stock is reported"
-for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl}; do
+for arch in ${PEER_ARCHS:-llama qwen3 qwen3-moe mistral qwen3.5 qwen3-vl gpt-oss}; do
   for size in tiny small; do
     d=/tmp/peer-$arch-$size
     $QP make-fixture --arch $arch --size $size --seed 7 --out $d --force 2>/dev/null || { echo "make-fixture $arch $size failed"; rc=1; continue; }
     trace_and_compare "$arch-$size" $d $arch
+    # gpt-oss's own MXFP4 layout (quant_method mxfp4), read by qparity and by transformers.
+    if [ $arch = gpt-oss ]; then
+      $QP quantize --in $d --scheme mxfp4a16 --format gpt-oss --out $d-mxfp4 --force > /dev/null 2>&1 \
+        || { echo "quantize gpt-oss mxfp4 $size failed"; rc=1; continue; }
+      trace_and_compare "$arch-$size-mxfp4" $d-mxfp4 $arch
+    fi
   done
 done
 # Image-text checkpoints as transformers itself writes them (tools/peers/make_hf_image_text.py):

@@ -94,7 +94,8 @@ def main():
     if a.pixels and not image_text:
         sys.exit(f"hf_reference: --pixels needs an image-text checkpoint, {a.model} is not one")
     # The vision tower builds its position weights in an explicit float32 (transformers 5.17).
-    f32 = model_type in ("qwen3_5_text", "qwen3_5") or bool(a.pixels)
+    # gpt-oss: YaRN's ramp is built with an explicit dtype=torch.float32.
+    f32 = model_type in ("qwen3_5_text", "qwen3_5", "gpt_oss") or bool(a.pixels)
     # Qwen3.5 (hybrid Gated DeltaNet): its casts are .float() and .to(torch.float32); its
     # zero-centred RMSNorm ((1 + w) * x̂) is fp64 once those are, so it is not replaced below.
     hybrid = model_type in ("qwen3_5_text", "qwen3_5")
@@ -102,15 +103,28 @@ def main():
               else AutoModelForCausalLM)
     # Experts through transformers' eager per-expert loop: the default grouped_mm path has no
     # float64 kernel (and is not deterministic across batch shapes).
+    # gpt-oss has no sdpa path (its sinks): transformers' eager attention.
+    attn = "eager" if model_type == "gpt_oss" else "sdpa"
+    extra = {}
+    qc = config.get("quantization_config") or {}
+    if qc.get("quant_method") == "mxfp4":
+        # transformers' own MXFP4 reader (integrations/mxfp4.py), dequantizing the experts: an
+        # independent check of the blocks' nibble order, the interleave and the transpose.
+        from transformers import Mxfp4Config
+        extra["quantization_config"] = Mxfp4Config(dequantize=True)
     with float_is_double(patched, f32):
         try:
             model, info = loader.from_pretrained(
-                a.model, dtype=torch.float64, attn_implementation="sdpa",
-                experts_implementation="eager", output_loading_info=True)
+                a.model, dtype=torch.float64, attn_implementation=attn,
+                experts_implementation="eager", output_loading_info=True, **extra)
         except TypeError:  # transformers without the option (4.x): experts are a loop already
             model, info = loader.from_pretrained(a.model, dtype=torch.float64,
-                                                 attn_implementation="sdpa",
-                                                 output_loading_info=True)
+                                                 attn_implementation=attn,
+                                                 output_loading_info=True, **extra)
+    if extra:  # the dequantized experts must be float64 here (bf16 holds e2m1 * 2^k exactly)
+        for name, prm in model.named_parameters():
+            if prm.dtype != torch.float64:
+                prm.data = prm.data.to(torch.float64)
     # A parameter transformers did not find is randomly initialized: the peer would compare
     # against noise. Every tensor must load, and nothing may be left over.
     bad = {k: sorted(v)[:8] for k, v in info.items()

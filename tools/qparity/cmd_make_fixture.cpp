@@ -141,8 +141,8 @@ void add_make_fixture_command(CLI::App& app, int& rc) {
       "point or quantized with a scheme the way its producer writes it");
   cmd->add_option("--arch", o->arch,
                   "llama | qwen3 | qwen3-moe | mistral | chatglm2 | qwen3.5 | qwen3-vl")
-      ->check(CLI::IsMember(
-          {"llama", "qwen3", "qwen3-moe", "mistral", "chatglm2", "qwen3.5", "qwen3-vl"}));
+      ->check(CLI::IsMember({"llama", "qwen3", "qwen3-moe", "mistral", "chatglm2", "qwen3.5",
+                             "qwen3-vl", "gpt-oss"}));
   cmd->add_option("--shape", o->shape,
                   "instead of --arch: a released model's shape with random bf16 weights, sharded "
                   "(llama3-8b: 16 GB, qwen3-0.6b), for measuring the reference at real size")

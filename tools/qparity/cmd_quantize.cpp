@@ -335,8 +335,9 @@ void add_quantize_command(CLI::App& app, int& rc) {
                   "(AutoGPTQ v1 zeros), gptq_v2 (GPTQModel) or awq (AutoAWQ GEMM), codes by "
                   "their round-to-nearest rule (no Hessian update, no AWQ scale search); "
                   "fp8-tensor or kv-fp8 as modelopt (hf_quant_config.json); fp8-block or "
-                  "fp8-tensor as hf-fp8 (quant_method fp8)")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8"}));
+                  "fp8-tensor as hf-fp8 (quant_method fp8); a gpt-oss model's mxfp4a16 as "
+                  "gpt-oss (quant_method mxfp4: the experts' *_blocks / *_scales)")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8", "gpt-oss"}));
   cmd->add_option("--kv-cache", o->kv_cache,
                   "with --scheme: also write this KV-cache point (kv-fp8, kv-fp8-head) beside "
                   "the weights, as compressed-tensors' kv_cache_scheme")

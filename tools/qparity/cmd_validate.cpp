@@ -713,14 +713,17 @@ bool run(const ValidateOptions& given) {
     for (const std::string& s : wanted) {
       const SchemeId id = parse_scheme_id(s);
       const bool modelopt = o.format == "modelopt", hf = o.format == "hf-fp8";
+      const bool gpt_oss = o.format == "gpt-oss";
       const bool fp8 = id.kind == SchemeKind::kFp8Tensor || id.kind == SchemeKind::kFp8Block;
       const bool ok =
-          hf         ? fp8 && !id.weight_only
+          gpt_oss    ? id.kind == SchemeKind::kMxfp4 && id.weight_only
+          : hf       ? fp8 && !id.weight_only
           : modelopt ? !fixtures::modelopt_algo_of(id).empty() ||
                            (id.kind == SchemeKind::kKvFp8 && !id.kv_per_head)
                      : id.kind == SchemeKind::kPackedInt && id.int_inputs == IntWeightInputs::kNone;
       const char* why =
-          hf         ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
+          gpt_oss    ? " is not gpt-oss's point (mxfp4a16)"
+          : hf       ? " is not a quant_method fp8 point (fp8-block, fp8-tensor)"
           : modelopt ? " is not a ModelOpt point (fp8-tensor, fp8-channel, fp8-block-a16, mxfp8, "
                        "nvfp4, nvfp4a16, kv-fp8)"
                      : " is not an integer weight-only point; --format writes "
@@ -828,9 +831,9 @@ void add_validate_command(CLI::App& app, int& rc) {
   cmd->add_option("--format", o->format,
                   "write the integer weight-only points' checkpoints in GPTQ's (gptq, gptq_v2) "
                   "or AutoAWQ's (awq) layout, fp8-tensor / kv-fp8 in ModelOpt's (modelopt), "
-                  "fp8-block / fp8-tensor as quant_method fp8 (hf-fp8), "
-                  "instead of compressed-tensors'")
-      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8"}));
+                  "fp8-block / fp8-tensor as quant_method fp8 (hf-fp8), a gpt-oss model's "
+                  "mxfp4a16 as quant_method mxfp4 (gpt-oss), instead of compressed-tensors'")
+      ->check(CLI::IsMember({"gptq", "gptq_v2", "awq", "modelopt", "hf-fp8", "gpt-oss"}));
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
   cmd->add_option("--policies", o->policies,
                   "tolerance policy directory (default: the policies installed with qparity)");

@@ -20,6 +20,8 @@ ArchBlocks blocks_of(const ModelConfig& cfg) {
       return qwen3_5_blocks(cfg);
     case Arch::kQwen3Vl:
       return qwen3_vl_blocks(cfg);
+    case Arch::kGptOss:
+      return gpt_oss_blocks(cfg);
   }
   throw Error("config.json", "unknown architecture");
 }
