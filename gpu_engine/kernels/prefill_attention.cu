@@ -3,6 +3,7 @@
 
 #include "gpu_engine/kernels/kv_quant.cuh"
 #include "gpu_engine/kernels/launch_check.h"
+#include "gpu_engine/kernels/mma_sync.cuh"
 #include "gpu_engine/kernels/paged_attention.h"
 #include "gpu_engine/kernels/pdl.h"
 #include "gpu_engine/kernels/prefill_attention.h"
@@ -14,15 +15,6 @@ namespace {
 constexpr int kChunk = 32;  // keys staged in shared memory per step
 static_assert(kPrefillTileRows == 16, "a tile is one m16 row block of the tensor-core products");
 
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ void mma_tf32_1688(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                               uint32_t b1) {
   asm volatile(
@@ -30,20 +22,6 @@ __device__ __forceinline__ void mma_tf32_1688(float (&c)[4], const uint32_t (&a)
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16 bytes global -> shared without a register round trip; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
@@ -144,11 +122,11 @@ __global__ void __launch_bounds__(128, 3)
         if (key <= max_pos) {
           const int64_t ch0 = kv_h * D + c8 * 8;
           kz = kv_dequantize8<F>(
-              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.k_cache) + at), p.kv,
-              0, ch0);
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.k_cache) + at), p.kv, 0,
+              ch0);
           vz = kv_dequantize8<F>(
-              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.v_cache) + at), p.kv,
-              1, ch0);
+              *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(p.v_cache) + at), p.kv, 1,
+              ch0);
         }
         *reinterpret_cast<uint4*>(&k_stage[b][j * kPitch + c8 * 8]) = kz;
         *reinterpret_cast<uint4*>(&v_stage[b][j * kPitch + c8 * 8]) = vz;
