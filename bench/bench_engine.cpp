@@ -1,6 +1,8 @@
 // GPU engine throughput on synthetic Qwen3-0.6B-, Llama-3-8B- and Qwen3-30B-A3B-shaped models
 // (random weights made on the device; the MoE model's experts in bf16, fp8-block or w4a16-g32,
-// --experts), each number beside a baseline measured in the same run:
+// --experts; the dense models' linears in bf16 or a quantized format, --dense: compare a format's
+// rows with the bf16 model's of the same call), each number beside a baseline measured in the
+// same run:
 //   - device-to-device copy bandwidth (cudaMemcpyAsync of 1 GiB, counted as bytes read + bytes
 //     written, the convention of bandwidthTest), the roofline for memory-bound decode;
 //   - decode tokens/s at batch 1, 8, 64 (every sequence prefilled with --context tokens, then
@@ -270,11 +272,13 @@ struct Options {
   bool timeline = false, attention_stages = false;
   std::string ablate;                                // "", "attention", "linears"
   std::string experts = "bf16,fp8-block,w4a16-g32";  // qwen3-30b-a3b's expert formats
+  std::string dense = "bf16";  // the dense models' linear formats, a model each
 };
 
 Json bench_model(const std::string& name, const ModelConfig& cfg, const Options& o, double bw,
-                 const std::string& expert_scheme = "bf16") {
-  auto model = gpu::random_gpu_model(cfg, 1, expert_scheme);
+                 const std::string& expert_scheme = "bf16",
+                 const std::string& dense_scheme = "bf16") {
+  auto model = gpu::random_gpu_model(cfg, 1, expert_scheme, dense_scheme);
   const double weight_bytes = static_cast<double>(model->weight_bytes);
   // MoE: a step reads the weights outside the experts (the untied embedding table aside: only the
   // batch's rows) and, per layer, the experts its tokens route to; one expert's w13 + w2 bytes.
@@ -307,7 +311,8 @@ Json bench_model(const std::string& name, const ModelConfig& cfg, const Options&
   Json out = {{"model", name},
               {"weight_bytes", weight_bytes},
               {"ablate", o.ablate},
-              {"experts", expert_scheme}};
+              {"experts", expert_scheme},
+              {"dense", dense_scheme}};
   if (moe_layers > 0) {
     out["expert_bytes"] = expert_bytes;
     out["non_expert_bytes_read_per_step"] = non_expert_bytes;
@@ -463,6 +468,10 @@ int main(int argc, char** argv) {
   app.add_option("--experts", o.experts,
                  "qwen3-30b-a3b: the experts' formats, each a model (bf16, fp8-block, w4a16-g32)")
       ->capture_default_str();
+  app.add_option("--dense", o.dense,
+                 "qwen3-0.6b, llama3-8b: the attention and MLP linears' formats, each a model "
+                 "(bf16, fp8-block, w4a16-g32, ct-w4a16-g128, w8a16-ch; the head stays bf16)")
+      ->capture_default_str();
   app.add_option("--batches", o.batches, "decode batch sizes")
       ->delimiter(',')
       ->capture_default_str();
@@ -500,10 +509,13 @@ int main(int argc, char** argv) {
           linears.push_back(r);
     j["linears"] = linears;
     Json models = Json::array();
-    if (o.models.find("qwen3-0.6b") != std::string::npos)
-      models.push_back(bench_model("qwen3-0.6b", qwen3_06b(), o, bw));
-    if (o.models.find("llama3-8b") != std::string::npos)
-      models.push_back(bench_model("llama3-8b", llama3_8b(), o, bw));
+    const auto dense_models = [&](const std::string& name, const ModelConfig& cfg) {
+      std::stringstream list(o.dense);
+      for (std::string x; std::getline(list, x, ',');)
+        models.push_back(bench_model(x == "bf16" ? name : name + "/" + x, cfg, o, bw, "bf16", x));
+    };
+    if (o.models.find("qwen3-0.6b") != std::string::npos) dense_models("qwen3-0.6b", qwen3_06b());
+    if (o.models.find("llama3-8b") != std::string::npos) dense_models("llama3-8b", llama3_8b());
     if (o.models.find("qwen3-30b-a3b") != std::string::npos) {
       std::stringstream list(o.experts);
       for (std::string x; std::getline(list, x, ',');)

@@ -12,9 +12,21 @@ namespace qparity::gpu {
 std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
                                            const std::string& expert_scheme,
                                            const std::string& dense_scheme) {
-  if (dense_scheme != "bf16" && dense_scheme != "fp8-block")
-    throw Error("random model",
-                "dense scheme '" + dense_scheme + "': random dense linears are bf16 or fp8-block");
+  // The weight-only integer points a dense layer can take: bits and group (0: per channel).
+  struct IntPoint {
+    const char* id;
+    int bits;
+    int64_t group;
+  };
+  static constexpr IntPoint kIntPoints[] = {
+      {"w4a16-g32", 4, 32}, {"ct-w4a16-g128", 4, 128}, {"w8a16-ch", 8, 0}};
+  const IntPoint* int_point = nullptr;
+  for (const IntPoint& p : kIntPoints)
+    if (dense_scheme == p.id) int_point = &p;
+  if (dense_scheme != "bf16" && dense_scheme != "fp8-block" && !int_point)
+    throw Error("random model", "dense scheme '" + dense_scheme +
+                                    "': random dense linears are bf16, fp8-block, w4a16-g32, "
+                                    "ct-w4a16-g128 or w8a16-ch");
   if (expert_scheme != "bf16" && expert_scheme != "fp8-block" && expert_scheme != "w4a16-g32")
     throw Error("random model", "expert scheme '" + expert_scheme +
                                     "': random experts are bf16, fp8-block or w4a16-g32");
@@ -36,12 +48,21 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
   m->lm_head = c.tie_word_embeddings ? m->embed.get() : m->lm_head_own.get();
   m->layers.resize(static_cast<size_t>(c.num_layers));
   const bool fp8 = dense_scheme == "fp8-block";
-  // A dense linear [n, k]: bf16, or fp8-block codes ~ 150 sigma (weights ~ N(0, 0.04)).
+  // A dense linear [n, k]: bf16, fp8-block codes ~ 150 sigma (weights ~ N(0, 0.04)), or random
+  // integer codes in the tensor-core layout a checkpoint's dense layer loads into.
   const auto dense = [&](Bf16Buffer& b, std::unique_ptr<GpuLinearMethod>& method,
                          const std::string& name, size_t n, size_t k) {
+    const auto nn = static_cast<int64_t>(n), kk = static_cast<int64_t>(k);
+    if (int_point) {
+      WeightOnlyIntMethod::Random r{int_point->bits, int_point->group ? int_point->group : kk,
+                                    int_point->bits == 4 ? 0.005f : 0.0003f, ++stream_seed, true};
+      method =
+          std::make_unique<WeightOnlyIntMethod>(name, parse_scheme_id(int_point->id), nn, kk, r);
+      m->weight_bytes += method->device_bytes();
+      return;
+    }
     if (!fp8) return make(b, n * k, 0.f);
-    method = Fp8LinearMethod::random_block(name, static_cast<int64_t>(n), static_cast<int64_t>(k),
-                                           1.f / 4096, ++stream_seed);
+    method = Fp8LinearMethod::random_block(name, nn, kk, 1.f / 4096, ++stream_seed);
     m->weight_bytes += method->device_bytes();
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {

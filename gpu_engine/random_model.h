@@ -14,9 +14,10 @@ namespace qparity::gpu {
 // 128 x 128 blocks and 1 x 128 dynamic activation groups) or "w4a16-g32" (int4 symmetric, bf16
 // group-32 scales) with random codes (Fp8LinearMethod::random_block,
 // WeightOnlyIntMethod::Random); attention and the head stay bf16.
-// `dense_scheme`: the attention and dense MLP linears, "bf16" or "fp8-block" (random codes as the
-// experts'). Under tensor parallelism cfg is one rank's shapes (tp_rank_config); the caller sets
-// whole_cfg, tp and rank.
+// `dense_scheme`: the attention and dense MLP linears, "bf16", "fp8-block" (random codes as the
+// experts'), or weight-only "w4a16-g32", "ct-w4a16-g128", "w8a16-ch" (random codes in the
+// tensor-core layout, one bf16 scale value). Under tensor parallelism cfg is one rank's shapes
+// (tp_rank_config); the caller sets whole_cfg, tp and rank.
 std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& cfg, uint64_t seed,
                                            const std::string& expert_scheme = "bf16",
                                            const std::string& dense_scheme = "bf16");

@@ -36,12 +36,6 @@ Fp8WeightOnlyHost host_weight(const reference::LinearMethod& host, int64_t e,
   throw Error(where, "not an fp8 or MXFP8 weight-only layer");
 }
 
-bool bf16_exact(double d) {
-  const float f = static_cast<float>(d);
-  return static_cast<double>(f) == d &&
-         static_cast<double>(__bfloat162float(__float2bfloat16_rn(f))) == d;
-}
-
 }  // namespace
 
 Fp8WeightOnlyMethod::Fp8WeightOnlyMethod(const reference::LinearMethod& host, int64_t expert)
@@ -70,8 +64,13 @@ Fp8WeightOnlyMethod::Fp8WeightOnlyMethod(const reference::LinearMethod& host, in
                                                  std::to_string(r) + " (must be finite >= 0)");
       grid[static_cast<size_t>(r * groups + g)] = s;
     }
-  scale_bf16_ = std::all_of(grid.begin(), grid.end(), bf16_exact);
-  if (scale_bf16_) {
+  scale_bf16_ = all_bf16_values(grid);
+  if (expert < 0) {
+    const std::vector<uint8_t> bytes = e4m3_bytes(w, where);
+    mma_ = upload_mma_weight(pack_weight_only_mma(MmaCodes::kE4m3, n, k, group_,
+                                                  std::vector<int8_t>(bytes.begin(), bytes.end()),
+                                                  grid, {}, scale_bf16_, where));
+  } else if (scale_bf16_) {
     std::vector<__nv_bfloat16> s(grid.size());
     for (size_t i = 0; i < s.size(); ++i)
       s[i] = __float2bfloat16_rn(static_cast<float>(grid[i]));
@@ -79,13 +78,17 @@ Fp8WeightOnlyMethod::Fp8WeightOnlyMethod(const reference::LinearMethod& host, in
   } else {
     scales_f32_ = DeviceBuffer<float>(exact_f32(grid, where + ".weight_scale"));
   }
-  codes_ = DeviceBuffer<uint8_t>(e4m3_bytes(w, where));
+  if (expert >= 0) codes_ = DeviceBuffer<uint8_t>(e4m3_bytes(w, where));
   if (std::any_of(h.bias->begin(), h.bias->end(), [](double v) { return v != 0.0; }))
     bias_ = DeviceBuffer<float>(exact_f32(*h.bias, where + ".bias"));
 }
 
 void Fp8WeightOnlyMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
                                 cudaStream_t stream, void*) const {
+  if (mma_.on()) {
+    launch_weight_only_mma(mma_.params(x, y, t, bias_.get()), stream);
+    return;
+  }
   WeightOnlyGemmParams p;
   p.x = x;
   p.w = codes_.get();
@@ -104,7 +107,7 @@ void Fp8WeightOnlyMethod::apply(const __nv_bfloat16* x, __nv_bfloat16* y, int64_
 }
 
 size_t Fp8WeightOnlyMethod::device_bytes() const {
-  return codes_.bytes() + scales_f32_.bytes() + scales_bf16_.bytes() + bias_.bytes();
+  return codes_.bytes() + scales_f32_.bytes() + scales_bf16_.bytes() + bias_.bytes() + mma_.bytes();
 }
 
 }  // namespace qparity::gpu

@@ -16,10 +16,15 @@
 //   bias    fp32 when non-zero.
 // vLLM runs these points on Marlin, which rounds each dequantized weight to bf16 before its
 // bf16 MMA; neither the reference nor this method models that rounding (docs/LIMITS.md).
+// A dense layer runs on the tensor cores instead (kernels/weight_only_mma.h, the codes repacked
+// into its tiles): each e4m3 value times a bf16 input exactly in fp32, the tensor core's fp32
+// sum of each 16-column step, times the step's scale, accumulated in fp32. Expert layers keep the
+// row-major layout of the grouped launch.
 // Constraints: k a multiple of 16 (an Error naming the layer).
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "gpu_engine/quant/weight_only_mma_layout.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
@@ -38,6 +43,7 @@ class Fp8WeightOnlyMethod final : public GpuLinearMethod {
   DeviceBuffer<uint8_t> codes_;
   DeviceBuffer<float> scales_f32_, bias_;
   DeviceBuffer<__nv_bfloat16> scales_bf16_;
+  MmaWeightOnDevice mma_;  // a dense layer's tiles (then codes_ and the scales are empty)
 };
 
 }  // namespace qparity::gpu

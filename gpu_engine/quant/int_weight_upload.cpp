@@ -8,19 +8,6 @@
 
 namespace qparity::gpu {
 
-namespace {
-
-bool all_bf16_values(const std::vector<double>& v) {
-  for (double d : v) {
-    const float f = static_cast<float>(d);
-    if (static_cast<double>(f) != d) return false;
-    if (static_cast<double>(__bfloat162float(__float2bfloat16_rn(f))) != d) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 IntWeightOnDevice upload_int_weight(const reference::ProcessedIntWeight& w, int64_t n, int64_t k,
                                     const std::string& where, bool int8_zeros_only) {
   IntWeightOnDevice d;

@@ -91,4 +91,13 @@ std::vector<float> exact_f32(const std::vector<double>& v, const std::string& wh
   return out;
 }
 
+bool all_bf16_values(const std::vector<double>& v) {
+  for (double d : v) {
+    const float f = static_cast<float>(d);
+    if (static_cast<double>(f) != d) return false;
+    if (static_cast<double>(__bfloat162float(__float2bfloat16_rn(f))) != d) return false;
+  }
+  return true;
+}
+
 }  // namespace qparity::gpu

@@ -42,5 +42,7 @@ const __nv_bfloat16* gather_input(const __nv_bfloat16* x, const int32_t* perm, i
 // fp64 values that are fp32 values, as fp32; an Error naming `where` and the first element that
 // would round (the GPU holds scales, zeros and biases exactly or not at all).
 std::vector<float> exact_f32(const std::vector<double>& v, const std::string& where);
+// Whether every value is exactly a bf16 value (the GPU then holds the scales in bf16).
+bool all_bf16_values(const std::vector<double>& v);
 
 }  // namespace qparity::gpu

@@ -13,12 +13,19 @@
 // does with its sorted g_idx; the products are the reference's, the fp32 sums run in the
 // permuted order. The GPU cannot run bit widths other than 4 and 8, K or group not a multiple
 // of 16 (int8) / 32 (int4): each is an Error naming the layer.
+//
+// A dense layer runs on the tensor cores (kernels/weight_only_mma.h, the codes repacked into its
+// tiles at load: quant/weight_only_mma_layout.h) when that kernel takes the weight: zero points
+// integers in [-8, 7] (int4) or [-128, 127] (int8), which every compressed-tensors point has.
+// msModelSlim's non-integral F32 offsets and every expert of a stack (the grouped launch reads
+// the row-major layout) keep the CUDA-core kernel.
 #include <memory>
 
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
 #include "gpu_engine/quant/int_weight_upload.h"
+#include "gpu_engine/quant/weight_only_mma_layout.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::gpu {
@@ -30,11 +37,14 @@ class WeightOnlyIntMethod final : public GpuLinearMethod {
                       int64_t expert = -1);
   // Benches only (random_model.h): a layer of arbitrary int4 / int8 codes and one bf16 scale
   // value for every group, symmetric, made on the device: real sizes without a checkpoint.
+  // tensor_cores: in the tensor-core layout, as a dense layer of a checkpoint loads (random bytes
+  // there are random codes too); otherwise row-major, as an expert of a stack.
   struct Random {
     int bits = 4;
     int64_t group = 32;
     float scale = 0.005f;
     uint64_t seed = 1;
+    bool tensor_cores = false;
   };
   WeightOnlyIntMethod(std::string prefix, SchemeId scheme, int64_t out_features,
                       int64_t in_features, const Random& r);
@@ -48,12 +58,16 @@ class WeightOnlyIntMethod final : public GpuLinearMethod {
   bool faulty() const { return fault_; }
   // Act order: the inputs are gathered before the GEMM (no grouped launch takes that yet).
   bool permuted() const { return dev_.perm.size() > 0; }
-  // The layer's device pointers, for a grouped launch of a stack's experts (grouped_experts.h).
+  // Whether the layer runs on the tensor-core kernel (dense layers whose zeros it takes).
+  bool tensor_cores() const { return mma_.on(); }
+  // The layer's device pointers, for a grouped launch of a stack's experts (grouped_experts.h);
+  // an Error for a layer in the tensor-core layout.
   WeightOnlyExpert device_view() const;
 
  private:
   bool fault_ = false;
-  IntWeightOnDevice dev_;
+  IntWeightOnDevice dev_;  // with mma_ on: bits, group, scale kind, bias and perm only
+  MmaWeightOnDevice mma_;
 };
 
 }  // namespace qparity::gpu

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -20,7 +21,10 @@
 #include "gpu_engine/kernels/fp4_gemm.h"
 #include "gpu_engine/kernels/int_group_gemm.h"
 #include "gpu_engine/kernels/weight_only_gemm.h"
+#include "gpu_engine/kernels/weight_only_mma.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
+#include "gpu_engine/quant/weight_only_int.h"
+#include "gpu_engine/quant/weight_only_mma_layout.h"
 #include "gpu_test.h"
 #include "kernel_test_util.h"
 #include "schemes/method/method_factory.h"
@@ -206,6 +210,13 @@ std::vector<Case> cases() {
       {"ct-w4afp8-g128", true, {192}, 512, Dialect::kVllm},
       {"ct-w4afp8-g64-asym-actorder", false, {64, 32, 32}, 256, Dialect::kSglang},
       {"ct-w8afp8-g32", true, {128}, 256, Dialect::kVllm},
+      // The tensor-core weight-only kernel's edges: rows not a multiple of its 32, k not a
+      // multiple of its 64-column (int4) / 32-column (int8, e4m3) chunk.
+      {"w4a16-g32", true, {40, 24, 24}, 96},
+      {"ct-w4a16-g128-asym", false, {200}, 384},
+      {"ct-w8a16-ch", true, {72}, 80},
+      {"ct-w8a16-g128-asym", false, {50}, 640},
+      {"fp8-channel-a16", true, {40}, 80},
   };
 }
 
@@ -258,6 +269,121 @@ TEST_F(GpuQuantLinears, TheGroupIndexFaultIsCaught) {
   const Matrix x = test::random_bf16(rng, 4, c.k, 1.0, hx);
   const double e = test::rel_l2(run_gpu(*g, hx, 4), test::round_bf16(host->apply(x).data));
   EXPECT_GT(e, 100 * kFlipBound) << "the planted fault must be far outside the bound";
+}
+
+// The tensor-core weight-only kernel (weight_only_mma.h) on every token count a forward gives it
+// (primes, one and several token tiles, several waves of blocks, both tilings): each against the
+// reference's apply, and a token's row bit-identical in every batch of one tiling (its row alone
+// below kWeightOnlyMmaTiledFrom tokens, its row in the batch of 4096 from there on).
+TEST_F(GpuQuantLinears, TensorCoreWeightOnlyTakesEveryTokenCount) {
+  for (const Case& c :
+       {Case{"ct-w4a16-g128-asym", false, {160}, 512},
+        Case{"ct-w8a16-g128", true, {96, 32, 32}, 256}, Case{"fp8-block-a16", true, {136}, 384}}) {
+    SCOPED_TRACE(name_of(c));
+    const auto host = reference_method(c, rng);
+    const auto g = gpu::make_gpu_linear_method(*host);
+    if (const auto* w = dynamic_cast<const gpu::WeightOnlyIntMethod*>(g.get())) {
+      ASSERT_TRUE(w->tensor_cores()) << "a dense layer must run on the tensor-core kernel";
+    }
+    std::vector<Bf16> all;
+    const Matrix xall = test::random_bf16(rng, 4096, c.k, 1.0, all);
+    const std::vector<double> want_all = test::round_bf16(host->apply(xall).data);
+    const int64_t n = g->out_features();
+    std::vector<double> alone;
+    for (int64_t r : {0L, 1000L, 4095L}) {
+      const std::vector<Bf16> row(all.begin() + r * c.k, all.begin() + (r + 1) * c.k);
+      const std::vector<double> y = run_gpu(*g, row, 1);
+      alone.insert(alone.end(), y.begin(), y.end());
+    }
+    const std::vector<double> full = run_gpu(*g, all, 4096);
+    for (const int64_t t : {1, 2, 7, 9, 16, 31, 33, 63, 65, 127, 128, 257, 1031, 4096}) {
+      const std::vector<Bf16> hx(all.begin(), all.begin() + t * c.k);
+      const std::vector<double> got = run_gpu(*g, hx, t);
+      const std::vector<double> want(want_all.begin(), want_all.begin() + t * n);
+      EXPECT_LE(test::rel_l2(got, want), kFlipBound) << "t = " << t;
+      int slot = 0;
+      for (int64_t r : {0L, 1000L, 4095L}) {
+        if (r < t && t < gpu::kWeightOnlyMmaTiledFrom) {
+          EXPECT_TRUE(
+              std::equal(got.begin() + r * n, got.begin() + (r + 1) * n, alone.begin() + slot * n))
+              << "token " << r << " of " << t << " differs from its row alone";
+        }
+        if (r < t && t >= gpu::kWeightOnlyMmaTiledFrom) {
+          EXPECT_TRUE(
+              std::equal(got.begin() + r * n, got.begin() + (r + 1) * n, full.begin() + r * n))
+              << "token " << r << " of " << t << " differs from its row in the batch of 4096";
+        }
+        ++slot;
+      }
+    }
+  }
+}
+
+// Every code at every position of a tile chunk, through the kernel: x the identity, so that
+// y[m, n] = (q[n, m] - zero) * scale exactly (a power-of-two scale keeps it a bf16 value).
+TEST_F(GpuQuantLinears, TensorCoreWeightOnlyDecodesEveryCodeExactly) {
+  struct Point {
+    gpu::MmaCodes codes;
+    int64_t n, k, group;
+    bool zeros;
+  };
+  for (const Point& pt : {Point{gpu::MmaCodes::kInt4, 40, 1024, 64, false},
+                          Point{gpu::MmaCodes::kInt4, 32, 1024, 32, true},
+                          Point{gpu::MmaCodes::kInt8, 32, 8192, 32, true},
+                          Point{gpu::MmaCodes::kInt8, 24, 8192, 256, false},
+                          Point{gpu::MmaCodes::kE4m3, 32, 8192, 128, false}}) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(pt.codes)) + " group " + std::to_string(pt.group));
+    const int64_t n = pt.n, k = pt.k, groups = k / pt.group;
+    const int span = pt.codes == gpu::MmaCodes::kInt4 ? 16 : 256;
+    const int64_t chunk = gpu::weight_only_mma_chunk(pt.codes);
+    std::vector<int8_t> q(static_cast<size_t>(n * k));
+    std::vector<double> scale(static_cast<size_t>(n * groups)), zero;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        // Each position of a chunk meets every code over the chunks.
+        int v = static_cast<int>((r * 5 + c + c / chunk) % span);
+        if (pt.codes == gpu::MmaCodes::kE4m3 && (v & 0x7F) == 0x7F) v = 0;  // NaN codes
+        q[static_cast<size_t>(r * k + c)] =
+            static_cast<int8_t>(pt.codes == gpu::MmaCodes::kE4m3 ? v : v - span / 2);
+      }
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t g = 0; g < groups; ++g) {
+        scale[static_cast<size_t>(r * groups + g)] =
+            std::ldexp(1.0, static_cast<int>((r + g) % 5) - 2);
+        if (pt.zeros) zero.push_back(static_cast<double>((r * 3 + g * 7) % span - span / 2));
+      }
+    const gpu::MmaWeightOnDevice w = gpu::upload_mma_weight(
+        gpu::pack_weight_only_mma(pt.codes, n, k, pt.group, q, scale, zero, true, "exhaustive"));
+    std::vector<Bf16> hx(static_cast<size_t>(k * k), __float2bfloat16_rn(0.f));
+    for (int64_t m = 0; m < k; ++m)
+      hx[static_cast<size_t>(m * k + m)] = __float2bfloat16_rn(1.f);
+    DeviceBuffer<Bf16> x(hx), y(static_cast<size_t>(k * n));
+    for (const auto tiling : {gpu::MmaTiling::kSplitK, gpu::MmaTiling::kTiled}) {
+      SCOPED_TRACE(tiling == gpu::MmaTiling::kTiled ? "tiled" : "split k");
+      y.poison();
+      gpu::WeightOnlyMmaParams params = w.params(x.get(), y.get(), k, nullptr);
+      params.tiling = tiling;
+      gpu::launch_weight_only_mma(params, nullptr);
+      QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<double> got = test::to_doubles(y.download());
+      int64_t wrong = 0;
+      for (int64_t m = 0; m < k; ++m)
+        for (int64_t r = 0; r < n; ++r) {
+          const size_t at = static_cast<size_t>(r * k + m);
+          const int64_t g = m / pt.group;
+          const double value =
+              pt.codes == gpu::MmaCodes::kE4m3
+                  ? codec::e4m3fn_to_double(static_cast<uint8_t>(q[at]))
+                  : static_cast<double>(q[at]) -
+                        (pt.zeros ? zero[static_cast<size_t>(r * groups + g)] : 0.0);
+          const double want = value * scale[static_cast<size_t>(r * groups + g)];
+          if (got[static_cast<size_t>(m * n + r)] != want && ++wrong <= 5)
+            ADD_FAILURE() << "row " << r << " column " << m << ": "
+                          << got[static_cast<size_t>(m * n + r)] << " != " << want;
+        }
+      EXPECT_EQ(wrong, 0);
+    }
+  }
 }
 
 // Rows that stress the activation quantizer: exact ties (half-integers under a maximum of 127, so
@@ -508,6 +634,26 @@ TEST(GpuQuantLinearRefusals, TheLauncherNamesEveryViolatedShapeRule) {
   p.zeros_i8 = reinterpret_cast<const int8_t*>(buf);
   EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_gemm(p, nullptr); }),
               HasSubstr("e4m3 codes are 8 bits wide and take no zero points"));
+
+  gpu::WeightOnlyMmaParams t;
+  t.x = reinterpret_cast<const Bf16*>(buf);
+  t.w = buf;
+  t.scales = buf;
+  t.y = reinterpret_cast<Bf16*>(buf);
+  t.m = 1, t.n = 8, t.k = 40, t.group = 40;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_mma(t, nullptr); }),
+              AllOf(HasSubstr("weight_only_mma"), HasSubstr("k 40 must be a multiple of 16")));
+  t.k = 96, t.group = 24;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_mma(t, nullptr); }),
+              HasSubstr("group 24 must be a multiple of 16 and divide k 96"));
+  t.group = 32, t.codes = gpu::MmaCodes::kE4m3;
+  t.zeros = reinterpret_cast<const int8_t*>(buf);
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_mma(t, nullptr); }),
+              HasSubstr("e4m3 codes take no zero points"));
+  t.zeros = nullptr;
+  t.w = buf + 8;
+  EXPECT_THAT(test::error_of([&] { gpu::launch_weight_only_mma(t, nullptr); }),
+              HasSubstr("16-byte aligned"));
 
   gpu::IntGroupGemmParams q;
   q.a = buf;
