@@ -70,13 +70,7 @@ __global__ void __launch_bounds__(kMaxSplit * 32) weight_only_mma_kernel(WeightO
   uint8_t* mine = ring + static_cast<size_t>(warp) * kRing * stage_bytes;
 
   float acc[2][kT][4];
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int j = 0; j < kT; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        acc[t][j][i] = 0.f;
+  zero_runs<kT>(acc);
 
   // The groups chunk q touches: [first, last] (the fault reads group + 1 where it exists).
   const auto first_group = [&](int64_t q) { return q * kChunk / p.group; };
@@ -146,32 +140,17 @@ __global__ void __launch_bounds__(kMaxSplit * 32) weight_only_mma_kernel(WeightO
     // The run of steps in one group: summed in the tensor core's fp32 C, then times the group's
     // scale into acc.
     float run[2][kT][4];
-    const auto fold = [&] {
-#pragma unroll
-      for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int j = 0; j < kT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[t][j][e] = fmaf(run[t][j][e], gt.scale[t][e / 2], acc[t][j][e]);
-    };
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t k0 = q * kChunk + 16 * s;
       if (k0 >= p.k) break;
       const int64_t g = k0 / p.group;
       if (g != gt_group) {
-        if (gt_group >= 0) fold();
+        if (gt_group >= 0) fold_runs<kT>(run, gt.scale, acc);
         group_terms_from<kC, S, kZeros>(scales, zeros, Stage::kGroups, static_cast<int>(g - g0), r,
                                         gt);
         gt_group = g;
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-#pragma unroll
-          for (int j = 0; j < kT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              run[t][j][e] = 0.f;
+        zero_runs<kT>(run);
       }
       uint2 b[kT];
 #pragma unroll
@@ -190,7 +169,7 @@ __global__ void __launch_bounds__(kMaxSplit * 32) weight_only_mma_kernel(WeightO
           mma_bf16_acc(a, b[j], run[t][j]);
       }
     }
-    if (gt_group >= 0) fold();
+    if (gt_group >= 0) fold_runs<kT>(run, gt.scale, acc);
     __syncwarp();
   }
   cp_async_wait<0>();

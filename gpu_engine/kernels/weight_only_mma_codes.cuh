@@ -35,6 +35,30 @@ __device__ __forceinline__ void mma_bf16_acc(const uint32_t a[4], uint2 b, float
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
 }
 
+// A warp's group runs (run[tile][token tile][fragment]) start at zero; at a run's end its sums,
+// times the group's scale of each row, join the fp32 accumulator.
+template <int kT>
+__device__ __forceinline__ void zero_runs(float (&run)[2][kT][4]) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int j = 0; j < kT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        run[t][j][e] = 0.f;
+}
+template <int kT>
+__device__ __forceinline__ void fold_runs(const float (&run)[2][kT][4], const float (&scale)[2][2],
+                                          float (&acc)[2][kT][4]) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int j = 0; j < kT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[t][j][e] = fmaf(run[t][j][e], scale[t][e / 2], acc[t][j][e]);
+}
+
 // int4: pair j of a step's word is nibbles j and j + 4, u = q + 8. 0x4300 | u is the bf16 value
 // 128 + u; minus the bf16 integer 136 + zero it is q - zero, exactly.
 __device__ __forceinline__ void expand_int4(uint32_t w, uint32_t sub_lo, uint32_t sub_hi,

@@ -92,13 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1) weight_only_mma_tiled_kernel(Weig
   };
 
   float acc[2][8][4];
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        acc[t][j][i] = 0.f;
+  zero_runs<8>(acc);
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -124,32 +118,17 @@ __global__ void __launch_bounds__(kThreads, 1) weight_only_mma_tiled_kernel(Weig
     // The run of steps in one group (within this k-tile): summed in the tensor core's fp32 C,
     // then times the group's scale into acc.
     float run[2][8][4];
-    const auto fold = [&] {
-#pragma unroll
-      for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[t][j][e] = fmaf(run[t][j][e], gt.scale[t][e / 2], acc[t][j][e]);
-    };
 #pragma unroll
     for (int s = 0; s < kTileK / 16; ++s) {
       const int64_t k0 = kt * kTileK + 16 * s;
       if (k0 >= p.k) break;
       const int64_t g = k0 / p.group;
       if (g != gt_group) {
-        if (gt_group >= 0) fold();
+        if (gt_group >= 0) fold_runs<8>(run, gt.scale, acc);
         group_terms_from<kC, S, kZeros>(scales, zeros, Stage::kGroups, static_cast<int>(g - g0), r,
                                         gt);
         gt_group = g;
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              run[t][j][e] = 0.f;
+        zero_runs<8>(run);
       }
       uint32_t a[2][4];
 #pragma unroll
@@ -169,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1) weight_only_mma_tiled_kernel(Weig
           mma_bf16_acc(a[t], b, run[t][j]);
       }
     }
-    if (gt_group >= 0) fold();
+    if (gt_group >= 0) fold_runs<8>(run, gt.scale, acc);
   }
   cp_async_wait<0>();
   if (!rows_ok) return;
