@@ -10,6 +10,9 @@
 // kernel must read (codes, scales, zeros), and the speedup over cuBLASLt bf16 (issue 53's
 // targets: w4a16 >= 2.5x at M = 1-16, >= 1.5x at M = 64, >= 0.95x at M >= 256; w8a16 and fp8
 // >= 1.8x at M = 1-16, >= 1.3x at M = 64).
+// fp8 W8A8 (fp8-channel, fp8-block): the CUDA-core GEMM and cuBLASLt's scaled fp8 tensor-core
+// GEMM, and their activation quantizer (issue 53's targets: >= 1.8x at M = 1-16, >= 1.3x at
+// M = 64, >= 1.5x at M = 4096; tools/device/bench_int_mm.py times torch._scaled_mm beside).
 // Emulated W4A4 (Hopper has no FP4 MMA): nvfp4 (packed e2m1, e4m3 scale per 16, static input
 // global scale) and mxfp4 (packed e2m1, E8M0 per 32), each as its GPU method runs it: the
 // activation quantizer (codes, doubled codes, scales) then the packed fp4 GEMM, and the GEMM alone
@@ -25,6 +28,7 @@
 #include "gpu_engine/device_info.h"
 #include "gpu_engine/gpu_model.h"
 #include "gpu_engine/kernels/fp4_gemm.h"
+#include "gpu_engine/kernels/fp8_blas.h"
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/kernels/gemm.h"
 #include "gpu_engine/kernels/int8_gemm.h"
@@ -171,6 +175,81 @@ int main() {
                     << " GB/s of packed bytes), speedup over cuBLASLt bf16 " << us_blas / us
                     << "x\n";
         }
+      }
+      // fp8 W8A8, fp8-channel (per-token x per-channel scales) and fp8-block (1 x 128 x
+      // 128 x 128): the CUDA-core GEMM (fp8_gemm.h) up to M = 256, cuBLASLt's scaled fp8 GEMM
+      // (fp8_blas.h) at M's multiples of 4 (M = 1 timed as 4 tokens), each the GEMM alone; then
+      // the activation quantizer alone, as the method runs it at that M.
+      for (const bool block : {false, true}) {
+        const char* name = block ? "fp8-block" : "fp8-channel";
+        const int64_t groups = (sh.k + 127) / 128;
+        const size_t grid = static_cast<size_t>(block ? (sh.n + 127) / 128 * groups : sh.n);
+        const size_t blas_grid = static_cast<size_t>(
+            block ? (sh.n + 127) / 128 * gpu::fp8_blas_block_cols(sh.k) : groups * sh.n);
+        const size_t per = wsize + grid * 4;
+        const int vcopies = static_cast<int>(std::max<size_t>(1, kCycle / per));
+        gpu::DeviceBuffer<uint8_t> codes(wsize * static_cast<size_t>(vcopies)),
+            a8(static_cast<size_t>(4096 * sh.k));
+        gpu::DeviceBuffer<float> sb(grid), sb_blas(blas_grid),
+            sa(static_cast<size_t>(4096 * groups));
+        // Random bf16 bits as e4m3 bytes (any byte is a code); scales a constant finite pattern.
+        gpu::launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(codes.get()),
+                                     static_cast<int64_t>(codes.size() / 2), 0.f, 1.f, 12, s);
+        gpu::launch_fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(a8.get()),
+                                     static_cast<int64_t>(a8.size() / 2), 0.f, 1.f, 13, s);
+        QPARITY_CUDA_CHECK(cudaMemsetAsync(sb.get(), 0x3c, sb.bytes(), s));
+        QPARITY_CUDA_CHECK(cudaMemsetAsync(sb_blas.get(), 0x3c, sb_blas.bytes(), s));
+        QPARITY_CUDA_CHECK(cudaMemsetAsync(sa.get(), 0x3c, sa.bytes(), s));
+        const auto report = [&](const char* how, int64_t tokens, double us) {
+          std::cout << "  " << name << " (" << how << (tokens != m ? ", as M=4" : "") << "): " << us
+                    << " us (" << static_cast<double>(per) / us / 1e3
+                    << " GB/s of weight bytes), speedup over cuBLASLt bf16 " << us_blas / us
+                    << "x\n";
+        };
+        if (m <= 256) {
+          const double us = time([&](int i) {
+            gpu::Fp8GemmParams p;
+            p.a = a8.get(), p.a_scales = sa.get(), p.a_group = block ? 128 : sh.k;
+            p.b = codes.get() + static_cast<size_t>(i % vcopies) * wsize, p.b_scales = sb.get();
+            p.b_block_rows = block ? 128 : 1, p.b_block_cols = block ? 128 : sh.k;
+            p.y = y.get(), p.m = m, p.n = sh.n, p.k = sh.k;
+            gpu::launch_fp8_scaled_gemm(p, s);
+          });
+          report("CUDA cores", m, us);
+        }
+        // Per-row scales in both of cuBLASLt's forms (the method runs the per-128-column one).
+        std::vector<gpu::Fp8BlasScales> modes = {gpu::Fp8BlasScales::kBlock128};
+        if (!block) modes = {gpu::Fp8BlasScales::kOuterVector, gpu::Fp8BlasScales::kRow128};
+        for (const gpu::Fp8BlasScales mode : modes) {
+          gpu::Fp8BlasParams bp;
+          bp.a = a8.get(), bp.a_scales = sa.get(), bp.b = codes.get(), bp.b_scales = sb_blas.get();
+          bp.y = y.get(), bp.m = std::max<int64_t>(4, m / 4 * 4), bp.n = sh.n, bp.k = sh.k;
+          bp.scales = mode;
+          const char* how = mode == gpu::Fp8BlasScales::kOuterVector
+                                ? "fp8 tensor cores, cuBLASLt outer-vector scales"
+                            : mode == gpu::Fp8BlasScales::kRow128
+                                ? "fp8 tensor cores, cuBLASLt per-128-column scales"
+                                : "fp8 tensor cores, cuBLASLt block scales";
+          if (!gpu::fp8_blas_gemm(bp, s)) {
+            std::cout << "  " << name << " (" << how << "): no algorithm for M=" << bp.m << "\n";
+            continue;
+          }
+          const double us = time([&](int i) {
+            gpu::Fp8BlasParams q = bp;
+            q.b = codes.get() + static_cast<size_t>(i % vcopies) * wsize;
+            gpu::fp8_blas_gemm(q, s);
+          });
+          report(how, bp.m, us);
+        }
+        gpu::QuantizeFp8Params qp;
+        qp.x = x.get(), qp.q = a8.get(), qp.scales = sa.get(), qp.m = m, qp.k = sh.k;
+        qp.mode = block ? gpu::Fp8ActMode::kDynamicGroup : gpu::Fp8ActMode::kDynamicToken;
+        qp.group = 128;
+        gpu::DeviceBuffer<float> by_group(static_cast<size_t>(4096 * groups));
+        qp.scales_group_major = by_group.get(), qp.group_major_rows = (m + 3) / 4 * 4;
+        if (!block) qp.group_major_repeat = groups;
+        const double us_q = time([&](int) { gpu::launch_quantize_fp8(qp, s); });
+        std::cout << "  " << name << " activation quantizer: " << us_q << " us\n";
       }
       if (m > 64) continue;  // the CUDA-core and fp4 kernels below are decode paths
       for (const Variant& v : variants) {

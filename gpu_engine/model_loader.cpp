@@ -87,6 +87,16 @@ std::unique_ptr<GpuModel> load_gpu_model(const fs::path& dir, std::ostream* prog
       std::cerr << "qparity engine: WARNING: QPARITY_TEST_FAULT=" << f
                 << ": a deliberate fault is planted in the weight-only GEMM (tests only)\n";
     }
+    // The opt-in fp8 tensor-core GEMM (GpuMethodOptions::fp8_tensor_cores), from the command
+    // line until the fp8 policies judge its numerics; said on stderr when on.
+    if (const char* f = std::getenv("QPARITY_FP8_TENSOR_CORES")) {
+      if (std::string(f) != "0" && std::string(f) != "1")
+        throw Error("QPARITY_FP8_TENSOR_CORES", "'" + std::string(f) + "' is not 0 or 1");
+      o.methods.fp8_tensor_cores = std::string(f) == "1";
+      if (o.methods.fp8_tensor_cores)
+        std::cerr << "qparity engine: fp8 W8A8 dense layers on the fp8 tensor cores "
+                     "(QPARITY_FP8_TENSOR_CORES=1; the fp8 policies assume fp32 accumulation)\n";
+    }
     auto m = load_planned_gpu_model(ck, dir, std::move(cfg), std::move(plan), o, progress);
     attach_qkv_bias(*m, *ck);
     attach_linear_attention(*m, *ck);

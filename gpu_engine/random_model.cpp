@@ -23,10 +23,12 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
   const IntPoint* int_point = nullptr;
   for (const IntPoint& p : kIntPoints)
     if (dense_scheme == p.id) int_point = &p;
-  if (dense_scheme != "bf16" && dense_scheme != "fp8-block" && !int_point)
+  if (dense_scheme != "bf16" && dense_scheme != "fp8-block" && dense_scheme != "fp8-block-tc" &&
+      !int_point)
     throw Error("random model", "dense scheme '" + dense_scheme +
-                                    "': random dense linears are bf16, fp8-block, w4a16-g32, "
-                                    "ct-w4a16-g128 or w8a16-ch");
+                                    "': random dense linears are bf16, fp8-block, fp8-block-tc "
+                                    "(on the fp8 tensor cores), w4a16-g32, ct-w4a16-g128 or "
+                                    "w8a16-ch");
   if (expert_scheme != "bf16" && expert_scheme != "fp8-block" && expert_scheme != "w4a16-g32")
     throw Error("random model", "expert scheme '" + expert_scheme +
                                     "': random experts are bf16, fp8-block or w4a16-g32");
@@ -47,7 +49,7 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
   if (!c.tie_word_embeddings) make(m->lm_head_own, v * h, 0.f);
   m->lm_head = c.tie_word_embeddings ? m->embed.get() : m->lm_head_own.get();
   m->layers.resize(static_cast<size_t>(c.num_layers));
-  const bool fp8 = dense_scheme == "fp8-block";
+  const bool fp8 = dense_scheme.rfind("fp8-block", 0) == 0, fp8_tc = dense_scheme == "fp8-block-tc";
   // A dense linear [n, k]: bf16, fp8-block codes ~ 150 sigma (weights ~ N(0, 0.04)), or random
   // integer codes in the tensor-core layout a checkpoint's dense layer loads into.
   const auto dense = [&](Bf16Buffer& b, std::unique_ptr<GpuLinearMethod>& method,
@@ -62,7 +64,7 @@ std::unique_ptr<GpuModel> random_gpu_model(const ModelConfig& c, uint64_t seed,
       return;
     }
     if (!fp8) return make(b, n * k, 0.f);
-    method = Fp8LinearMethod::random_block(name, nn, kk, 1.f / 4096, ++stream_seed);
+    method = Fp8LinearMethod::random_block(name, nn, kk, 1.f / 4096, ++stream_seed, fp8_tc);
     m->weight_bytes += method->device_bytes();
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {

@@ -158,6 +158,7 @@ __global__ void quantize_small_groups_kernel(QuantizeFp8Params p) {
     const int64_t g = row * (p.k / p.group) + i / p.group;
     p.scales[g] = s;
     if (p.reported_scales) p.reported_scales[g] = __fdiv_rn(s, p.nvfp4_global);
+    if (p.scales_group_major) p.scales_group_major[i / p.group * p.group_major_rows + row] = s;
   }
 }
 
@@ -187,6 +188,11 @@ __global__ void quantize_fp8_kernel(QuantizeFp8Params p) {
     if (threadIdx.x == 0) {
       p.scales[row * groups + g] = s;
       if (p.reported_scales) p.reported_scales[row * groups + g] = __fdiv_rn(s, p.nvfp4_global);
+      if (p.scales_group_major) {
+        const int64_t copies = groups == 1 ? p.group_major_repeat : 1;
+        for (int64_t c = 0; c < copies; ++c)
+          p.scales_group_major[(g + c) * p.group_major_rows + row] = s;
+      }
     }
     for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
       store_code(p, row * p.k + i, __bfloat162float(x[i]), s, inv);
@@ -304,6 +310,8 @@ void launch_quantize_fp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   require(!p.q_doubled || p.nvfp4_global > 0.f || p.mx_e2m1, kn, "doubled codes are e2m1's");
   require(!p.reported_scales || p.nvfp4_global > 0.f, kn,
           "reported scales are NVFP4's (s / global scale)");
+  require(!p.scales_group_major || (p.group_major_rows >= p.m && p.group_major_repeat >= 1), kn,
+          "group-major scales need a row stride of at least m and a repeat of at least 1");
   if (p.m == 0) return;
   if (p.mode == Fp8ActMode::kDynamicGroup &&
       (p.group == 16 || p.group == 32 || p.group == 64 || p.group == kThreads) &&

@@ -67,6 +67,14 @@ struct QuantizeFp8Params {
   bool nvfp4_divide = false;         // compressed-tensors' arithmetic (above)
   float* reported_scales = nullptr;  // NVFP4: optional [m, groups] fl32(s / gs)
   int8_t* q_doubled = nullptr;       // e2m1 elements: optional [m, k] twice the values (fp4_gemm.h)
+  // Optional second copy of `scales`, token-contiguous: [groups][group_major_rows] with
+  // group_major_rows >= m (the block-scaled layout cuBLASLt reads, fp8_blas.h, whose token count
+  // may be m padded); the entries of rows >= m are left as they are.
+  float* scales_group_major = nullptr;
+  int64_t group_major_rows = 0;
+  // With one scale per token (not kDynamicGroup): that scale written this many times, once per
+  // group row of scales_group_major (cuBLASLt's per-128-column form of a per-token scale).
+  int64_t group_major_repeat = 1;
 };
 
 // Columns of the scale grid per token for a mode.

@@ -5,11 +5,20 @@
 // (kernels/fp8_gemm.h); or, for e2m1 weights (`packed`), the weight packed two codes a byte with a
 // scale byte per block and the packed fp4 GEMM (kernels/fp4_gemm.h) over doubled activation codes.
 // The methods differ in how they read the reference's processed weight and rule, not in what runs.
+// e4m3 weights whose scales cuBLASLt's fp8 scaling modes express (fp8_blas.h: per-token or
+// per-tensor activation scales with per-row weight scales; 1 x 128 activation groups with
+// 128 x 128 weight blocks) run on the fp8 tensor cores, the token count padded to a multiple of 4
+// (zero codes and scales) with the product through the workspace: block scales at every batch
+// size, per-row scales from 2 tokens on (one token reads the weight faster on the CUDA-core GEMM
+// there; measured, ENGINE.md). Everything else, and a shape cuBLASLt has no algorithm for, runs
+// the CUDA-core GEMM (fp8_gemm.h).
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gpu_engine/device_buffer.h"
 #include "gpu_engine/kernels/fp4_gemm.h"
+#include "gpu_engine/kernels/fp8_blas.h"
 #include "gpu_engine/kernels/fp8_gemm.h"
 #include "gpu_engine/quant/activation_workspace.h"
 #include "gpu_engine/quant/gpu_linear_method.h"
@@ -43,6 +52,12 @@ struct Fp8GemmRuntime {
   DeviceBuffer<uint8_t> scale_bytes;
   DeviceBuffer<uint8_t> codes;
   DeviceBuffer<float> scales, bias;
+  // cuBLASLt's operands (fp8_blas.h) when its scaling modes express this layer's scales: the
+  // weight scales in the mode's layout, the bias as bf16 (only when each value is one).
+  bool tensor_cores = false;  // whether to look for a mode at all (GpuMethodOptions)
+  std::optional<Fp8BlasScales> blas;
+  DeviceBuffer<float> blas_scales;
+  DeviceBuffer<__nv_bfloat16> blas_bias;
 
   // A processed weight [n, k]: its element values as e4m3fn bytes (each must be one: e4m3fn
   // codes, or e2m1 values, which are e4m3fn values), its scale grid and bias as fp32 (exact), the
@@ -52,11 +67,25 @@ struct Fp8GemmRuntime {
   void apply(const std::string& name, const __nv_bfloat16* x, __nv_bfloat16* y, int64_t t,
              int64_t n, int64_t k, cudaStream_t stream, void* workspace) const;
   GpuLinearMethod::ActivationCodes activation_codes(const void* workspace, int64_t t) const;
-  void upload_bytes(const reference::QuantizedMatrix& w, const std::string& where);
+  // Whether a batch of t tokens runs on cuBLASLt, and the token rows its workspace holds.
+  bool runs_blas(int64_t t) const {
+    return blas && t >= (*blas == Fp8BlasScales::kBlock128 ? 1 : 2);
+  }
+  int64_t workspace_rows(int64_t t) const { return runs_blas(t) ? (t + 3) / 4 * 4 : t; }
+  // The e4m3 bytes, block geometry and scale grid (returned, host fp32) of an unpacked weight.
+  std::vector<float> upload_bytes(const reference::QuantizedMatrix& w, const std::string& where);
   void upload_packed(const reference::QuantizedMatrix& w, int64_t n, int64_t k,
                      const std::string& where);
+  // After the codes, scales and quantizer rule are set: cuBLASLt's operands from the weight's
+  // scale grid ([ceil(n / b_block_rows), ceil(k / b_block_cols)], host fp32) and bias (empty or
+  // [n]), when a mode fits; `blas` stays empty otherwise. Sets the workspace geometry too.
+  void prepare_blas(const std::vector<float>& grid, const std::vector<float>& bias_values,
+                    int64_t n, int64_t k);
+  // Whether the weight's block scales are those of 128 x 128 blocks aligned to row 0.
+  bool rows_share_blocks(const std::vector<float>& grid, int64_t n, int64_t cols) const;
   size_t device_bytes() const {
-    return codes.bytes() + scales.bytes() + scale_bytes.bytes() + bias.bytes();
+    return codes.bytes() + scales.bytes() + scale_bytes.bytes() + bias.bytes() +
+           blas_scales.bytes() + blas_bias.bytes();
   }
 };
 

@@ -21,7 +21,8 @@ const reference::Fp8LinearBase& as_fp8(const reference::LinearMethod& h) {
 
 }  // namespace
 
-Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert)
+Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert,
+                                 bool tensor_cores)
     : Fp8RuntimeMethod(method_prefix(host, expert), host.config().scheme,
                        host.shape().out_features(), host.shape().in_features) {
   const auto& m = as_fp8(host);
@@ -53,13 +54,14 @@ Fp8LinearMethod::Fp8LinearMethod(const reference::LinearMethod& host, int64_t ex
       break;
   }
   set_fp8_activation_rule(m.activation_rule(), dialect, where, &rt_.quant);
+  rt_.tensor_cores = tensor_cores && expert < 0;
   // Weight: codes on the 2^-9 lattice -> e4m3fn bytes (exact: they are e4m3fn values).
   rt_.upload(m.processed_weight(e), m.processed_bias(e), out_features(), in_features(), where);
 }
 
 std::unique_ptr<Fp8LinearMethod> Fp8LinearMethod::random_block(std::string prefix, int64_t n,
                                                                int64_t k, float block_scale,
-                                                               uint64_t seed) {
+                                                               uint64_t seed, bool tensor_cores) {
   const int64_t b = reference::kFp8BlockSize;
   if (k % b != 0) throw Error(prefix, "random fp8-block weights: in_features a multiple of 128");
   std::unique_ptr<Fp8LinearMethod> m(
@@ -74,6 +76,7 @@ std::unique_ptr<Fp8LinearMethod> Fp8LinearMethod::random_block(std::string prefi
   set_fp8_activation_rule(rule, "vllm", m->prefix(), &rt.quant);
   rt.b_block_rows = b;
   rt.b_block_cols = b;
+  rt.tensor_cores = tensor_cores;
   // Codes: random rows quantized by the same rule (real e4m3fn codes, never NaN).
   {
     DeviceBuffer<__nv_bfloat16> x(static_cast<size_t>(n * k));
@@ -85,12 +88,9 @@ std::unique_ptr<Fp8LinearMethod> Fp8LinearMethod::random_block(std::string prefi
     launch_quantize_fp8(q, nullptr);
     QPARITY_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  rt.scales = DeviceBuffer<float>(
-      std::vector<float>(static_cast<size_t>((n + b - 1) / b * (k / b)), block_scale));
-  rt.ws.k = k;
-  rt.ws.n = n;
-  rt.ws.scale_cols = fp8_act_scale_cols(rt.quant.mode, k, rt.quant.group);
-  rt.ws.extra_bytes = sizeof(float);
+  const std::vector<float> grid(static_cast<size_t>((n + b - 1) / b * (k / b)), block_scale);
+  rt.scales = DeviceBuffer<float>(grid);
+  rt.prepare_blas(grid, {}, n, k);
   return m;
 }
 

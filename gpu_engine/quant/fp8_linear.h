@@ -18,15 +18,18 @@ namespace qparity::gpu {
 
 class Fp8LinearMethod final : public Fp8RuntimeMethod {
  public:
-  // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h).
-  explicit Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert = -1);
+  // expert: -1 a dense layer, e >= 0 expert e of a stack (upload_util.h). tensor_cores: a dense
+  // layer on cuBLASLt's fp8 tensor cores where its scales allow (GpuMethodOptions); experts run
+  // grouped on the CUDA-core GEMM (grouped_experts.h), whose bits their own apply keeps.
+  explicit Fp8LinearMethod(const reference::LinearMethod& host, int64_t expert = -1,
+                           bool tensor_cores = false);
   // Benches only (random_model.h): an `fp8-block` layer as vLLM runs it (128 x 128 weight
   // blocks, activations in dynamic 1 x 128 groups by vLLM's rule), its e4m3fn codes those of
   // random N(0, 1) rows quantized per 128 columns, every block scale `block_scale`; made on the
   // device: real sizes without a checkpoint.
   static std::unique_ptr<Fp8LinearMethod> random_block(std::string prefix, int64_t out_features,
                                                        int64_t in_features, float block_scale,
-                                                       uint64_t seed);
+                                                       uint64_t seed, bool tensor_cores = false);
 
  private:
   Fp8LinearMethod(std::string prefix, SchemeId scheme, int64_t n, int64_t k)

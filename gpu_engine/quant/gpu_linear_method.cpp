@@ -134,7 +134,7 @@ std::unique_ptr<GpuLinearMethod> make_gpu_linear_method(const reference::LinearM
       const auto* f = dynamic_cast<const reference::Fp8LinearBase*>(&host);
       if (f ? f->activation_mode() == reference::Fp8Act::kNone : s.weight_only)
         return std::make_unique<Fp8WeightOnlyMethod>(host, expert);
-      return std::make_unique<Fp8LinearMethod>(host, expert);
+      return std::make_unique<Fp8LinearMethod>(host, expert, options.fp8_tensor_cores);
     }
     case SchemeKind::kMxfp8:
       if (s.weight_only) return std::make_unique<Fp8WeightOnlyMethod>(host, expert);

@@ -80,6 +80,12 @@ bool gpu_supports_expert_scheme(const SchemeId& scheme, std::string* why);
 struct GpuMethodOptions {
   // Test-only fault injection (weight_only_gemm.h): the deliberate bug bisect must find.
   bool fault_group_off_by_one = false;
+  // Opt-in: dense fp8 W8A8 layers (fp8-tensor, fp8-channel, fp8-block) on Hopper's fp8 tensor
+  // cores through cuBLASLt (kernels/fp8_blas.h) instead of the fp32-exact CUDA-core GEMM. ~100x
+  // faster past one token, but its accumulation is not fp32's: the fp8 engine policies, derived
+  // for fp32 accumulation, fail its layer-local rows (measured, ENGINE.md), so it is off until
+  // they have a measured Hopper (sm90) section.
+  bool fp8_tensor_cores = false;
 };
 
 // Step 3 on the device: the GPU method of a processed reference method (expert -1: a dense
