@@ -113,48 +113,7 @@ TokenInputs tokenized_text_inputs(const fs::path& text_file, const fs::path& mod
 }
 
 std::vector<int64_t> next_token_targets(const TokenInputs& in) {
-  std::vector<int64_t> t(in.tokens.size(), -1);
-  for (int64_t s = 0; s < in.sequences; ++s)
-    for (int64_t i = 0; i + 1 < in.seq_len; ++i)
-      t[static_cast<size_t>(s * in.seq_len + i)] =
-          in.tokens[static_cast<size_t>(s * in.seq_len + i + 1)];
-  return t;
-}
-
-std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int64_t>& targets) {
-  std::vector<double> out(static_cast<size_t>(logits.rows), std::nan(""));
-  for (int64_t r = 0; r < logits.rows; ++r) {
-    const int64_t t = targets[static_cast<size_t>(r)];
-    if (t < 0) continue;
-    const double* row = logits.data.data() + r * logits.cols;
-    double mx = row[0];
-    for (int64_t v = 1; v < logits.cols; ++v)
-      mx = std::max(mx, row[v]);
-    double sum = 0.0;
-    for (int64_t v = 0; v < logits.cols; ++v)
-      sum += std::exp(row[v] - mx);
-    out[static_cast<size_t>(r)] = row[t] - mx - std::log(sum);
-  }
-  return out;
-}
-
-void fill_scores(Golden& g) {
-  g.target_logprobs = target_logprobs(g.logits, g.targets);
-  g.sequence_nll.clear();
-  g.sequence_ppl.clear();
-  for (int64_t s = 0; s < g.sequences; ++s) {
-    double sum = 0.0;
-    int64_t n = 0;
-    for (int64_t i = 0; i < g.seq_len; ++i) {
-      const size_t r = static_cast<size_t>(s * g.seq_len + i);
-      if (g.targets[r] < 0) continue;  // no next token inside the sequence
-      sum -= g.target_logprobs[r];     // NaN for a row with non-finite logits: stays NaN
-      ++n;
-    }
-    const double nll = n > 0 ? sum / static_cast<double>(n) : std::nan("");
-    g.sequence_nll.push_back(nll);
-    g.sequence_ppl.push_back(std::exp(nll));
-  }
+  return next_token_targets(in.tokens, in.sequences, in.seq_len);
 }
 
 bool saturated_code(int64_t stored, double lattice) {
@@ -409,20 +368,6 @@ Golden run_reference(reference::CausalLm& model, const TokenInputs& in, const st
   return g;
 }
 
-std::string model_name(const fs::path& model_dir) {
-  const fs::path p = model_dir.lexically_normal();
-  return p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
-}
-
-std::string plan_scheme(const QuantPlan& plan) {
-  std::string out;
-  for (const auto& [scheme, count] : plan.summary()) {
-    if (scheme == "none" || scheme == "bf16" || scheme == "kv-bf16") continue;
-    out += (out.empty() ? "" : "+") + scheme;
-  }
-  return out.empty() ? "bf16" : out;
-}
-
 Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const ReferenceRunOptions& o,
                      std::ostream* progress) {
   reference::LoadOptions lo;
@@ -456,26 +401,5 @@ Golden run_reference(const fs::path& model_dir, const TokenInputs& in, const Ref
   return g;
 }
 
-std::string config_hash(const fs::path& model_dir) {
-  std::stringstream ss;
-  ss << read_input_file(model_dir / "config.json", "config file");
-  Sha256 h;
-  h.update(ss.str());
-  return h.hex();
-}
-
-std::string checkpoint_tensor_hash(const fs::path& model_dir) {
-  const Checkpoint c = Checkpoint::open(model_dir);
-  Sha256 h;
-  for (const auto& [name, ref] : c.tensors()) {  // std::map: sorted by name
-    std::string head = name + "|" + std::string(dtype_name(ref.info->dtype)) + "|";
-    for (uint64_t d : ref.info->shape)
-      head += std::to_string(d) + ",";
-    h.update(head);
-    h.update(ref.bytes());
-    ref.drop_pages();  // hashed once: a large checkpoint's pages need not stay resident
-  }
-  return h.hex();
-}
 
 }  // namespace qparity::golden

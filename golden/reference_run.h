@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "golden/checkpoint_identity.h"
 #include "golden/golden_file.h"
+#include "golden/scores.h"
 #include "reference_cpu/models/causal_lm.h"
 #include "reference_cpu/models/image_input.h"
 #include "reference_cpu/models/model_loader.h"
@@ -92,11 +94,6 @@ GoldenImages image_golden_inputs(const reference::Qwen3VlVisionTower& tower, con
 // Sequence s's share of a golden's images as the decoder takes them.
 reference::ImageFeatures sequence_image_features(const GoldenImages& images, int64_t sequence);
 
-// A name for the model in `model_dir`: the directory's name ("ckpt" for "runs/ckpt/").
-std::string model_name(const std::filesystem::path& model_dir);
-
-// The scheme id(s) a plan applies ("fp8-block", "w8a8-static+kv-int8"; "bf16" when none).
-std::string plan_scheme(const QuantPlan& plan);
 
 // Whether a stored activation code sits at its format's largest magnitude: int8 (lattice 1)
 // -128/127, e4m3 (lattice 2^-9) +-448, e2m1 (lattice 0.5) +-6.
@@ -109,15 +106,6 @@ bool saturated_code(int64_t stored, double lattice);
 void record_activation_codes(Trace& trace, const std::string& name,
                              const reference::QuantizedMatrix& q);
 
-// sha256 of config.json's bytes, and of the checkpoint's tensors (for each, sorted by name: the
-// name, dtype, shape and bytes), so a golden names exactly the weights it came from.
-std::string config_hash(const std::filesystem::path& model_dir);
-std::string checkpoint_tensor_hash(const std::filesystem::path& model_dir);
 
-// From g.logits and g.targets: target_logprobs, and per sequence the mean NLL over its scored
-// positions and the perplexity exp(NLL). Any producer (the reference, an engine) finishes with it.
-void fill_scores(Golden& g);
-// log_softmax(logits[r])[target[r]] in fp64 (max-subtracted log-sum-exp); NaN where target < 0.
-std::vector<double> target_logprobs(const Array2D& logits, const std::vector<int64_t>& targets);
 
 }  // namespace qparity::golden
