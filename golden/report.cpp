@@ -877,6 +877,26 @@ void record_skipped(const fs::path& root, const SkippedRow& row) {
   write_manifest(root, manifest);
 }
 
+std::vector<IndexedReport> indexed_reports(const fs::path& root) {
+  std::vector<IndexedReport> out;
+  const IndexLock lock(root);
+  for (const auto& rel : read_manifest(root).reports) {
+    const fs::path file = root / (rel + ".json");
+    if (!lies_under(file, root) || !fs::is_regular_file(file)) continue;  // deleted since
+    const Json j = read_json_file(file);
+    if (!j.is_object() || !j.contains("summary") || !j["summary"].is_object())
+      throw Error(file.string(), "is listed in " + (root / kManifest).string() +
+                                     " but is not a qparity report (no 'summary')");
+    out.push_back({rel, j["summary"]});
+  }
+  return out;
+}
+
+std::vector<SkippedRow> skipped_rows(const fs::path& root) {
+  const IndexLock lock(root);
+  return read_manifest(root).skipped;
+}
+
 void write_index(const fs::path& root) {
   struct Row {
     std::string device, model, scheme, rel;

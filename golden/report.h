@@ -6,6 +6,7 @@
 // Reports are generated artefacts: rewriting them is expected (each write is still atomic).
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/json_util.h"
 #include "golden/compare.h"
@@ -42,6 +43,16 @@ void record_skipped(const std::filesystem::path& out_root, const SkippedRow& row
 // Rebuilds out_root/index.{md,html} from the reports and skips listed in out_root/index.json
 // (never from whatever else lies in the folder).
 void write_index(const std::filesystem::path& out_root);
+
+// The rows an index lists (read under the index lock): each report's path relative to the root
+// (without extension) and its summary, in the order written; and the skipped schemes. Rows whose
+// files were deleted since are left out.
+struct IndexedReport {
+  std::string rel;  // "sm90/llama/fp8-block"
+  Json summary;
+};
+std::vector<IndexedReport> indexed_reports(const std::filesystem::path& out_root);
+std::vector<SkippedRow> skipped_rows(const std::filesystem::path& out_root);
 
 // A path component from free text ("NVIDIA H100 sm90" -> "NVIDIA-H100-sm90"): separators and
 // other characters become '-', leading dots are dropped (never "." or ".."), at most 80

@@ -15,6 +15,7 @@
 #include "core/json_util.h"
 #include "error_of.h"
 #include "golden/report.h"
+#include "minimal_report.h"
 #include "test_seed.h"
 
 namespace qparity::golden {
@@ -23,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::error_of;
 using ::testing::HasSubstr;
+using test::minimal_report;
 
 TEST(GoldenReport, PathComponentsFromFileContentCannotEscape) {
   for (const char* bad : {"..", ".", "../..", "../config", "/etc/passwd", "a/../../b", "...", ""}) {
@@ -41,44 +43,6 @@ TEST(GoldenReport, PathComponentsFromFileContentCannotEscape) {
                     b = path_safe(std::string(300, 'x') + "b");
   EXPECT_EQ(a.size(), 80u);
   EXPECT_NE(a, b) << "cut names keep a hash of the whole";
-}
-
-Json minimal_report(const std::string& device, const std::string& model,
-                    const std::string& scheme) {
-  Json s = {{"device", device},
-            {"device_name", device},
-            {"model", model},
-            {"scheme", scheme},
-            {"baseline_scheme", "bf16"},
-            {"role", "engine"},
-            {"verdict", "PASS"},
-            {"pass", true},
-            {"positions", 4},
-            {"kld_mean", 0.0},
-            {"kld_mean_hi", 0.0},
-            {"kld_p99", 0.0},
-            {"kld_max", 0.0},
-            {"top1", 1.0},
-            {"top1_lo", 0.5},
-            {"dp_rms", 0.0},
-            {"dln_ppl", 0.0},
-            {"dln_ppl_lo", 0.0},
-            {"dln_ppl_hi", 0.0},
-            {"ppl_ratio", 1.0},
-            {"first_greedy_divergence", -1},
-            {"logits_rel_l2", 0.0},
-            {"worst_point", "embed"},
-            {"worst_point_rel_l2", 0.0},
-            {"router_flip_rate", nullptr},
-            {"policy", "engine.default"}};
-  Json c = {{"points", Json::array()},
-            {"router", Json::array()},
-            {"activation_stats", Json::array()},
-            {"kv_error_by_position", Json::array()},
-            {"end_to_end", {{"kld", Json::array()}}},
-            {"golden", {{"file", "g.h5"}}},
-            {"candidate", {{"file", "c.h5"}}}};
-  return {{"summary", s}, {"compare", c}};
 }
 
 TEST(GoldenReport, IndexListsWhatWasWrittenAndSurvivesStrayFiles) {

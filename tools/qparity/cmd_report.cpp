@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "golden/junit.h"
 #include "golden/report.h"
 #include "tools/qparity/cli_support.h"
 
@@ -15,13 +16,14 @@ namespace qparity::cli {
 namespace {
 
 struct ReportOptions {
-  std::string golden, candidate, policy, role, budget, out = "reports";
+  std::string golden, candidate, policy, role, budget, out = "reports", junit;
   bool budget_given = false;  // --budget appeared (an empty value is an error, not "absent")
   bool allow_other_checkpoint = false;
 };
 
 int run(const ReportOptions& o) {
   check_output_dir(o.out);
+  if (!o.junit.empty()) golden::check_junit_target(o.junit);
   const auto g = golden::GoldenReader::open(o.golden);
   const auto c = golden::GoldenReader::open(o.candidate);
   ChosenPolicy chosen = choose_policy(o.policy, o.role, g.meta(), c.meta());
@@ -37,6 +39,7 @@ int run(const ReportOptions& o) {
       golden::report_json(r, chosen.role == golden::PolicyRole::kFormat ? "format" : "engine"),
       o.out);
   golden::write_index(o.out);
+  if (!o.junit.empty()) golden::write_junit(o.junit, o.out, "qparity report");
   std::cout << files.json.string() << "\n"
             << files.md.string() << "\n"
             << files.html.string() << "\n"
@@ -62,6 +65,9 @@ void add_report_command(CLI::App& app, int& rc) {
   cmd->add_flag("--allow-other-checkpoint", o->allow_other_checkpoint,
                 "engine role: compare although the candidate records another checkpoint's hashes");
   cmd->add_option("--out", o->out, "report root")->capture_default_str();
+  cmd->add_option("--junit", o->junit,
+                  "also write the report root's rows as JUnit XML to this file (replaces only a "
+                  "JUnit file qparity wrote)");
   cmd->callback([o, &rc] { rc = run(*o); });
 }
 

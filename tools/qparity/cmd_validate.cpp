@@ -34,6 +34,7 @@
 #include "fixtures/checkpoint_quantizer.h"
 #include "fixtures/fixture_model.h"
 #include "golden/reference_run.h"
+#include "golden/junit.h"
 #include "golden/report.h"
 #include "reference_cpu/models/calibration.h"
 #include "schemes/description/dialect.h"
@@ -92,6 +93,7 @@ struct ValidateOptions {
   bool sequences_given = false, seq_len_given = false;  // else the trained set's own defaults
   uint64_t seed = 7;
   bool keep_work = false;
+  std::string junit;  // --junit FILE: the report root's rows as JUnit XML
   bool budget_given = false;  // --budget appeared (an empty value is an error, not "absent")
   bool schemes_given = false;
   bool no_engine = false;
@@ -668,6 +670,7 @@ bool run_candidates(const ValidateOptions& o, const fs::path& policies, const fs
     }
   }
   golden::write_index(o.out);
+  if (!o.junit.empty()) golden::write_junit(o.junit, o.out, "qparity validate");
   for (const auto& f : failed)
     std::cerr << "qparity validate: FAIL " << f << "\n";
   return failed.empty();
@@ -753,6 +756,7 @@ bool run(const ValidateOptions& given) {
     }
   golden::load_policy(policies / "bf16.json");
   check_output_dir(o.out);
+  if (!o.junit.empty()) golden::check_junit_target(o.junit);
   const fs::path work = fs::path(o.out) / ".work";
   fs::create_directories(work);
   // The work directory goes on every exit, Ctrl-C included, unless --keep-work.
@@ -806,6 +810,7 @@ bool run(const ValidateOptions& given) {
     for (auto& f : v.run_target(t, work))
       failed.push_back(std::move(f));
   golden::write_index(o.out);
+  if (!o.junit.empty()) golden::write_junit(o.junit, o.out, "qparity validate");
   std::cerr << "qparity validate: reports in " << o.out << " (index.md, index.html), "
             << static_cast<int64_t>(seconds_since(t0)) << " s\n";
   for (const auto& f : failed)
@@ -871,6 +876,10 @@ void add_validate_command(CLI::App& app, int& rc) {
       ->capture_default_str();
   add_memory_budget_option(cmd, o->memory_budget);
   cmd->add_flag("--keep-work", o->keep_work, "keep quantized checkpoints and goldens in .work/");
+  cmd->add_option("--junit", o->junit,
+                  "also write the report root's rows (this run's and any earlier ones there) as "
+                  "JUnit XML to this file: FAIL rows are failures, NOT JUDGED and skipped schemes "
+                  "skipped (replaces only a JUnit file qparity wrote)");
   cmd->add_flag("--no-engine", o->no_engine, "skip the engine-vs-reference rows on a GPU machine");
   cmd->add_option("--candidate", o->candidates,
                   "another engine's dump of --model (python -m qparity_dump ...): adds its engine "
