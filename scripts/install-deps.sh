@@ -7,11 +7,12 @@ set -euo pipefail
 
 required=(cmake make g++ pkg-config libhdf5-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libpcre2-dev unicode-data bzip2 python3 python3-numpy
-          python3-h5py ccache)
+          python3-h5py python3-pytest ccache)
 # libpcre2-dev: the tokenizer's Unicode pre-tokenizer regexes (core/text); unicode-data (+ bzip2
 # for its conformance test) and python3: the NFC tables, generated at configure time from it.
 # python3-numpy and python3-h5py run the Python package's tests (python/tests) and write the
-# candidates the C++ round-trip test reads. ccache: the build compiles through it
+# candidates the C++ round-trip test reads; python3-pytest runs the pytest plugin's example tests
+# (python/examples). ccache: the build compiles through it
 # (cmake/Ccache.cmake), so a second build on the same machine, in any clone, compiles nothing. hdf5-tools (h5dump) is used by golden-file tests;
 # clang + libclang-rt-dev build the libFuzzer targets (QPARITY_FUZZ=ON). Missing optional
 # packages are installed where apt can reach them.
