@@ -57,3 +57,20 @@ install(FILES ${PROJECT_BINARY_DIR}/qparityConfig.cmake
               ${PROJECT_SOURCE_DIR}/cmake/qparityAccuracyTests.cmake
               ${PROJECT_SOURCE_DIR}/cmake/qparity_accuracy_test.cmake
         DESTINATION ${QPARITY_INSTALL_CMAKEDIR})
+
+# A Debian package of the same tree: `cpack -G DEB` in the build directory (stripped binaries,
+# installed under /usr). The -dev packages are dependencies because a downstream project links
+# the static golden library against them (their .so symlinks, nlohmann-json's headers).
+set(CPACK_PACKAGE_NAME qparity)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "numerical-truth toolkit for quantized LLM inference: fp64 reference, golden dumps, judge")
+set(CPACK_PACKAGE_CONTACT "qparity developers")
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS
+    "libhdf5-dev, libpcre2-dev, nlohmann-json3-dev, libgomp1, libstdc++6")
+include(CPack)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -179,6 +180,8 @@ void write_dataset(hid_t parent, const std::string& name, const std::vector<hsiz
   const Hid space = check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                           H5Sclose, where, "cannot create dataspace for " + name);
   const Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  // No object timestamps: the same golden written twice is the same bytes (golden merge).
+  check(H5Pset_obj_track_times(dcpl.get(), 0), where, "cannot untime " + name);
   hsize_t total = 1;
   for (hsize_t d : dims)
     total *= d;
@@ -298,7 +301,15 @@ const std::vector<MetaStringField>& meta_string_fields() {
 }
 
 std::string utc_now_iso8601() {
-  const std::time_t t = std::time(nullptr);
+  // SOURCE_DATE_EPOCH (reproducible-builds.org): a fixed time, so that runs are byte-identical.
+  std::time_t t = std::time(nullptr);
+  if (const char* e = std::getenv("SOURCE_DATE_EPOCH"); e && *e) {
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    if (*end != '\0' || v < 0)
+      throw Error("SOURCE_DATE_EPOCH", std::string("'") + e + "' is not a non-negative integer");
+    t = static_cast<std::time_t>(v);
+  }
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
@@ -384,6 +395,15 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
       throw Error(where, "points/" + p.name + " " + rows_note(p.values.rows, n));
   }
   if (!g.images.empty()) check_golden_images(g.images, g.sequences, where);
+  if (g.meta.shard_count > 0) {
+    const GoldenMeta& m = g.meta;
+    if (m.shard_index < 0 || m.shard_index >= m.shard_count || m.shard_total < 1 ||
+        g.sequences != (m.shard_total - m.shard_index + m.shard_count - 1) / m.shard_count)
+      throw Error(where, "shard " + std::to_string(m.shard_index) + "/" +
+                             std::to_string(m.shard_count) + " of " +
+                             std::to_string(m.shard_total) + " sequences cannot hold " +
+                             std::to_string(g.sequences));
+  }
 
   // Build the file in memory, then land it atomically.
   const Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -395,6 +415,8 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
     const Hid file = check(H5Fcreate("golden-in-memory.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                            H5Fclose, where, "cannot create the HDF5 file");
     const hid_t f = file.get();
+    const Hid gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+    check(H5Pset_obj_track_times(gcpl.get(), 0), where, "cannot untime the groups");
     const GoldenMeta& m = g.meta;
     write_scalar_attr<int32_t>(f, "schema_version", H5T_STD_I32LE, kSchemaVersion, where);
     for (const auto& [name, field] : meta_string_fields())
@@ -414,16 +436,21 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
       write_string_array_attr(f, "absent_points", entries, where);
     }
     write_scalar_attr<uint64_t>(f, "seed", H5T_STD_U64LE, m.seed, where);
+    if (m.shard_count > 0) {
+      write_string_attr(f, "shard",
+                        std::to_string(m.shard_index) + "/" + std::to_string(m.shard_count), where);
+      write_scalar_attr<int64_t>(f, "shard_sequences", H5T_STD_I64LE, m.shard_total, where);
+    }
 
     const auto s = static_cast<hsize_t>(g.sequences), t = static_cast<hsize_t>(g.seq_len);
-    const Hid inputs = check(H5Gcreate2(f, "inputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    const Hid inputs = check(H5Gcreate2(f, "inputs", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                              H5Gclose, where, "cannot create group inputs");
     write_dataset(inputs.get(), "tokens", {s, t}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.tokens.data(),
                   where);
     write_dataset(inputs.get(), "targets", {s, t}, H5T_STD_I64LE, H5T_NATIVE_INT64,
                   g.targets.data(), where);
 
-    const Hid points = check(H5Gcreate2(f, "points", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    const Hid points = check(H5Gcreate2(f, "points", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                              H5Gclose, where, "cannot create group points");
     const hid_t point_type =
         m.point_precision == PointPrecision::kF32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
@@ -436,7 +463,7 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
       write_scalar_attr<int64_t>(ds.get(), "order", H5T_STD_I64LE, static_cast<int64_t>(i), where);
     }
 
-    const Hid outputs = check(H5Gcreate2(f, "outputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    const Hid outputs = check(H5Gcreate2(f, "outputs", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                               H5Gclose, where, "cannot create group outputs");
     write_dataset(outputs.get(), "logits",
                   {static_cast<hsize_t>(g.logits.rows), static_cast<hsize_t>(g.logits.cols)},
@@ -450,18 +477,18 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
 
     if (!g.images.empty()) {
       const GoldenImages& im = g.images;
-      const Hid ig = check(H5Gcreate2(f, "images", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+      const Hid ig = check(H5Gcreate2(f, "images", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
                            where, "cannot create group images");
-      const auto n = static_cast<hsize_t>(im.images());
+      const auto images = static_cast<hsize_t>(im.images());
       auto matrix = [&](const std::string& name, const Array2D& a) {
         write_dataset(ig.get(), name, {static_cast<hsize_t>(a.rows), static_cast<hsize_t>(a.cols)},
                       H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, a.data.data(), where);
       };
       matrix("pixel_values", im.pixels);
-      write_dataset(ig.get(), "image_grid_thw", {n, 3}, H5T_STD_I64LE, H5T_NATIVE_INT64,
+      write_dataset(ig.get(), "image_grid_thw", {images, 3}, H5T_STD_I64LE, H5T_NATIVE_INT64,
                     im.grid_thw.data(), where);
-      write_dataset(ig.get(), "sequence", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, im.sequence.data(),
-                    where);
+      write_dataset(ig.get(), "sequence", {images}, H5T_STD_I64LE, H5T_NATIVE_INT64,
+                    im.sequence.data(), where);
       matrix("embeds", im.embeds);
       for (size_t j = 0; j < im.deepstack.size(); ++j)
         matrix("deepstack." + std::to_string(j), im.deepstack[j]);
@@ -471,7 +498,7 @@ void write_golden(const fs::path& path, const Golden& g, OverwritePolicy policy)
     }
 
     if (!g.activation_stats.empty()) {
-      const Hid qs = check(H5Gcreate2(f, "quant_stats", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      const Hid qs = check(H5Gcreate2(f, "quant_stats", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                            H5Gclose, where, "cannot create group quant_stats");
       for (size_t i = 0; i < g.activation_stats.size(); ++i) {
         const auto& a = g.activation_stats[i];
@@ -544,6 +571,23 @@ GoldenReader GoldenReader::open(const fs::path& path) {
   m.point_precision = pd == "float32" ? PointPrecision::kF32 : PointPrecision::kF64;
   m.seed = read_scalar_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, where);
   if (H5Aexists(f, "model_dtype") > 0) m.model_dtype = read_string_attr(f, "model_dtype", where);
+  if (H5Aexists(f, "shard") > 0) {
+    const std::string sh = read_string_attr(f, "shard", where);
+    const size_t slash = sh.find('/');
+    try {
+      if (slash == std::string::npos) throw std::invalid_argument(sh);
+      size_t used = 0;
+      m.shard_index = std::stoll(sh.substr(0, slash), &used);
+      if (used != slash) throw std::invalid_argument(sh);
+      m.shard_count = std::stoll(sh.substr(slash + 1), &used);
+      if (used != sh.size() - slash - 1) throw std::invalid_argument(sh);
+    } catch (const std::exception&) {
+      throw Error(where, "attribute 'shard' = '" + sh + "' (I/N)");
+    }
+    if (m.shard_count < 1 || m.shard_index < 0 || m.shard_index >= m.shard_count)
+      throw Error(where, "attribute 'shard' = '" + sh + "': needs 0 <= I < N");
+    m.shard_total = read_scalar_attr<int64_t>(f, "shard_sequences", H5T_NATIVE_INT64, where);
+  }
   if (H5Aexists(f, "absent_points") > 0)
     for (const auto& e : read_string_array_attr(f, "absent_points", where))
       m.absent_points.push_back(parse_absent_point(e, where));

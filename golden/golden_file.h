@@ -72,6 +72,10 @@ struct GoldenMeta {
   // The checkpoint's model dtype ("F32", "BF16", "F16"; optional attribute `model_dtype`, empty
   // when a writer does not say): "bf16" as a scheme id means "unquantized", whatever it holds.
   std::string model_dtype;
+  // A shard of a larger run (golden make --shard I/N): sequences I, I+N, I+2N, ... of a run of
+  // shard_total sequences (optional attributes `shard` = "I/N" and `shard_sequences`);
+  // shard_count 0: a whole run. golden merge assembles the shards (golden/shard.h).
+  int64_t shard_index = 0, shard_count = 0, shard_total = 0;
   // Points the producer declares it cannot expose (optional attribute `absent_points`).
   std::vector<AbsentPoint> absent_points;
 };

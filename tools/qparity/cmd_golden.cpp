@@ -7,12 +7,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "core/memory_budget.h"
 #include "golden/reference_run.h"
+#include "golden/shard.h"
 #include "reference_cpu/models/model_loader.h"
 #include "tools/qparity/cli_support.h"
 
@@ -27,7 +29,7 @@ constexpr uint64_t kAutoCaptureLimit = uint64_t{1} << 30;
 struct MakeOptions {
   TextInput text;
   std::string model, scheme, dialect = "ideal", mode = "exact", tokens, token_ids, out,
-                             capture = "auto", run_dtype, memory_budget, pixels;
+                             capture = "auto", run_dtype, memory_budget, pixels, shard;
   int64_t synthetic = 0, seq_len = 0;
   uint64_t seed = 1;
   int tp = 1;
@@ -74,17 +76,55 @@ void make(const MakeOptions& o) {
   }
   check_capture_globs(ro.capture,
                       model_capture_points(cfg, true));  // a quantized cache adds its points
+  // --shard I/N: sequences I, I+N, ... of the run (--capture auto was decided on the whole run,
+  // so every shard captures what the whole run would).
+  golden::ShardSpec shard;
+  const int64_t total = in.sequences;
+  if (!o.shard.empty()) {
+    shard = golden::parse_shard(o.shard, "--shard");
+    if (!in.pixels.grids.empty())
+      throw UsageError("--shard", "image prompts (--pixels) are not sharded yet");
+    const std::vector<int64_t> seqs = golden::shard_sequences(shard, total);
+    if (seqs.empty())
+      throw UsageError("--shard " + o.shard, "holds no sequence: the run has " +
+                                                 std::to_string(total) + " (use at most " +
+                                                 std::to_string(total) + " shards)");
+    std::vector<int64_t> tokens;
+    for (int64_t q : seqs)
+      tokens.insert(tokens.end(), in.tokens.begin() + q * in.seq_len,
+                    in.tokens.begin() + (q + 1) * in.seq_len);
+    in.tokens = std::move(tokens);
+    in.sequences = static_cast<int64_t>(seqs.size());
+    std::cerr << "qparity golden: shard " << o.shard << ": sequences " << shard.index << ", "
+              << shard.index + shard.count << ", ... (" << in.sequences << " of " << total << ")\n";
+  }
   std::cerr << "qparity golden: " << in.sequences << " sequence(s) of " << in.seq_len << " tokens";
   if (!in.pixels.grids.empty()) std::cerr << " with " << in.pixels.grids.size() << " image(s)";
   std::cerr << " through " << o.model << "\n";
   golden::Golden g = golden::run_reference(o.model, in, ro, &std::cerr);
   g.meta.producer_version = QPARITY_VERSION;
+  if (!o.shard.empty()) {
+    g.meta.shard_index = shard.index;
+    g.meta.shard_count = shard.count;
+    g.meta.shard_total = total;
+  }
   golden::write_golden(o.out, g, o.force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
   std::cerr << "qparity golden: " << g.points.size() << " capture points, logits [" << g.logits.rows
             << ", " << g.logits.cols << "], scheme " << g.meta.scheme << ", dialect "
             << g.meta.dialect << ", mode " << g.meta.precision_mode << " -> " << o.out << " ("
             << format_bytes(fs::file_size(o.out)) << "; peak resident "
             << format_bytes(peak_resident_bytes()) << ")\n";
+}
+
+void merge(const std::string& out, const std::vector<std::string>& files, bool force) {
+  check_output_file(out, force);
+  std::vector<golden::Golden> shards;
+  for (const auto& f : files)
+    shards.push_back(golden::GoldenReader::open(f).read_all());
+  const golden::Golden g = golden::merge_shards(std::move(shards), files);
+  golden::write_golden(out, g, force ? OverwritePolicy::kReplace : OverwritePolicy::kRefuse);
+  std::cerr << "qparity golden: merged " << files.size() << " shards into " << g.sequences
+            << " sequences of " << g.seq_len << " tokens -> " << out << "\n";
 }
 
 void info(const std::string& file, bool json) {
@@ -102,6 +142,9 @@ void info(const std::string& file, bool json) {
     j["sequences"] = r.sequences();
     j["seq_len"] = r.seq_len();
     j["points"] = r.point_names();
+    if (m.shard_count > 0)
+      j["shard"] = {
+          {"index", m.shard_index}, {"count", m.shard_count}, {"sequences", m.shard_total}};
     if (r.has_images()) j["images"] = r.images().images();
     j["sequence_nll"] = nll;
     j["sequence_ppl"] = ppl;
@@ -121,6 +164,9 @@ void info(const std::string& file, bool json) {
             << m.input_set << ")\n"
             << "  points     " << r.point_names().size() << " ("
             << golden::to_string(m.point_precision) << ")\n";
+  if (m.shard_count > 0)
+    std::cout << "  shard      " << m.shard_index << "/" << m.shard_count << " of a run of "
+              << m.shard_total << " sequences (golden merge assembles the run)\n";
   if (r.has_images()) {
     const golden::GoldenImages im = r.images();
     std::cout << "  images     " << im.images() << " (" << im.pixels.rows << " patches, "
@@ -178,8 +224,23 @@ void add_golden_command(CLI::App& app, int& rc) {
   add_memory_budget_option(mk, o->memory_budget);
   mk->add_option("--out", o->out, "golden .h5 file to write")->required();
   mk->add_flag("--force", o->force, "replace an existing golden file");
+  mk->add_option("--shard", o->shard,
+                 "I/N: compute only sequences I, I+N, I+2N, ... of the run (one task of a job "
+                 "array); golden merge assembles the shards into the whole run's golden");
   mk->callback([o, &rc] {
     make(*o);
+    rc = 0;
+  });
+  auto merge_out = std::make_shared<std::string>();
+  auto merge_files = std::make_shared<std::vector<std::string>>();
+  auto merge_force = std::make_shared<bool>(false);
+  auto* mg = golden->add_subcommand(
+      "merge", "Assemble the shards of golden make --shard into the whole run's golden");
+  mg->add_option("shards", *merge_files, "the shards' .h5 files, all N of them")->required();
+  mg->add_option("--out", *merge_out, "golden .h5 file to write")->required();
+  mg->add_flag("--force", *merge_force, "replace an existing golden file");
+  mg->callback([merge_out, merge_files, merge_force, &rc] {
+    merge(*merge_out, *merge_files, *merge_force);
     rc = 0;
   });
   auto file = std::make_shared<std::string>();
