@@ -85,7 +85,7 @@ void Fp8GemmRuntime::prepare_blas(const std::vector<float>& grid,
     if (__bfloat162float(bias16.back()) != v) return;
   }
   const int64_t b_cols = (k + b_block_cols - 1) / b_block_cols;
-  std::vector<float> layout;
+  std::vector<float> layout, outer;
   const int64_t groups = (k + 127) / 128;
   if (ws.scale_cols == 1 && b_cols == 1) {
     // A scale per token and one per row (the grid's row scale repeated over its block of rows),
@@ -94,6 +94,8 @@ void Fp8GemmRuntime::prepare_blas(const std::vector<float>& grid,
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t r = 0; r < n; ++r)
         layout.push_back(grid[static_cast<size_t>(r / b_block_rows)]);
+    for (int64_t r = 0; r < n; ++r)
+      outer.push_back(grid[static_cast<size_t>(r / b_block_rows)]);
     ws.group_major_cols = groups;
   } else if (quant.mode == Fp8ActMode::kDynamicGroup && quant.group == 128 && b_block_cols == 128 &&
              (b_block_rows == 128 || b_block_rows == 1) && rows_share_blocks(grid, n, b_cols)) {
@@ -111,6 +113,7 @@ void Fp8GemmRuntime::prepare_blas(const std::vector<float>& grid,
   }
   ws.padded_output = true;
   blas_scales = DeviceBuffer<float>(layout);
+  if (!outer.empty()) blas_outer_scales = DeviceBuffer<float>(outer);
   if (!bias16.empty()) blas_bias = DeviceBuffer<__nv_bfloat16>(bias16);
   fp8_blas_prepare();
 }
@@ -226,14 +229,15 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
     b.a = base;
     b.a_scales = q.scales;
     b.b = codes.get();
-    b.b_scales = blas_scales.get();
+    b.scales = blas_mode(rows);
+    const bool outer = b.scales == Fp8BlasScales::kOuterVector;
+    b.b_scales = outer ? blas_outer_scales.get() : blas_scales.get();
     b.bias = blas_bias.get();
     b.alpha = alpha;
     b.y = rows == t ? y : ActivationWorkspace::at<__nv_bfloat16>(workspace, ws.output_offset(rows));
     b.m = rows;
     b.n = n;
     b.k = k;
-    b.scales = *blas;
     const auto zero = [&](void* p, size_t bytes) {
       QPARITY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
     };
@@ -241,7 +245,8 @@ void Fp8GemmRuntime::apply(const std::string& name, const __nv_bfloat16* x, __nv
       zero(base + t * k, static_cast<size_t>((rows - t) * k));
       zero(q.scales + t * ws.scale_cols, static_cast<size_t>((rows - t) * ws.scale_cols) * 4);
     }
-    if (ws.group_major_cols > 0) {
+    // Outer vectors read the per-token scales as the quantizer writes them, [rows].
+    if (ws.group_major_cols > 0 && !outer) {
       q.scales_group_major = ActivationWorkspace::at<float>(workspace, ws.group_major_offset(rows));
       q.group_major_rows = rows;
       q.group_major_repeat = ws.scale_cols == 1 ? ws.group_major_cols : 1;

@@ -58,6 +58,16 @@ struct Fp8GemmRuntime {
   std::optional<Fp8BlasScales> blas;
   DeviceBuffer<float> blas_scales;
   DeviceBuffer<__nv_bfloat16> blas_bias;
+  // Per-row scales also as cuBLASLt's outer vectors ([n]): from kOuterVectorFrom tokens that
+  // mode is the faster one (bench_quant_linears, H200: per-128-column 1.47-1.94x cuBLASLt bf16 at
+  // M <= 64 but 0.90-1.36x from M = 256, where outer vectors give 1.25-1.87x).
+  static constexpr int64_t kOuterVectorFrom = 256;
+  DeviceBuffer<float> blas_outer_scales;
+  // The scaling mode a batch of `rows` (padded) tokens runs in.
+  Fp8BlasScales blas_mode(int64_t rows) const {
+    return *blas == Fp8BlasScales::kRow128 && rows >= kOuterVectorFrom ? Fp8BlasScales::kOuterVector
+                                                                       : *blas;
+  }
 
   // A processed weight [n, k]: its element values as e4m3fn bytes (each must be one: e4m3fn
   // codes, or e2m1 values, which are e4m3fn values), its scale grid and bias as fp32 (exact), the
@@ -85,7 +95,7 @@ struct Fp8GemmRuntime {
   bool rows_share_blocks(const std::vector<float>& grid, int64_t n, int64_t cols) const;
   size_t device_bytes() const {
     return codes.bytes() + scales.bytes() + scale_bytes.bytes() + bias.bytes() +
-           blas_scales.bytes() + blas_bias.bytes();
+           blas_scales.bytes() + blas_bias.bytes() + blas_outer_scales.bytes();
   }
 };
 

@@ -315,10 +315,16 @@ TEST_F(GpuQuantLinears, Fp8TensorCoresTakeEveryTokenCount) {
         << "the fp8 tensor cores are opt-in";
     EXPECT_EQ(*f->runtime().blas, c.scheme == "fp8-block" ? gpu::Fp8BlasScales::kBlock128
                                                           : gpu::Fp8BlasScales::kRow128);
+    // Per-row scales: per-128-column vectors below 256 (padded) tokens, outer vectors from it
+    // (t = 253 is the first to pad to 256); both modes are judged below.
+    if (c.scheme != "fp8-block") {
+      EXPECT_EQ(f->runtime().blas_mode(252), gpu::Fp8BlasScales::kRow128);
+      EXPECT_EQ(f->runtime().blas_mode(256), gpu::Fp8BlasScales::kOuterVector);
+    }
     std::vector<Bf16> all;
     const Matrix xall = test::random_bf16(rng, 4096, c.k, 1.0, all);
     double worst = 0, worst_flips = 0;
-    for (const int64_t t : {1, 3, 15, 16, 17, 19, 64, 127, 255, 1031, 4096}) {
+    for (const int64_t t : {1, 3, 15, 16, 17, 19, 64, 127, 252, 253, 255, 1031, 4096}) {
       const std::vector<Bf16> hx(all.begin(), all.begin() + t * c.k);
       Matrix x(t, c.k);
       std::copy(xall.data.begin(), xall.data.begin() + t * c.k, x.data.begin());
