@@ -621,6 +621,20 @@ GoldenReader GoldenReader::open(const fs::path& path) {
   read_ints("inputs/tokens", r.tokens_);
   if (s != r.sequences_ || t != r.seq_len_)
     throw Error(where, "inputs/tokens and inputs/targets differ in shape");
+  // Targets index the logits' columns: checked here, where the file is named, rather than
+  // deep inside a comparison (compare_logits would name only a row).
+  {
+    const Hid ds = check(H5Dopen2(f, "outputs/logits", H5P_DEFAULT), H5Dclose, where,
+                         "cannot open outputs/logits");
+    const auto dims = dataset_dims(ds.get(), where + ":outputs/logits");
+    if (dims.size() != 2) throw Error(where + ":outputs/logits", "must be 2-D [S*T, vocab]");
+    const auto vocab = static_cast<int64_t>(dims[1]);
+    for (size_t i = 0; i < r.targets_.size(); ++i)
+      if (r.targets_[i] < -1 || r.targets_[i] >= vocab)
+        throw Error(where, "inputs/targets holds " + std::to_string(r.targets_[i]) + " at row " +
+                               std::to_string(i) + ", outside [-1, vocab " + std::to_string(vocab) +
+                               ") of outputs/logits");
+  }
 
   // Capture points, sorted by their execution order.
   const Hid points =

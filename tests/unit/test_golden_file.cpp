@@ -231,6 +231,20 @@ TEST(GoldenFile, ReaderRefusesWhatTheSchemaForbids) {
   EXPECT_THAT(error_of([&] { GoldenReader::open(p).point("embed"); }),
               HasSubstr("points/embed: must be floating point"));
 
+  // A target outside the logits' vocabulary is named with the file at open (compare used to
+  // stop in compare_logits naming only the row).
+  write_golden(p, sample(), OverwritePolicy::kReplace);
+  {
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t ds = H5Dopen2(f, "inputs/targets", H5P_DEFAULT);
+    const int64_t targets[6] = {1, 4, -1, 2, 99, -1};
+    H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, targets);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(error_of([&] { GoldenReader::open(p); }),
+              HasSubstr("bad.h5: inputs/targets holds 99 at row 4, outside [-1, vocab 7)"));
+
   const fs::path fifo = temp_file("fifo.h5");
   fs::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
