@@ -125,7 +125,7 @@ TEST(GoldenShard, ShardsInAnyOrderMergeIntoTheWholeRunByteForByte) {
                               {"layers.0.attn.o_proj", 0, 0, 0, 0}};
     for (int64_t k = 0; k < n; ++k)
       for (size_t a = 0; a < 2; ++a) {
-        const auto& st = shard_of(whole, k, n).activation_stats[a];
+        const ActivationCodeStats st = shard_of(whole, k, n).activation_stats[a];
         whole.activation_stats[a].codes += st.codes;
         whole.activation_stats[a].saturated += st.saturated;
         whole.activation_stats[a].scales += st.scales;
