@@ -256,6 +256,12 @@ CompareReport compare_goldens(const GoldenReader& g, const GoldenReader& c,
       r.router.push_back({name, f});
     }
     p.verdict = judge_point(gates, name, p.stats);
+    // How large a one-slice error this point's gate would have caught (layer-local runs, whose
+    // points are judged; plain float points only).
+    if (section && r.point_gates_judge && !ids && !exact && shows_detection_limit(name)) {
+      auto limits = detection_limits(gates, name, a.data, b.data, a.rows, a.cols, 0);
+      r.detection_limits.insert(r.detection_limits.end(), limits.begin(), limits.end());
+    }
     for (const auto& f : nonfinite_failures(p.stats))
       r.nonfinite.push_back("points/" + name + ": " + f);
     if (r.first_nonfinite < 0 && !nonfinite_failures(p.stats).empty())
@@ -444,6 +450,12 @@ Json to_json(const CompareReport& r) {
   const auto point_name = [&](int64_t i) {
     return i >= 0 ? Json(r.points[static_cast<size_t>(i)].name) : Json(nullptr);
   };
+  Json limits = Json::array();
+  for (const DetectionLimit& d : r.detection_limits)
+    limits.push_back({{"point", d.point},
+                      {"slice", to_string(d.shape)},
+                      {"index", d.index},
+                      {"smallest_caught", d.smallest ? json_number(*d.smallest) : Json(nullptr)}});
   return {{"golden", {{"file", r.golden_file}, {"meta", meta_json(r.golden)}}},
           {"candidate", {{"file", r.candidate_file}, {"meta", meta_json(r.candidate)}}},
           {"policy",
@@ -458,6 +470,7 @@ Json to_json(const CompareReport& r) {
           {"nonfinite", r.nonfinite},
           {"first_failing_point", point_name(r.first_failing)},
           {"first_nonfinite_point", point_name(r.first_nonfinite)},
+          {"detection_limits", limits},
           {"missing_in_candidate", r.missing_in_candidate},
           {"missing_failures", r.missing_failures},
           {"declared_absent", declared_absent_json(r)},

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "golden/detection_limit.h"
 #include "golden/golden_file.h"
 #include "golden/metrics.h"
 #include "golden/policy.h"
@@ -86,6 +87,9 @@ struct CompareReport {
   // Every NaN/Inf finding, one line each ("points/layers.3.mlp.out: 4 NaN / 0 Inf in the
   // candidate ..."); any of them fails the comparison.
   std::vector<std::string> nonfinite;
+  // The point gates' detection limits, measured on this candidate (detection_limit.h): the
+  // first layer's main points, layer-local runs only.
+  std::vector<DetectionLimit> detection_limits;
   Judgement verdict = Judgement::kNotJudged;
   bool pass = false;                  // verdict == kPass
   std::vector<std::string> failures;  // why the verdict is FAIL, one line each

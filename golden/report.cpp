@@ -501,6 +501,19 @@ std::string render_markdown(const Json& rep) {
       << fmt(num(p["sqnr_db"]), "%.1f") << " | " << (bad ? std::to_string(bad) : "-") << " | "
       << verdict << " |\n";
   }
+  if (c.contains("detection_limits") && !c["detection_limits"].empty()) {
+    o << "\n## Detection limit: what this run's gates exclude\n\nAn error planted on this "
+         "candidate's own values, confined to one slice of a point (the slice times 1 + e), "
+         "fails the point's gate from the size below on (grid 2^-14 .. 2^2 in half octaves). A "
+         "PASS here excludes a fault of that size or larger on such a slice; a smaller one may "
+         "pass.\n\n| point | slice (index) | smallest relative error caught |\n|---|---|---|\n";
+    for (const auto& d : c["detection_limits"])
+      o << "| " << d["point"].get<std::string>() << " | " << d["slice"].get<std::string>() << " ("
+        << d["index"] << ") | "
+        << (d["smallest_caught"].is_null() ? std::string("not caught up to 4 (400 %)")
+                                           : fmt(num(d["smallest_caught"]), "%.3g"))
+        << " |\n";
+  }
   if (c.contains("missing_in_candidate") && !c["missing_in_candidate"].empty()) {
     o << "\nMissing in the candidate:";
     for (const auto& m : c["missing_in_candidate"])
