@@ -25,7 +25,8 @@ RULES = [
     (r"^reference_cpu/", ["core/", "schemes/", "reference_cpu/"]),
     (r"^gpu_engine/", ["core/", "schemes/", "gpu_engine/"]),
     # The golden producers run an engine; the judge (compare, policy, bisect's tables) does not.
-    (r"^golden/(reference_run|layer_rerun)\.", ["core/", "schemes/", "reference_cpu/", "golden/"]),
+    (r"^golden/(reference_run|layer_rerun|reference_candidate|judge_matrix)\.",
+     ["core/", "schemes/", "reference_cpu/", "golden/"]),
     (r"^golden/engine_golden\.", ["core/", "schemes/", "reference_cpu/", "gpu_engine/", "golden/"]),
     (r"^golden/", ["core/", "schemes/description/", "golden/"]),
     (r"^fixtures/", ["core/", "schemes/", "reference_cpu/", "fixtures/"]),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include "core/capture/capture_points.h"
 
 #include "core/codecs/float_format.h"
@@ -10,6 +11,7 @@
 #include "reference_cpu/layers/attention.h"
 #include "reference_cpu/layers/moe_router.h"
 #include "reference_cpu/layers/rms_norm.h"
+#include "reference_cpu/models/deviant_arithmetic.h"
 #include "schemes/math/numeric.h"
 #include "schemes/method/tensor_decode.h"
 
@@ -36,6 +38,31 @@ void append_rows(Matrix& cache, const Matrix& x) {
   if (cache.rows == 0) cache.cols = x.cols;
   cache.data.insert(cache.data.end(), x.data.begin(), x.data.end());
   cache.rows += x.rows;
+}
+
+bool is_finite(double v) {
+  return std::isfinite(v);
+}
+
+bool finite_row(const Matrix& x, int64_t t) {
+  return std::all_of(x.row(t).begin(), x.row(t).end(), is_finite);
+}
+
+// f over x's finite rows; every row with a NaN / Inf comes out as a NaN row of out_cols.
+template <class F>
+Matrix through_finite_rows(const Matrix& x, int64_t out_cols, F f) {
+  std::vector<int64_t> finite;
+  for (int64_t t = 0; t < x.rows; ++t)
+    if (finite_row(x, t)) finite.push_back(t);
+  if (static_cast<int64_t>(finite.size()) == x.rows) return f(x);
+  Matrix y(x.rows, out_cols);
+  std::fill(y.data.begin(), y.data.end(), std::numeric_limits<double>::quiet_NaN());
+  if (finite.empty()) return y;
+  const Matrix part = f(rows_of(x, finite));
+  for (size_t i = 0; i < finite.size(); ++i)
+    std::copy_n(part.data.begin() + static_cast<int64_t>(i) * out_cols, out_cols,
+                y.data.begin() + finite[i] * out_cols);
+  return y;
 }
 
 void add_in_place(Matrix& a, const Matrix& b) {
@@ -121,13 +148,137 @@ Matrix CausalLm::embed(std::span<const int64_t> tokens) const {
   return x;
 }
 
-Matrix CausalLm::norm(const Matrix& x, const NormWeights& w) const {
-  return rms_norm(x, w.weight, cfg_.rms_norm_eps, w.bias);
+void CausalLm::set_deviation(Deviation d) {
+  using K = DeviationKind;
+  const std::string name = to_string(d);
+  if (d.any() && deviation_info(d.kind).layer_scoped && (d.layer < 0 || d.layer >= cfg_.num_layers))
+    throw Error("deviation " + name,
+                "the model has " + std::to_string(cfg_.num_layers) + " decoder layers");
+  const bool legit = d.any() && deviation_info(d.kind).expect == DeviationExpectation::kPass;
+  if (d.kind == K::kExactArithmetic && mode_ != PrecisionMode::kExact)
+    throw Error("deviation " + name, "needs a model loaded in exact mode");
+  if (d.kind == K::kFp32Activations &&
+      (mode_ != PrecisionMode::kEmulate || run_dtype_ != DType::kF32))
+    throw Error("deviation " + name, "needs a model loaded in emulate mode with run dtype F32");
+  if (legit && d.kind != K::kExactArithmetic && d.kind != K::kFp32Activations &&
+      mode_ != PrecisionMode::kEmulate)
+    throw Error("deviation " + name, "is a choice of rounding points: emulate mode only");
+  deviation_ = d;
+  *deviation_hits_ = 0;
+  deviant_rope_.reset();
+  if (d.kind == K::kRotaryBaseOff) {
+    ModelConfig off = cfg_;
+    off.rope_theta *= 1.01;
+    deviant_rope_.emplace(off);
+  }
+  // Whole-model choices apply by construction.
+  if (d.kind == K::kExactArithmetic || d.kind == K::kFp32Activations) hit();
+}
+
+bool CausalLm::deviates(DeviationKind k, int64_t layer) const {
+  if (deviation_.kind != k) return false;
+  return !deviation_info(k).layer_scoped || layer == deviation_.layer;
+}
+
+Arith CausalLm::stored_arith() const {
+  return mode_ == PrecisionMode::kEmulate ? arith_of(run_dtype_, "run dtype") : Arith::kFp64;
+}
+
+Matrix CausalLm::norm(const Matrix& x, const NormWeights& w, int64_t input_norm_of) const {
+  double eps = cfg_.rms_norm_eps;
+  if (deviates(DeviationKind::kNormEpsTenfold)) {
+    eps *= 10.0;
+    hit();
+  }
+  if (input_norm_of >= 0 && deviates(DeviationKind::kNormInStorageDtype, input_norm_of)) {
+    hit();
+    return rms_norm_in(
+        x, w.weight, eps, w.bias,
+        run_dtype_ == DType::kF64 ? Arith::kBf16 : arith_of(run_dtype_, "run dtype"));
+  }
+  if (deviates(DeviationKind::kNormTwoRoundings)) {
+    hit();
+    return rms_norm_two_roundings(x, w.weight, eps, w.bias, stored_arith());
+  }
+  return rms_norm(x, w.weight, eps, w.bias);
+}
+
+Matrix CausalLm::dense_linear(const LinearMethod& m, const Matrix& x, int64_t layer,
+                              bool o_proj) const {
+  const bool bf16 = o_proj && deviates(DeviationKind::kBf16Accumulation, layer);
+  if (bf16 || deviates(DeviationKind::kFp32Accumulation))
+    if (auto y = accumulate_linear(m, x, bf16 ? Arith::kBf16 : Arith::kFp32)) {
+      hit();
+      return std::move(*y);
+    }
+  return apply_linear(m, x);
+}
+
+Matrix CausalLm::apply_linear(const LinearMethod& m, const Matrix& x, int64_t expert) const {
+  if (!deviation_.any()) return m.apply(x, expert);
+  return through_finite_rows(x, m.shape().out_features(),
+                             [&](const Matrix& rows) { return m.apply(rows, expert); });
+}
+
+void CausalLm::rotate(Matrix& x, int64_t heads, const Positions& pos, int64_t layer) const {
+  if (pos.mrope) {
+    rope_.apply_mrope(x, heads, *pos.mrope, mrope_rows_);
+    return;
+  }
+  const Rope* rope = &rope_;
+  if (deviant_rope_) {
+    rope = &*deviant_rope_;
+    hit();
+  }
+  std::vector<int64_t> rotary = pos.rotary;
+  if (deviates(DeviationKind::kPositionOffByOne))
+    for (int64_t& p : rotary)
+      if (p >= 1) {
+        ++p;
+        hit();
+      }
+  if (deviates(DeviationKind::kRotaryPairsInterleaved, layer) && !rope->interleaved()) {
+    hit();
+    rotate_pairs_interleaved(*rope, x, heads, rotary);
+  } else if (deviates(DeviationKind::kRotaryRunDtype) && !rope->interleaved()) {
+    hit();
+    rotate_half_in(*rope, x, heads, rotary, stored_arith());
+  } else {
+    rope->apply(x, heads, rotary);
+  }
+}
+
+Matrix CausalLm::mlp_activation(const Matrix& gu, int64_t layer) const {
+  const bool swapped = deviates(DeviationKind::kGateUpSwapped, layer);
+  const bool rounded = deviates(DeviationKind::kSiluRounded);
+  if (!swapped && !rounded) return silu_and_mul(gu);
+  hit();
+  if (gu.cols % 2 != 0) throw Error("mlp_activation", "gate_up width must be even");
+  const int64_t inter = gu.cols / 2;
+  const Arith a = stored_arith();
+  Matrix y(gu.rows, inter);
+  for (int64_t t = 0; t < gu.rows; ++t)
+    for (int64_t i = 0; i < inter; ++i) {
+      const double g = gu(t, swapped ? inter + i : i), u = gu(t, swapped ? i : inter + i);
+      y(t, i) = rounded ? in(a, in(a, silu(g)) * u) : silu(g) * u;
+    }
+  return y;
+}
+
+void CausalLm::round_residual(Matrix& x) const {
+  if (deviates(DeviationKind::kResidualFp32)) {
+    hit();
+    round_stored(x, true);
+    return;
+  }
+  round_stored(x);
 }
 
 void CausalLm::observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
                              const ForwardHooks& hooks, int64_t expert) const {
   if (!hooks.on_activation_codes) return;
+  // A candidate's NaN rows (output-tile-unwritten) have no codes: the method refuses them.
+  if (deviation_.any() && !std::all_of(x.data.begin(), x.data.end(), is_finite)) return;
   if (const auto q = m.quantize_input(x, expert)) hooks.on_activation_codes(name, *q);
 }
 
@@ -139,7 +290,22 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
     for (const char* p : {".q_proj", ".k_proj", ".v_proj"})
       hooks.on_linear_input(a.prefix + p, h);
   observe_codes(*a.qkv, point_of(lp, point::kQkvProj), h, hooks);
-  Matrix qkv = a.qkv->apply(h);
+  Matrix qkv = dense_linear(*a.qkv, h, l.index, false);
+  if (deviates(DeviationKind::kChannelScaleOff, l.index) && qkv.cols > 3) {
+    hit();
+    for (int64_t t = 0; t < qkv.rows; ++t)
+      qkv(t, 3) *= 1.03;
+  }
+  if (deviates(DeviationKind::kOutputTileUnwritten, l.index) ||
+      deviates(DeviationKind::kOutputTileZero, l.index)) {
+    hit();
+    const double fill = deviation_.kind == DeviationKind::kOutputTileZero
+                            ? 0.0
+                            : std::numeric_limits<double>::quiet_NaN();
+    for (int64_t t = 0; t < std::min<int64_t>(16, qkv.rows); ++t)
+      for (int64_t c = 0; c < std::min<int64_t>(16, qkv.cols); ++c)
+        qkv(t, c) = fill;
+  }
   store(point_of(lp, point::kAttnQkv), qkv, hooks);
   const int64_t qs = cfg_.q_size(), kvs = cfg_.kv_size(), d = cfg_.head_dim;
   const int64_t qp = cfg_.q_proj_size();
@@ -154,21 +320,19 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
           gate(t, hh * d + j) = qkv(t, 2 * hh * d + d + j);
         }
   }
-  if (a.q_norm) {
+  if (a.q_norm && deviates(DeviationKind::kQkNormSkipped, l.index)) {
+    hit();
+    store(point_of(lp, point::kAttnQNorm), q, hooks);
+    store(point_of(lp, point::kAttnKNorm), k, hooks);
+  } else if (a.q_norm) {
     q = rms_norm_heads(q, d, a.q_norm->weight, cfg_.rms_norm_eps);
     store(point_of(lp, point::kAttnQNorm), q, hooks);
     k = rms_norm_heads(k, d, a.k_norm->weight, cfg_.rms_norm_eps);
     store(point_of(lp, point::kAttnKNorm), k, hooks);
   }
-  if (pos.mrope) {
-    rope_.apply_mrope(q, cfg_.num_heads, *pos.mrope, mrope_rows_);
-    store(point_of(lp, point::kAttnRopeQ), q, hooks);
-    rope_.apply_mrope(k, cfg_.num_kv_heads, *pos.mrope, mrope_rows_);
-  } else {
-    rope_.apply(q, cfg_.num_heads, pos.rotary);
-    store(point_of(lp, point::kAttnRopeQ), q, hooks);
-    rope_.apply(k, cfg_.num_kv_heads, pos.rotary);
-  }
+  rotate(q, cfg_.num_heads, pos, l.index);
+  store(point_of(lp, point::kAttnRopeQ), q, hooks);
+  rotate(k, cfg_.num_kv_heads, pos, l.index);
   store(point_of(lp, point::kAttnRopeK), k, hooks);
   if (hooks.on_kv) hooks.on_kv(a.prefix, k, v);
   // Quantize on write, dequantize on read. An unquantized cache holds fp64 in exact mode.
@@ -176,6 +340,20 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
   if (plain && mode_ == PrecisionMode::kExact) {
     append_rows(l.k_cache, k);
     append_rows(l.v_cache, v);
+  } else if (deviation_.any() && (!std::all_of(k.data.begin(), k.data.end(), is_finite) ||
+                                  !std::all_of(v.data.begin(), v.data.end(), is_finite))) {
+    // A candidate's NaN rows (output-tile-unwritten) pass the cache as NaN; the rest round-trip.
+    const auto trip = [&](KvWhich w, const Matrix& x) {
+      return through_finite_rows(x, x.cols,
+                                 [&](const Matrix& r) { return a.kv->round_trip(w, r); });
+    };
+    const Matrix kc = trip(KvWhich::kKey, k), vc = trip(KvWhich::kValue, v);
+    if (!plain && hooks.trace) {
+      hooks.trace->record(point_of(lp, point::kAttnKCache), kc);
+      hooks.trace->record(point_of(lp, point::kAttnVCache), vc);
+    }
+    append_rows(l.k_cache, kc);
+    append_rows(l.v_cache, vc);
   } else {
     const QuantizedMatrix ks = a.kv->store(KvWhich::kKey, k), vs = a.kv->store(KvWhich::kValue, v);
     // A quantized cache's codes are counted like activation codes: a static (calibrated) scale
@@ -194,12 +372,40 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
     append_rows(l.k_cache, kc);
     append_rows(l.v_cache, vc);
   }
+  if (l.k_cache.rows >= 2 && l.k_cache.rows - k.rows <= 1 &&
+      deviates(DeviationKind::kKvSlotOffByOne, l.index)) {
+    hit();
+    std::copy_n(l.k_cache.data.begin(), l.k_cache.cols, l.k_cache.data.begin() + l.k_cache.cols);
+    std::copy_n(l.v_cache.data.begin(), l.v_cache.cols, l.v_cache.data.begin() + l.v_cache.cols);
+  }
   std::vector<int64_t> kv_pos(static_cast<size_t>(l.k_cache.rows));
   for (size_t i = 0; i < kv_pos.size(); ++i)
     kv_pos[i] = static_cast<int64_t>(i);
-  Matrix core = causal_attention(q, l.k_cache, l.v_cache, pos.seq, kv_pos, cfg_.num_heads,
-                                 cfg_.num_kv_heads, d, 1.0 / std::sqrt(static_cast<double>(d)),
-                                 cfg_.window_of(l.index), a.sinks);
+  std::vector<int64_t> q_pos = pos.seq;
+  if (deviates(DeviationKind::kCausalMaskLeak, l.index)) {
+    hit();
+    for (int64_t& p : q_pos)
+      ++p;
+  }
+  double scaling = 1.0 / std::sqrt(static_cast<double>(d));
+  if (cfg_.hidden % cfg_.num_heads == 0 && cfg_.hidden / cfg_.num_heads != d &&
+      deviates(DeviationKind::kAttentionScaleOff, l.index)) {
+    hit();
+    scaling = 1.0 / std::sqrt(static_cast<double>(cfg_.hidden / cfg_.num_heads));
+  }
+  const bool plain_attention = cfg_.window_of(l.index) == 0 && a.sinks.empty();
+  const bool without_max = deviates(DeviationKind::kSoftmaxWithoutMax, l.index);
+  const bool round_probs = deviates(DeviationKind::kProbabilitiesBf16);
+  Matrix core;
+  if (plain_attention && (without_max || round_probs)) {
+    hit();
+    core =
+        attention_variant(q, l.k_cache, l.v_cache, q_pos, kv_pos, cfg_.num_heads, cfg_.num_kv_heads,
+                          d, scaling, without_max, round_probs, stored_arith());
+  } else {
+    core = causal_attention(q, l.k_cache, l.v_cache, q_pos, kv_pos, cfg_.num_heads,
+                            cfg_.num_kv_heads, d, scaling, cfg_.window_of(l.index), a.sinks);
+  }
   store(point_of(lp, point::kAttnCore), core, hooks);
   if (cfg_.attn_output_gate) {  // core * sigmoid(gate), sigmoid(x) = 1 / (1 + exp(-x))
     for (size_t i = 0; i < core.data.size(); ++i)
@@ -208,19 +414,33 @@ Matrix CausalLm::attention(DecoderLayer& l, const Matrix& h, const Positions& po
   }
   if (hooks.on_linear_input) hooks.on_linear_input(a.prefix + ".o_proj", core);
   observe_codes(*a.o_proj, point_of(lp, point::kOProj), core, hooks);
-  Matrix out = a.o_proj->apply(core);
+  Matrix out = dense_linear(*a.o_proj, core, l.index, true);
   store(point_of(lp, point::kAttnOut), out, hooks);
   return out;
 }
 
-Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
-                     const ForwardHooks& hooks) {
+Matrix CausalLm::moe(const MoeBlock& m, int64_t layer, const Matrix& h, const ForwardHooks& hooks) {
+  const std::string lp = layer_prefix(layer);
   if (hooks.on_linear_input) hooks.on_linear_input(m.router->shape().prefix, h);
-  Matrix logits = m.router->apply(h);
+  Matrix logits = apply_linear(*m.router, h);
   store(point_of(lp, point::kMoeRouterLogits), logits, hooks, true);
+  // A candidate's NaN rows (output-tile-unwritten) route as zero logits would, with NaN weights.
+  std::vector<int64_t> nan_rows;
+  Matrix route_logits = logits;
+  for (int64_t t = 0; t < logits.rows; ++t)
+    if (!finite_row(logits, t)) {
+      nan_rows.push_back(t);
+      std::fill_n(route_logits.data.begin() + t * logits.cols, logits.cols, 0.0);
+    }
+  bool renormalize = cfg_.norm_topk_prob;
+  if (renormalize && !cfg_.topk_then_softmax &&
+      deviates(DeviationKind::kRouterNotRenormalized, layer)) {
+    hit();
+    renormalize = false;
+  }
   const Routing r = cfg_.topk_then_softmax
-                        ? route_topk_softmax(logits, cfg_.num_experts_per_tok)
-                        : route_topk(logits, cfg_.num_experts_per_tok, cfg_.norm_topk_prob);
+                        ? route_topk_softmax(route_logits, cfg_.num_experts_per_tok)
+                        : route_topk(route_logits, cfg_.num_experts_per_tok, renormalize);
   const int64_t t_count = h.rows, k = cfg_.num_experts_per_tok;
   Matrix ids(t_count, k), weights(t_count, k);
   for (int64_t t = 0; t < t_count; ++t)
@@ -228,6 +448,9 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       ids(t, j) = static_cast<double>(r.ids[static_cast<size_t>(t)][static_cast<size_t>(j)]);
       weights(t, j) = r.weights[static_cast<size_t>(t)][static_cast<size_t>(j)];
     }
+  for (int64_t t : nan_rows)
+    for (int64_t j = 0; j < k; ++j)
+      weights(t, j) = std::numeric_limits<double>::quiet_NaN();
   if (hooks.trace) hooks.trace->record(point_of(lp, point::kMoeTopkIds), ids);
   store(point_of(lp, point::kMoeTopkWeights), weights, hooks, true);
   // Hugging Face's loop: for each expert in ascending id, its tokens' outputs times their routing
@@ -256,14 +479,19 @@ Matrix CausalLm::moe(const MoeBlock& m, const std::string& lp, const Matrix& h,
       hooks.on_linear_input(ep + ".up_proj", xe);
     }
     observe_codes(*m.w13, point_of(lp, point::kExpertsW13), xe, hooks, e);
-    Matrix gu = m.w13->apply(xe, e);
+    int64_t weights_of = e;  // the expert whose weights run
+    if (e == 0 && cfg_.num_experts > 1 && deviates(DeviationKind::kNeighbourExpert, layer)) {
+      hit();
+      weights_of = 1;
+    }
+    Matrix gu = apply_linear(*m.w13, xe, weights_of);
     round_stored(gu);
     Matrix act = cfg_.swiglu_limit > 0.0 ? clamped_swiglu(gu, cfg_.swiglu_alpha, cfg_.swiglu_limit)
                                          : silu_and_mul(gu);
     round_stored(act);
     if (hooks.on_linear_input) hooks.on_linear_input(ep + ".down_proj", act);
     observe_codes(*m.w2, point_of(lp, point::kExpertsW2), act, hooks, e);
-    Matrix y = m.w2->apply(act, e);
+    Matrix y = apply_linear(*m.w2, act, weights_of);
     round_stored(y);  // the expert's down_proj output is a stored (model-dtype) tensor
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c = 0; c < cfg_.hidden; ++c) {
@@ -314,10 +542,10 @@ Matrix CausalLm::linear_attention(DecoderLayer& l, const Matrix& h, const Forwar
 Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, const Positions& pos,
                            const ForwardHooks& hooks, const Injection* inject) {
   const std::string lp = layer_prefix(l.index);
-  Matrix h = norm(x, l.input_norm);
+  Matrix h = norm(x, l.input_norm, l.index);
   store(point_of(lp, point::kInputNorm), h, hooks);
   add_in_place(x, l.linear_attn ? linear_attention(l, h, hooks) : attention(l, h, pos, hooks));
-  round_stored(x);
+  round_residual(x);
   Matrix h2 = norm(x, l.post_attention_norm);
   store(point_of(lp, point::kPostAttnNorm), h2, hooks);
   Matrix mlp_out;
@@ -327,25 +555,25 @@ Matrix CausalLm::run_layer(DecoderLayer& l, Matrix x, const Positions& pos,
       hooks.on_linear_input(l.mlp->prefix + ".up_proj", h2);
     }
     observe_codes(*l.mlp->gate_up, point_of(lp, point::kGateUpProj), h2, hooks);
-    Matrix gu = l.mlp->gate_up->apply(h2);
+    Matrix gu = dense_linear(*l.mlp->gate_up, h2, l.index, false);
     store(point_of(lp, point::kMlpGateUp), gu, hooks);
-    Matrix act = silu_and_mul(gu);
+    Matrix act = mlp_activation(gu, l.index);
     store(point_of(lp, point::kMlpAct), act, hooks);
     if (hooks.on_linear_input) hooks.on_linear_input(l.mlp->prefix + ".down_proj", act);
     observe_codes(*l.mlp->down, point_of(lp, point::kDownProj), act, hooks);
-    mlp_out = l.mlp->down->apply(act);
+    mlp_out = dense_linear(*l.mlp->down, act, l.index, false);
     store(point_of(lp, point::kMlpOut), mlp_out, hooks);
   } else {
-    mlp_out = moe(*l.moe, lp, h2, hooks);
+    mlp_out = moe(*l.moe, l.index, h2, hooks);
   }
   add_in_place(x, mlp_out);
   if (inject) {  // deepstack: the layer's output is stored, then its image rows take the features
-    round_stored(x);
+    round_residual(x);
     for (size_t i = 0; i < inject->rows->size(); ++i)
       for (int64_t c = 0; c < x.cols; ++c)
         x((*inject->rows)[i], c) += (*inject->values)(static_cast<int64_t>(i), c);
   }
-  store(point_of(lp, point::kResidual), x, hooks);
+  store(point_of(lp, point::kResidual), x, hooks, deviates(DeviationKind::kResidualFp32));
 
   return x;
 }
@@ -417,7 +645,7 @@ Matrix CausalLm::embed_tokens(std::span<const int64_t> tokens, const ForwardHook
 Matrix CausalLm::head(const Matrix& x, const ForwardHooks& hooks) const {
   Matrix f = norm(x, final_norm_);
   store(std::string(point::kFinalNorm), f, hooks);
-  Matrix logits = lm_head_->apply(f);
+  Matrix logits = apply_linear(*lm_head_, f);
   store(std::string(point::kLogits), logits, hooks, true);
   return logits;
 }

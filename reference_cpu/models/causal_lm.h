@@ -26,6 +26,7 @@
 // Determinism: every reduction runs in a fixed order (k ascending in linears, s ascending in
 // attention, experts in ascending id for MoE as Hugging Face's expert loop adds them), so the same
 // tokens give bit-identical outputs, and a prefill of T tokens equals T single-token decode steps.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,9 +40,11 @@
 #include "core/safetensors/checkpoint.h"
 #include "reference_cpu/layers/gated_delta_net.h"
 #include "reference_cpu/layers/rope.h"
+#include "reference_cpu/models/deviation.h"
 #include "schemes/description/quant_plan.h"
 #include "schemes/kv/kv_cache_method.h"
 #include "schemes/loading/layer_weights.h"
+#include "schemes/math/numeric.h"
 #include "schemes/method/linear_method.h"
 
 namespace qparity::reference {
@@ -172,6 +175,16 @@ class CausalLm {
   // What an emulated collective (tensor_parallel_emulation.h) rounds its partial sums with.
   void round_activation(Matrix& x) const { round_stored(x); }
 
+  // --- candidates for measuring the judge (deviation.h; never a golden) ---
+  // From now on the model computes with `d`. exact-arithmetic needs a model loaded in exact
+  // mode, fp32-activations one with run dtype F32; the other legitimate choices need emulate
+  // mode. Throws (named) otherwise, or for a layer the model lacks.
+  void set_deviation(Deviation d);
+  const Deviation& deviation() const { return deviation_; }
+  // How many times the deviation changed an op since set_deviation: 0 means it never applied to
+  // this model (no MoE layer, no q/k norm, equal attention scales, ...).
+  int64_t deviation_hits() const { return *deviation_hits_; }
+
   // --- streaming ---
   // From now on decoder layers are loaded from `source` on demand and freed after use: forward()
   // loads each layer, runs it and frees it again; acquire_layer / release_layer let a caller
@@ -212,14 +225,30 @@ class CausalLm {
                     std::span<const Injection> injections = {});
   void observe_codes(const LinearMethod& m, const std::string& name, const Matrix& x,
                      const ForwardHooks& hooks, int64_t expert = 0) const;
-  Matrix norm(const Matrix& x, const NormWeights& w) const;
+  // input_norm_of: the decoder layer whose input norm this is (-1: another norm).
+  Matrix norm(const Matrix& x, const NormWeights& w, int64_t input_norm_of = -1) const;
+  // Whether the deviation is `k` and, for a layer-scoped kind, changes `layer`; hit() counts an
+  // applied change.
+  bool deviates(DeviationKind k, int64_t layer = -1) const;
+  void hit() const { ++*deviation_hits_; }
+  Arith stored_arith() const;
+  // m.apply(x); under a deviation, rows with a NaN / Inf input give NaN output rows (as a GEMM
+  // passes them on) and the finite rows run as usual (the method refuses non-finite inputs).
+  Matrix apply_linear(const LinearMethod& m, const Matrix& x, int64_t expert = 0) const;
+  // A dense linear: the method's apply, or a deviation's accumulation.
+  Matrix dense_linear(const LinearMethod& m, const Matrix& x, int64_t layer, bool o_proj) const;
+  // silu(gate) * up of a dense MLP (or a deviation's).
+  Matrix mlp_activation(const Matrix& gate_up, int64_t layer) const;
+  void rotate(Matrix& x, int64_t heads, const Positions& pos, int64_t layer) const;
+  // The residual stream after an add: stored (emulate), in fp32 under residual-fp32.
+  void round_residual(Matrix& x) const;
   // Emulate mode: rounds x to the model dtype (or fp32) as an engine stores it; exact: no-op.
   void round_stored(Matrix& x, bool fp32 = false) const;
   // round_stored, then records x at capture point `name`.
   void store(const std::string& name, Matrix& x, const ForwardHooks& h, bool fp32 = false) const;
   Matrix attention(DecoderLayer& l, const Matrix& h, const Positions& pos,
                    const ForwardHooks& hooks);
-  Matrix moe(const MoeBlock& m, const std::string& lp, const Matrix& h, const ForwardHooks& hooks);
+  Matrix moe(const MoeBlock& m, int64_t layer, const Matrix& h, const ForwardHooks& hooks);
   Matrix linear_attention(DecoderLayer& l, const Matrix& h, const ForwardHooks& hooks);
 
   ModelConfig cfg_;
@@ -230,6 +259,9 @@ class CausalLm {
   DType run_dtype_;
   std::optional<DType> weight_rounding_;
   Rope rope_;
+  Deviation deviation_;
+  std::optional<Rope> deviant_rope_;  // rotary-base-off
+  std::unique_ptr<std::atomic<int64_t>> deviation_hits_ = std::make_unique<std::atomic<int64_t>>(0);
   std::shared_ptr<const Checkpoint> ckpt_;
   TensorView embed_;
   std::vector<DecoderLayer> layers_;

@@ -24,6 +24,8 @@
 #   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
 #   validate  `qparity validate` on the embedded fixtures (QP_SCHEMES: a scheme list, default
 #             all), its engine rows and failures printed; the reports stay on the device
+#   judgematrix the judge's confusion matrix on the trained fixtures (QP_SCHEMES: scheme groups,
+#             one judge-matrix run each, in parallel); the cells not as expected printed
 #   imagetext `validate --model` on generated Qwen3.5 and Qwen3-VL small fixtures (their engine
 #             rows), then an image prompt through the CLI: golden make --pixels, engine run
 #             --pixels (free run) and --local (layer-local) reported by the bf16 engine policy,
@@ -155,6 +157,26 @@ run)
       timeout 540 "$B/qparity" validate --schemes "${QP_SCHEMES:-all}" --out /tmp/qparity-reports \
         > "$OUT/validate.log" 2>&1 || rc=1
       grep -E 'engine vs reference|no engine row|^qparity validate: FAIL' "$OUT/validate.log"
+      ;;
+    judgematrix)
+      # The judge's confusion matrix (tools/judge/judge_matrix.sh) over the trained fixtures in
+      # QP_SCHEMES (default: the script's), three scheme groups at once on the host's cores;
+      # each group's judge-matrix.md / .json come back.
+      groups=(${QP_SCHEMES:-"bf16 w8a16-ch" "ct-w4a16-g128 fp8-block" "w8a8-int8-dyn nvfp4a16"})
+      i=0
+      mkdir -p /tmp/qparity-judge
+      for g in "${groups[@]}"; do
+        # shellcheck disable=SC2086
+        OMP_NUM_THREADS=5 timeout 560 bash tools/judge/judge_matrix.sh "$B/qparity" \
+          "/tmp/qparity-judge/$i" $g > "/tmp/qparity-judge/$i.log" 2>&1 &
+        i=$((i + 1))
+      done
+      wait
+      for j in $(seq 0 $((i - 1))); do
+        cp "/tmp/qparity-judge/$j/judge-matrix.md" "$OUT/judge-matrix-$j.md" 2>/dev/null || rc=1
+        cp "/tmp/qparity-judge/$j/judge-matrix.json" "$OUT/judge-matrix-$j.json" 2>/dev/null || rc=1
+        grep -E '^qparity judge-matrix' "/tmp/qparity-judge/$j.log" | grep -vE ' -> (caught|PASS|n/a)$'
+      done
       ;;
     imagetext)
       w=/tmp/qparity-imagetext

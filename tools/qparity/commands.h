@@ -17,6 +17,7 @@ void add_report_command(CLI::App& app, int& rc);
 void add_validate_command(CLI::App& app, int& rc);
 void add_tokenize_command(CLI::App& app, int& rc);
 void add_catalog_command(CLI::App& app, int& rc);
+void add_judge_matrix_command(CLI::App& app, int& rc);
 #ifdef QPARITY_HAS_ENGINE
 void add_engine_command(CLI::App& app, int& rc);
 #endif

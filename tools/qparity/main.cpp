@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   qparity::cli::add_validate_command(app, rc);
   qparity::cli::add_tokenize_command(app, rc);
   qparity::cli::add_catalog_command(app, rc);
+  qparity::cli::add_judge_matrix_command(app, rc);
 #ifdef QPARITY_HAS_ENGINE
   qparity::cli::add_engine_command(app, rc);
 #endif
