@@ -40,6 +40,17 @@ void finish(reference::CausalLm& model, std::vector<Trace>& traces, Golden& g) {
                         : "qparity-reference";
 }
 
+// Every point into `trace`, the activation codes (x_values / x_scales) included, as an engine
+// dumps them and the golden records them.
+reference::ForwardHooks hooks_into(Trace& trace) {
+  reference::ForwardHooks h;
+  h.trace = &trace;
+  h.on_activation_codes = [&trace](const std::string& name, const reference::QuantizedMatrix& q) {
+    record_activation_codes(trace, name, q);
+  };
+  return h;
+}
+
 std::vector<int64_t> positions(int64_t t) {
   std::vector<int64_t> p(static_cast<size_t>(t));
   std::iota(p.begin(), p.end(), int64_t{0});
@@ -58,8 +69,7 @@ Golden reference_candidate_free(reference::CausalLm& model, const TokenInputs& i
   std::vector<Trace> traces;
   for (int64_t s = 0; s < in.sequences; ++s) {
     traces.emplace_back("*");
-    reference::ForwardHooks hooks;
-    hooks.trace = &traces.back();
+    reference::ForwardHooks hooks = hooks_into(traces.back());
     model.reset_cache();
     const std::span<const int64_t> tokens(in.tokens.data() + s * in.seq_len,
                                           static_cast<size_t>(in.seq_len));
@@ -89,7 +99,7 @@ Golden reference_candidate_local(reference::CausalLm& model, const GoldenReader&
   for (int64_t s = 0; s < s_count; ++s)
     traces.emplace_back("*");
   for (int64_t s = 0; s < s_count; ++s) {
-    hooks[static_cast<size_t>(s)].trace = &traces[static_cast<size_t>(s)];
+    hooks[static_cast<size_t>(s)] = hooks_into(traces[static_cast<size_t>(s)]);
     model.embed_tokens(std::span<const int64_t>(g.tokens.data() + s * t, static_cast<size_t>(t)),
                        hooks[static_cast<size_t>(s)]);
   }

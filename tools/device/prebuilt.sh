@@ -24,8 +24,8 @@
 #   kv        bench_kv_attention, then memcheck and racecheck over the KV-cache suite
 #   validate  `qparity validate` on the embedded fixtures (QP_SCHEMES: a scheme list, default
 #             all), its engine rows and failures printed; the reports stay on the device
-#   judgematrix the judge's confusion matrix on the trained fixtures (QP_SCHEMES: scheme groups,
-#             one judge-matrix run each, in parallel); the cells not as expected printed
+#   judgematrix the judge's confusion matrix on the trained fixtures in six schemes (three
+#             judge-matrix runs in parallel); the cells not as expected printed
 #   imagetext `validate --model` on generated Qwen3.5 and Qwen3-VL small fixtures (their engine
 #             rows), then an image prompt through the CLI: golden make --pixels, engine run
 #             --pixels (free run) and --local (layer-local) reported by the bf16 engine policy,
@@ -160,9 +160,9 @@ run)
       ;;
     judgematrix)
       # The judge's confusion matrix (tools/judge/judge_matrix.sh) over the trained fixtures in
-      # QP_SCHEMES (default: the script's), three scheme groups at once on the host's cores;
-      # each group's judge-matrix.md / .json come back.
-      groups=(${QP_SCHEMES:-"bf16 w8a16-ch" "ct-w4a16-g128 fp8-block" "w8a8-int8-dyn nvfp4a16"})
+      # six schemes, three groups at once on the host's cores; each group's judge-matrix.md /
+      # .json come back, its log stays in /tmp/qparity-judge.
+      groups=("bf16 ct-w4a16-g128" "fp8-block w8a16-ch" "w8a8-int8-dyn nvfp4a16")
       i=0
       mkdir -p /tmp/qparity-judge
       for g in "${groups[@]}"; do

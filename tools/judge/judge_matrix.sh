@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The judge's confusion matrix over the trained fixtures in several schemes (docs/JUDGE.md, "The
-# judge, measured"): each fixture quantized by `qparity quantize` (dialect vllm), then one
-# `qparity judge-matrix` over all of them. Prints the Markdown table; writes
+# judge, measured"): each fixture quantized by `qparity quantize` (dialect vllm; modules a
+# scheme's kernels cannot take stay unquantized, --ignore-unsupported, as vLLM's checks would
+# refuse them), then one `qparity judge-matrix` over all of them. Prints the Markdown table; writes
 # OUT/judge-matrix.{json,md,html} and keeps the checkpoints under OUT/checkpoints.
 #   tools/judge/judge_matrix.sh QPARITY OUT [SCHEME...]
 # Default schemes: bf16 w8a16-ch ct-w4a16-g128 fp8-block w8a8-int8-dyn nvfp4a16.
@@ -23,7 +24,7 @@ for model in llama qwen3 qwen3-moe; do
     fi
     dir=$out/checkpoints/$model.$scheme
     [ -d "$dir" ] || "$qparity" quantize --in "$src/fixtures/trained/$model" --scheme "$scheme" \
-      --dialect vllm --out "$dir" >&2
+      --dialect vllm --ignore-unsupported --out "$dir" >&2
     args+=(--model "$dir")
   done
 done
