@@ -12,6 +12,7 @@
 #include <set>
 
 #include "../unit/test_seed.h"
+#include "accuracy_util.h"
 #include "core/capture/capture_points.h"
 #include "core/error.h"
 #include "golden/judge_matrix.h"
@@ -98,6 +99,27 @@ TEST(ReferenceCandidate, WithoutADeviationItIsTheGoldenBitForBit) {
   EXPECT_GT(model->deviation_hits(), 0);
   EXPECT_THROW(model->set_deviation(reference::parse_deviation("gate-up-swapped@99")), Error);
   EXPECT_THROW(model->set_deviation(reference::parse_deviation("exact-arithmetic")), Error);
+}
+
+TEST(ReferenceCandidate, AnActivationQuantizedSchemeDumpsItsCodesAndPassesAsItself) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_refcand_codes_" + std::to_string(test::test_seed()));
+  fs::create_directories(root);
+  JudgeMatrixOptions o;
+  o.policies = fs::path(QPARITY_SOURCE_DIR) / "policies";
+  o.work = root / "work";
+  o.sequences = 2;
+  o.seq_len = 16;
+  o.candidates = {reference::Deviation{}, reference::parse_deviation("gate-up-swapped@1")};
+  const auto cells =
+      run_judge_matrix({test::tiny_checkpoint(root, "llama", "w8a8-int8-dyn", 5)}, o);
+  const GoldenReader local = GoldenReader::open(o.work / "llama.w8a8-int8-dyn.none.local.h5");
+  EXPECT_TRUE(local.has_point("layers.0.attn.qkv_proj.x_values"));
+  fs::remove_all(root);
+  ASSERT_EQ(cells.size(), 2u);
+  EXPECT_EQ(cells[0].local, Judgement::kPass) << cells[0].local_failure;
+  EXPECT_EQ(cells[0].free, Judgement::kPass) << cells[0].free_failure;
+  EXPECT_EQ(cells[1].outcome, "caught") << cells[1].local_failure;
 }
 
 // The cells that are not as the judge should have them, as measured (docs/JUDGE.md): under the
