@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include "core/capture/capture_points.h"
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "core/safetensors/safetensors_writer.h"
 #include "core/sha256.h"
+#include "schemes/description/scheme_bits.h"
 
 namespace qparity::golden {
 
@@ -910,6 +913,153 @@ std::vector<SkippedRow> skipped_rows(const fs::path& root) {
   return read_manifest(root).skipped;
 }
 
+namespace {
+
+// Bits per weight of a report's scheme id; nullopt for a mixed plan ("a+b") or an id this build
+// does not know.
+std::optional<double> scheme_bits(const std::string& scheme) {
+  if (scheme.find('+') != std::string::npos) return std::nullopt;
+  try {
+    return weight_bits_per_element(parse_scheme_id(scheme));
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// A cell's background for its mean KLD: green at 1e-5 and below, through yellow, red at 0.1 and
+// above (log scale); NaN / Inf red.
+std::string kld_colour(double kld) {
+  if (!std::isfinite(kld)) return "hsl(0,70%,82%)";
+  const double t = std::clamp((std::log10(std::max(kld, 1e-12)) + 5.0) / 4.0, 0.0, 1.0);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "hsl(%d,65%%,82%%)", static_cast<int>(120.0 * (1.0 - t)));
+  return buf;
+}
+
+struct GlanceRow {
+  std::string column, scheme;  // column: "model · device · engine (role)"
+  std::optional<double> bits;
+  std::string verdict;
+  double kld = 0, kld_hi = 0;
+  bool format = false;
+  std::string model, rel;
+};
+
+// The matrix of schemes (sorted by bits per weight, widest first) by model x device x engine,
+// each cell the verdict and mean KLD; Markdown and HTML (cells coloured by KLD).
+void write_glance_matrix(const std::vector<GlanceRow>& g, std::ostream& md, std::ostream& html) {
+  std::vector<std::string> cols;
+  std::vector<std::pair<double, std::string>> schemes;
+  std::map<std::pair<std::string, std::string>, const GlanceRow*> at;
+  for (const GlanceRow& r : g) {
+    if (std::find(cols.begin(), cols.end(), r.column) == cols.end()) cols.push_back(r.column);
+    const std::pair<double, std::string> key{-r.bits.value_or(-1.0), r.scheme};
+    if (std::find(schemes.begin(), schemes.end(), key) == schemes.end()) schemes.push_back(key);
+    at[{r.scheme, r.column}] = &r;
+  }
+  std::sort(schemes.begin(), schemes.end());
+  md << "## At a glance\n\nSchemes by bits per weight (codes plus their group's scales) against "
+        "models, devices and engines: the verdict and mean KLD of each row.\n\n| scheme | bits "
+        "/ weight |";
+  html << "<h2>At a glance</h2><p>Schemes by bits per weight (codes plus their group's scales) "
+          "against models, devices and engines: the verdict and mean KLD of each row, coloured by "
+          "mean KLD (green 1e-5, red 0.1).</p><table><tr><th>scheme</th><th>bits / weight</th>";
+  for (const auto& c : cols) {
+    md << " " << c << " |";
+    html << "<th>" << html_escape(c) << "</th>";
+  }
+  md << "\n|---|---|";
+  for (size_t i = 0; i < cols.size(); ++i)
+    md << "---|";
+  md << "\n";
+  html << "</tr>";
+  for (const auto& [neg_bits, scheme] : schemes) {
+    const std::string bits = neg_bits > 0 ? "-" : fmt(-neg_bits, "%.3g");
+    md << "| " << scheme << " | " << bits << " |";
+    html << "<tr><td>" << html_escape(scheme) << "</td><td>" << bits << "</td>";
+    for (const auto& c : cols) {
+      const auto it = at.find({scheme, c});
+      if (it == at.end()) {
+        md << " |";
+        html << "<td></td>";
+        continue;
+      }
+      const GlanceRow& r = *it->second;
+      const std::string text = r.verdict + " " + fmt(r.kld, "%.2g");
+      md << " [" << text << "](" << r.rel << ".md) |";
+      html << "<td style='background:" << kld_colour(r.kld) << "'><a href='" << html_escape(r.rel)
+           << ".html'>" << html_escape(text) << "</a></td>";
+    }
+    md << "\n";
+    html << "</tr>";
+  }
+  html << "</table>";
+}
+
+// Mean KLD (log scale, its upper 95% bound as a bar) against bits per weight, one colour per
+// model, from the format rows (what each format does to each model); rows at KLD 0 (bf16
+// against itself) are not drawn. Inline SVG.
+void write_glance_chart(const std::vector<GlanceRow>& g, std::ostream& html) {
+  std::vector<const GlanceRow*> pts;
+  for (const GlanceRow& r : g)
+    if (r.format && r.bits && std::isfinite(r.kld) && r.kld > 0) pts.push_back(&r);
+  if (pts.empty()) return;
+  double bmin = 1e9, bmax = -1e9, kmin = 1e9, kmax = -1e9;
+  std::vector<std::string> models;
+  for (const GlanceRow* r : pts) {
+    bmin = std::min(bmin, *r->bits), bmax = std::max(bmax, *r->bits);
+    kmin = std::min(kmin, std::log10(r->kld));
+    kmax =
+        std::max(kmax, std::log10(std::isfinite(r->kld_hi) ? std::max(r->kld_hi, r->kld) : r->kld));
+    if (std::find(models.begin(), models.end(), r->model) == models.end())
+      models.push_back(r->model);
+  }
+  const double y0 = std::floor(kmin), y1 = std::max(std::ceil(kmax), y0 + 1);
+  const double x0 = std::floor(bmin) - 0.5, x1 = std::ceil(bmax) + 0.5;
+  const double W = 720, H = 380, L = 70, R = 160, T = 20, B = 50;
+  const auto X = [&](double b) { return L + (b - x0) / (x1 - x0) * (W - L - R); };
+  const auto Y = [&](double lk) { return T + (y1 - lk) / (y1 - y0) * (H - T - B); };
+  static const char* const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                        "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+  html << "<h2>Mean KLD against bits per weight</h2><p>Format rows (each quantized reference "
+          "against the unquantized one): mean KLD, log scale, with its upper 95% bound as a bar; "
+          "one colour per model.</p><svg xmlns='http://www.w3.org/2000/svg' width='"
+       << W << "' height='" << H << "' font-family='sans-serif' font-size='12'>";
+  html << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B
+       << "' fill='none' stroke='#999'/>";
+  for (double e = y0; e <= y1 + 1e-9; e += 1) {
+    html << "<line x1='" << L << "' x2='" << W - R << "' y1='" << Y(e) << "' y2='" << Y(e)
+         << "' stroke='#eee'/><text x='" << L - 6 << "' y='" << Y(e) + 4 << "' text-anchor='end'>1e"
+         << static_cast<int>(e) << "</text>";
+  }
+  for (double b = std::ceil(x0); b <= x1; b += 1)
+    html << "<text x='" << X(b) << "' y='" << H - B + 16 << "' text-anchor='middle'>" << b
+         << "</text>";
+  html << "<text x='" << (L + W - R) / 2 << "' y='" << H - 12
+       << "' text-anchor='middle'>bits per weight</text><text x='14' y='" << (T + H - B) / 2
+       << "' transform='rotate(-90 14 " << (T + H - B) / 2
+       << ")' text-anchor='middle'>mean KLD</text>";
+  for (const GlanceRow* r : pts) {
+    const size_t m =
+        static_cast<size_t>(std::find(models.begin(), models.end(), r->model) - models.begin());
+    const char* colour = palette[m % std::size(palette)];
+    const double x = X(*r->bits) + (static_cast<double>(m) - (models.size() - 1) / 2.0) * 4;
+    const double hi = std::isfinite(r->kld_hi) && r->kld_hi > r->kld ? r->kld_hi : r->kld;
+    html << "<line x1='" << x << "' x2='" << x << "' y1='" << Y(std::log10(r->kld)) << "' y2='"
+         << Y(std::log10(hi)) << "' stroke='" << colour << "'/><circle cx='" << x << "' cy='"
+         << Y(std::log10(r->kld)) << "' r='3.5' fill='" << colour << "'><title>"
+         << html_escape(r->model + " " + r->scheme + ": mean KLD " + fmt(r->kld, "%.3g"))
+         << "</title></circle>";
+  }
+  for (size_t m = 0; m < models.size(); ++m)
+    html << "<circle cx='" << W - R + 16 << "' cy='" << T + 12 + 18 * m << "' r='4' fill='"
+         << palette[m % std::size(palette)] << "'/><text x='" << W - R + 26 << "' y='"
+         << T + 16 + 18 * m << "'>" << html_escape(models[m]) << "</text>";
+  html << "</svg>";
+}
+
+}  // namespace
+
 void write_index(const fs::path& root) {
   struct Row {
     std::string device, model, scheme, rel;
@@ -967,13 +1117,38 @@ void write_index(const fs::path& root) {
       "model",       "scheme",        "device",          "engine",        "role",
       "verdict",     "mean KLD [hi]", "top-1 [lo]",      "Δ ln PPL [hi]", "logits rel L2",
       "worst point", "router flips",  "act. saturation", "notes"};
-  md << "# qparity accuracy reports\n\nSchemes × metrics × devices.\n\n|";
+  std::vector<GlanceRow> glance;
+  for (const Row& r : rows) {
+    GlanceRow gr;
+    gr.model = r.model;
+    gr.scheme = r.scheme;
+    gr.bits = scheme_bits(r.s.value("scheme", r.scheme));
+    gr.format = r.s.value("role", "") == "format";
+    const std::string engine = report_engine(r.s);
+    gr.column = r.model + " · " + r.device + " · " + (engine.empty() ? "-" : engine) + " (" +
+                r.s.value("role", "") + ")";
+    gr.verdict = point_verdict_word(r.s);
+    if (gr.format && r.s.contains("budget_check") && !r.s["budget_check"].is_null())
+      gr.verdict = "budget " + r.s["budget_check"].get<std::string>();
+    gr.kld = num(r.s["kld_mean"]);
+    gr.kld_hi = num(r.s["kld_mean_hi"]);
+    gr.rel = r.rel;
+    glance.push_back(gr);
+  }
+  md << "# qparity accuracy reports\n\n";
   html << "<!doctype html><html><head><meta charset='utf-8'><title>qparity accuracy "
           "reports</title><style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
           "collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
           ".fail{color:#c0392b;font-weight:bold}.pass{color:#1e7b34}.unjudged{color:#8a6d00}"
           "dt{font-weight:bold;margin-top:.3em}dd{margin-left:1.5em;font-size:13px}"
-          "</style></head><body><h1>qparity accuracy reports</h1><table><tr>";
+          "td a{color:inherit}</style></head><body><h1>qparity accuracy reports</h1>";
+  if (!glance.empty()) {
+    write_glance_matrix(glance, md, html);
+    write_glance_chart(glance, html);
+    md << "\n(The chart of mean KLD against bits per weight is in index.html.)\n\n";
+  }
+  md << "## Every row\n\nSchemes × metrics × devices.\n\n|";
+  html << "<h2>Every row</h2><table><tr>";
   for (const char* h : header) {
     md << " " << h << " |";
     html << "<th>" << html_escape(h) << "</th>";

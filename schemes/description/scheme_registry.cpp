@@ -1,4 +1,5 @@
 #include "schemes/description/scheme_registry.h"
+#include "schemes/description/scheme_bits.h"
 
 #include <algorithm>
 #include <cctype>
@@ -532,6 +533,44 @@ SchemeFamily scheme_family(SchemeKind k) {
       return SchemeFamily::kTransform;
   }
   return SchemeFamily::kWeight;
+}
+
+double weight_bits_per_element(const SchemeId& s) {
+  switch (s.kind) {
+    case SchemeKind::kBf16:
+    case SchemeKind::kKvBf16:
+    case SchemeKind::kKvInt8:
+    case SchemeKind::kKvFp8:
+      return 16.0;  // weights as a bf16 checkpoint stores them
+    case SchemeKind::kW8A16Channel:
+    case SchemeKind::kW8A8Static:
+    case SchemeKind::kW8A8S:
+    case SchemeKind::kW8A8Int8:
+    case SchemeKind::kSmoothQuant:
+    case SchemeKind::kFp8Tensor:
+    case SchemeKind::kFp8Channel:
+      return 8.0;
+    case SchemeKind::kW4A8Dyn:
+      return 4.0;
+    case SchemeKind::kW8A16Group:
+      return 8.0 + 16.0 / static_cast<double>(s.group_size);
+    case SchemeKind::kPackedInt: {
+      const IntWeightPoint& p = s.int_weights;
+      const double bits = p.bits;
+      if (p.group <= 0) return bits;
+      return bits + (16.0 + (p.symmetric ? 0.0 : bits)) / static_cast<double>(p.group);
+    }
+    case SchemeKind::kFp8Block:
+      return 8.0 + 32.0 / (128.0 * 128.0);
+    case SchemeKind::kNvfp4:
+      return 4.0 + 8.0 / 16.0;
+    case SchemeKind::kMxint4:
+    case SchemeKind::kMxfp4:
+      return 4.0 + 8.0 / 32.0;
+    case SchemeKind::kMxfp8:
+      return 8.0 + 8.0 / 32.0;
+  }
+  return 16.0;
 }
 
 int64_t effective_group_size(const SchemeId& s) {

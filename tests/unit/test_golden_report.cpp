@@ -23,8 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
-using ::testing::HasSubstr;
 using test::minimal_report;
+using ::testing::HasSubstr;
 
 TEST(GoldenReport, PathComponentsFromFileContentCannotEscape) {
   for (const char* bad : {"..", ".", "../..", "../config", "/etc/passwd", "a/../../b", "...", ""}) {
@@ -147,6 +147,55 @@ TEST(GoldenReport, RowsOfDifferentSourcesNeverOverwriteEachOther) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   EXPECT_EQ(read_json_file(par / "index.json")["reports"].size(), 20u);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace qparity::golden
+
+namespace qparity::golden {
+namespace {
+
+// The index's first view: schemes by bits per weight against model x device x engine columns,
+// and the chart of mean KLD against bits per weight from the format rows.
+TEST(GoldenReport, IndexOpensWithTheSchemeMatrixAndTheKldChart) {
+  const fs::path root =
+      fs::temp_directory_path() / ("qparity_report_glance_" + std::to_string(test::test_seed()));
+  fs::remove_all(root);
+  const auto format_row = [&](const std::string& model, const std::string& scheme, double kld) {
+    Json r = test::minimal_report("cpu-reference", model, scheme);
+    r["summary"]["role"] = "format";
+    r["summary"]["kld_mean"] = kld;
+    r["summary"]["kld_mean_hi"] = 2 * kld;
+    write_report(r, root);
+  };
+  format_row("m1", "ct-w4a16-g128", 0.05);
+  format_row("m1", "w8a16-ch", 3e-4);
+  format_row("m2", "nvfp4a16", 0.04);
+  write_report(test::minimal_report("sm90", "m1", "w8a16-ch"), root);  // an engine row
+  write_index(root);
+  std::stringstream md, html;
+  md << std::ifstream(root / "index.md").rdbuf();
+  html << std::ifstream(root / "index.html").rdbuf();
+  const std::string m = md.str(), h = html.str();
+  ASSERT_THAT(m, HasSubstr("## At a glance"));
+  // Widest first: w8a16-ch (8 bits), nvfp4a16 (4 + 8/16), ct-w4a16-g128 (4 + 16/128).
+  const size_t w8 = m.find("| w8a16-ch | 8 |"), fp4 = m.find("| nvfp4a16 | 4.5 |"),
+               w4 = m.find("| ct-w4a16-g128 | 4.12 |");
+  ASSERT_NE(w8, std::string::npos) << m;
+  ASSERT_NE(fp4, std::string::npos) << m;
+  ASSERT_NE(w4, std::string::npos) << m;
+  EXPECT_LT(w8, fp4);
+  EXPECT_LT(fp4, w4);
+  EXPECT_THAT(m, HasSubstr("m1 · sm90"));  // the engine row has its own column
+  EXPECT_LT(m.find("## At a glance"), m.find("## Every row"));
+  // The chart: one point per format row with a KLD, each with its bar to the upper bound.
+  ASSERT_THAT(h, HasSubstr("<svg"));
+  size_t points = 0;
+  for (size_t at = h.find("<circle cx"); at != std::string::npos; at = h.find("<circle cx", at + 1))
+    ++points;
+  EXPECT_EQ(points, 3u + 2u);  // three rows and a legend entry per model
+  EXPECT_THAT(h, HasSubstr("m2 nvfp4a16: mean KLD 0.04"));
   fs::remove_all(root);
 }
 
