@@ -522,7 +522,7 @@ int main(int argc, char** argv) {
         models.push_back(bench_model("qwen3-30b-a3b/" + x, qwen3_30b_a3b(), o, bw, x));
     }
     j["models"] = models;
-    if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
+    if (!o.json.empty()) write_bench_json(o.json, j);
   } catch (const std::exception& e) {
     std::cerr << "bench_engine: " << e.what() << "\n";
     return 1;

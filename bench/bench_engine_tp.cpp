@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       runs.push_back(r);
     }
     Json j = {{"devices", devices}, {"tp", o.tp}, {"runs", runs}};
-    if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
+    if (!o.json.empty()) write_bench_json(o.json, j);
   } catch (const std::exception& e) {
     std::cerr << "bench_engine_tp: " << e.what() << "\n";
     return 1;

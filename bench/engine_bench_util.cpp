@@ -2,10 +2,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/safetensors/safetensors_writer.h"
 #include "gpu_engine/cuda_check.h"
 #include "gpu_engine/device_buffer.h"
 
 namespace qparity::bench {
+
+void write_bench_json(const std::filesystem::path& file, const Json& j) {
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(
+      file, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+      OverwritePolicy::kRefuse);
+}
 
 void prefill_sequences(gpu::Engine& e, int64_t sequences, int64_t context) {
   const int64_t vocab = e.config().vocab;

@@ -3,7 +3,10 @@
 // device), the device's copy bandwidth (the roofline of memory-bound decode) and a timer.
 #include <chrono>
 
+#include <filesystem>
+
 #include "core/config/model_config.h"
+#include "core/json_util.h"
 #include "gpu_engine/engine.h"
 
 namespace qparity::bench {
@@ -18,6 +21,9 @@ ModelConfig qwen3_30b_a3b();
 // Prefills sequence slots 0..sequences-1 with `context` pseudo-random tokens each, one forward
 // per sequence (which keeps the token count within max_tokens).
 void prefill_sequences(gpu::Engine& e, int64_t sequences, int64_t context);
+
+// --json FILE: the results through the one atomic writer (never over an existing file).
+void write_bench_json(const std::filesystem::path& file, const Json& j);
 
 // Seconds since t0.
 double seconds(std::chrono::steady_clock::time_point t0);

@@ -36,6 +36,16 @@ cp -r "$model" fifo-model && rm fifo-model/tokenizer.json && mkfifo fifo-model/t
 expect 1 "is not a regular file" "$qparity" tokenize --model fifo-model --text short.txt
 # Declared sizes are bounded with a named error, not std::bad_alloc.
 expect 2 "beyond a fixture's" "$qparity" make-fixture --arch llama --hidden 1048576 --seed 1 --out fx
+# Out of memory below those bounds: one line saying so, never a bare std::bad_alloc (an
+# address-space limit makes the allocation fail at once).
+expect 1 "error: out of memory: the run needs more memory" bash -c "ulimit -v 1000000; exec \
+  '$qparity' make-fixture --arch llama --size small --hidden 16384 --seed 1 --out oom-fixture"
+# A free run's points outside the gates are shown as not judged (it is judged end to end): the
+# reference with silu(gate) rounded before the product, a legitimate engine's choice.
+timeout 60 "$qparity" judge-matrix --model "$source_dir/fixtures/trained/llama" \
+  --candidates silu-rounded --sequences 2 --seq-len 16 --out jm > /dev/null 2>&1
+expect 0 "<- first outside the point gates (not judged in a free run)" \
+  "$qparity" compare jm/work/llama.golden.h5 jm/work/llama.silu-rounded.free.h5
 # A policy bound below zero is refused by key.
 sed 's/"max_dln_ppl_upper": [0-9.eE+-]*/"max_dln_ppl_upper": -1/' \
   "$(dirname "$qparity")/policies/bf16.json" > negative.json
