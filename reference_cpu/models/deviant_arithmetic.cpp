@@ -32,6 +32,21 @@ std::optional<Matrix> accumulate_linear(const LinearMethod& m, const Matrix& x, 
   return y;
 }
 
+namespace {
+
+// Row t of an RMSNorm's output from its 1 / rms r: y_j = round(w_j * round(x_j * r)), then
+// + b_j rounded (both deviant norms end so).
+void scale_row(const Matrix& x, int64_t t, double r, std::span<const double> weight,
+               std::span<const double> bias, Arith a, Matrix& y) {
+  for (int64_t j = 0; j < x.cols; ++j) {
+    double v = in(a, weight[static_cast<size_t>(j)] * in(a, x(t, j) * r));
+    if (!bias.empty()) v = in(a, v + bias[static_cast<size_t>(j)]);
+    y(t, j) = v;
+  }
+}
+
+}  // namespace
+
 Matrix rms_norm_in(const Matrix& x, std::span<const double> weight, double eps,
                    std::span<const double> bias, Arith a) {
   if (static_cast<int64_t>(weight.size()) != x.cols)
@@ -42,12 +57,7 @@ Matrix rms_norm_in(const Matrix& x, std::span<const double> weight, double eps,
     for (int64_t j = 0; j < x.cols; ++j)
       sum = in(a, sum + in(a, x(t, j) * x(t, j)));
     const double var = in(a, sum / static_cast<double>(x.cols));
-    const double r = in(a, 1.0 / in(a, std::sqrt(in(a, var + eps))));
-    for (int64_t j = 0; j < x.cols; ++j) {
-      double v = in(a, weight[static_cast<size_t>(j)] * in(a, x(t, j) * r));
-      if (!bias.empty()) v = in(a, v + bias[static_cast<size_t>(j)]);
-      y(t, j) = v;
-    }
+    scale_row(x, t, in(a, 1.0 / in(a, std::sqrt(in(a, var + eps)))), weight, bias, a, y);
   }
   return y;
 }
@@ -61,12 +71,7 @@ Matrix rms_norm_two_roundings(const Matrix& x, std::span<const double> weight, d
     double sum = 0.0;
     for (int64_t j = 0; j < x.cols; ++j)
       sum += x(t, j) * x(t, j);
-    const double r = 1.0 / std::sqrt(sum / static_cast<double>(x.cols) + eps);
-    for (int64_t j = 0; j < x.cols; ++j) {
-      double v = in(a, weight[static_cast<size_t>(j)] * in(a, x(t, j) * r));
-      if (!bias.empty()) v = in(a, v + bias[static_cast<size_t>(j)]);
-      y(t, j) = v;
-    }
+    scale_row(x, t, 1.0 / std::sqrt(sum / static_cast<double>(x.cols) + eps), weight, bias, a, y);
   }
   return y;
 }
