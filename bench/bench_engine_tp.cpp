@@ -10,7 +10,6 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 

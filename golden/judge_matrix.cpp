@@ -137,7 +137,7 @@ std::vector<MatrixCell> run_judge_matrix(const std::vector<fs::path>& models,
     if (candidates.empty()) {
       candidates.push_back(Deviation{});  // the reference itself
       for (const auto& info : reference::deviation_table())
-        candidates.push_back(Deviation{info.kind, 0});
+        candidates.push_back(Deviation{info.kind, info.layer_scoped ? Deviation::kChosenLayer : 0});
     }
     for (Deviation d : candidates) {
       MatrixCell c;
@@ -146,7 +146,8 @@ std::vector<MatrixCell> run_judge_matrix(const std::vector<fs::path>& models,
       if (d.any()) {
         const auto& info = reference::deviation_info(d.kind);
         c.expect = info.expect;
-        if (info.layer_scoped && o.candidates.empty()) d.layer = deviation_layer(cfg, d.kind);
+        if (info.layer_scoped && (o.candidates.empty() || d.layer == Deviation::kChosenLayer))
+          d.layer = deviation_layer(cfg, d.kind);
         if (info.layer_scoped && d.layer < 0) {
           c.candidate = std::string(info.name);
           c.applicable = false;

@@ -26,7 +26,9 @@
 namespace qparity::golden {
 
 struct JudgeMatrixOptions {
-  std::vector<reference::Deviation> candidates;  // empty: every kind, each at its chosen layer
+  // Empty: every kind, each at its chosen layer (deviation_layer), as is a layer-scoped kind
+  // given without a layer (Deviation::kChosenLayer).
+  std::vector<reference::Deviation> candidates;
   int64_t sequences = 4, seq_len = 32;
   uint64_t seed = 7;
   std::filesystem::path policies;  // <scheme>.json per checkpoint scheme

@@ -151,6 +151,8 @@ Matrix CausalLm::embed(std::span<const int64_t> tokens) const {
 void CausalLm::set_deviation(Deviation d) {
   using K = DeviationKind;
   const std::string name = to_string(d);
+  if (d.any() && deviation_info(d.kind).layer_scoped && d.layer == Deviation::kChosenLayer)
+    throw Error("deviation " + name, "changes one decoder layer: give it (" + name + "@L)");
   if (d.any() && deviation_info(d.kind).layer_scoped && (d.layer < 0 || d.layer >= cfg_.num_layers))
     throw Error("deviation " + name,
                 "the model has " + std::to_string(cfg_.num_layers) + " decoder layers");

@@ -99,7 +99,8 @@ Deviation parse_deviation(std::string_view s) {
   const std::string_view name = s.substr(0, at);
   for (const DeviationInfo& info : kTable) {
     if (info.name != name) continue;
-    Deviation d{info.kind, 0};
+    // A layer-scoped kind without @L: the caller picks the layer (judge_matrix's choice).
+    Deviation d{info.kind, info.layer_scoped ? Deviation::kChosenLayer : 0};
     if (at != std::string_view::npos) {
       if (!info.layer_scoped)
         throw Error("deviation", std::string(name) + " changes every layer: it takes no @layer");
@@ -124,7 +125,9 @@ Deviation parse_deviation(std::string_view s) {
 std::string to_string(const Deviation& d) {
   if (!d.any()) return "none";
   const DeviationInfo& info = deviation_info(d.kind);
-  return std::string(info.name) + (info.layer_scoped ? "@" + std::to_string(d.layer) : "");
+  return std::string(info.name) + (info.layer_scoped && d.layer != Deviation::kChosenLayer
+                                       ? "@" + std::to_string(d.layer)
+                                       : "");
 }
 
 std::string expected_first_point(const Deviation& d) {

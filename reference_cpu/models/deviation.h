@@ -67,13 +67,15 @@ struct DeviationInfo {
 
 struct Deviation {
   DeviationKind kind = DeviationKind::kNone;
-  int64_t layer = 0;  // layer-scoped kinds: the decoder layer changed
+  static constexpr int64_t kChosenLayer = -1;  // "name" without @L: the runner picks the layer
+  int64_t layer = 0;                           // layer-scoped kinds: the decoder layer changed
   bool any() const { return kind != DeviationKind::kNone; }
 };
 
 std::span<const DeviationInfo> deviation_table();
 const DeviationInfo& deviation_info(DeviationKind k);
-// "name" or "name@L"; an unknown name is an Error listing every name.
+// "name" or "name@L" (a layer-scoped name without @L: layer kChosenLayer); an unknown name is an
+// Error listing every name.
 Deviation parse_deviation(std::string_view s);
 std::string to_string(const Deviation& d);  // "name" or "name@L" (layer-scoped kinds)
 // The capture point the deviation first changes ("" for legitimate choices).

@@ -57,6 +57,9 @@ TEST(DeviationTable, EveryKindHasOneRowThatParsesBackAndNamesACapturePoint) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gate-up-swapped"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(reference::parse_deviation("gate-up-swapped").layer,
+            reference::Deviation::kChosenLayer);
+  EXPECT_EQ(reference::to_string(reference::parse_deviation("gate-up-swapped")), "gate-up-swapped");
   EXPECT_THROW(reference::parse_deviation("gate-up-swapped@-1"), Error);
   EXPECT_THROW(reference::parse_deviation("gate-up-swapped@x"), Error);
 }
@@ -99,6 +102,7 @@ TEST(ReferenceCandidate, WithoutADeviationItIsTheGoldenBitForBit) {
   EXPECT_GT(model->deviation_hits(), 0);
   EXPECT_THROW(model->set_deviation(reference::parse_deviation("gate-up-swapped@99")), Error);
   EXPECT_THROW(model->set_deviation(reference::parse_deviation("exact-arithmetic")), Error);
+  EXPECT_THROW(model->set_deviation(reference::parse_deviation("gate-up-swapped")), Error);
 }
 
 TEST(ReferenceCandidate, AnActivationQuantizedSchemeDumpsItsCodesAndPassesAsItself) {
@@ -110,7 +114,7 @@ TEST(ReferenceCandidate, AnActivationQuantizedSchemeDumpsItsCodesAndPassesAsItse
   o.work = root / "work";
   o.sequences = 2;
   o.seq_len = 16;
-  o.candidates = {reference::Deviation{}, reference::parse_deviation("gate-up-swapped@1")};
+  o.candidates = {reference::Deviation{}, reference::parse_deviation("gate-up-swapped")};
   const auto cells =
       run_judge_matrix({test::tiny_checkpoint(root, "llama", "w8a8-int8-dyn", 5)}, o);
   const GoldenReader local = GoldenReader::open(o.work / "llama.w8a8-int8-dyn.none.local.h5");
