@@ -6,12 +6,12 @@
 // GEMM with the same number of threads.
 //
 // Usage: bench_reference_forward [--tokens T] [--repeats R] [--threads 1,2,...]
-//        [--kernel auto|sse2|avx2] [--archs llama,qwen3,qwen3-moe] [--layer-8b 1]
+//        [--kernel auto|portable|avx2|avx512] [--archs llama,qwen3,qwen3-moe] [--layer-8b 1]
 //        [--schemes bf16,w8a16-ch,...] (each quantized from the bf16 fixture as its producer writes
 //        it, calibrated on 64 synthetic tokens; GFLOP/s count the same multiply-adds)
 //        (default threads: 1 and the OpenMP maximum; prints a table and JSON lines). Eigen runs
-//        with AVX2 + FMA (bench/eigen_gemm_baseline.h); the reference's products at the vector
-//        width --kernel names (the bits are the same at either).
+//        with AVX2 + FMA (bench/eigen_gemm_baseline.h); the reference's products with the kernel
+//        --kernel names (the bits are the same with any).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,9 +83,10 @@ std::pair<double, double> layer_8b_linears(int64_t tokens, int repeats) {
       v = u(rng);
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(w.data()),
                                          w.size() * sizeof(uint16_t));
-    const auto row = [&](int64_t r, std::span<double> out) {  // as the unquantized linear does
-      reference::decode_to_double(DType::kBF16, bytes, static_cast<uint64_t>(r * sh.k), out,
-                                  "8B-shaped weight");
+    const std::string where = "8B-shaped weight";
+    const auto row = [&](int64_t r, int64_t k0, std::span<double> out) {  // as the linear does
+      reference::decode_to_double(DType::kBF16, bytes, static_cast<uint64_t>(r * sh.k + k0), out,
+                                  where);
     };
     double best = 1e300, best_decode = 1e300;
     for (int r = 0; r < repeats; ++r) {
@@ -117,12 +118,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::stoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::stoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--kernel")) {
-      const std::string k = argv[i + 1];
-      reference::set_dot_kernel(k == "sse2"   ? reference::DotKernel::kSse2
-                                : k == "avx2" ? reference::DotKernel::kAvx2
-                                              : reference::DotKernel::kAuto);
-    }
+    if (!std::strcmp(argv[i], "--kernel"))
+      reference::set_dot_kernel(reference::parse_dot_kernel(argv[i + 1]));
     if (!std::strcmp(argv[i], "--layer-8b")) layer_8b = std::strcmp(argv[i + 1], "0") != 0;
     for (auto [flag, list] : {std::pair{"--archs", &archs}, std::pair{"--schemes", &schemes}})
       if (!std::strcmp(argv[i], flag)) {
@@ -167,7 +164,7 @@ int main(int argc, char** argv) {
   for (int threads : thread_counts) {
     reference::set_reference_threads(threads);
     const double eigen = bench::eigen_gemm_gflops(512, 5, threads);
-    const char* kernel = reference::dot_kernel() == reference::DotKernel::kAvx2 ? "avx2" : "sse2";
+    const char* kernel = reference::dot_kernel_name(reference::dot_kernel());
     std::printf(
         "Eigen fp64 GEMM 512^3 (%s), %d thread(s): %.2f GFLOP/s (baseline, same run); "
         "reference products: %s\n",

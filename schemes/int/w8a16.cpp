@@ -176,23 +176,27 @@ void W8A16LinearMethod::process() {
   }
 }
 
-void W8A16LinearMethod::Expert::dequantized_row(int64_t r, std::span<double> out) const {
-  const int64_t k = weight.cols, g = weight.block_cols;
-  std::vector<int64_t> q(static_cast<size_t>(k));
-  weight.stored_row(r, q);
-  for (int64_t c = 0; c < k; ++c)
-    out[static_cast<size_t>(c)] =
-        (static_cast<double>(q[static_cast<size_t>(c)]) - offsets(r, c / g)) *
-        weight.scales(r, c / g);
+void W8A16LinearMethod::Expert::dequantized_row(int64_t r, int64_t c0,
+                                                std::span<double> out) const {
+  const int64_t g = weight.block_cols;
+  // With integral offsets the matrix's codes are q - offset already (exact integers); otherwise it
+  // holds no zero points, its codes are q, and q - offset rounds here as the file's formula does.
+  weight.row_codes_as_doubles(r, c0, out);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t c = c0 + static_cast<int64_t>(i);
+    const double q_minus_offset = integral_offsets ? out[i] : out[i] - offsets(r, c / g);
+    out[i] = q_minus_offset * weight.scales(r, c / g);
+  }
 }
 
 Matrix W8A16LinearMethod::do_apply(const Matrix& x, int64_t expert) const {
   const Expert& ex = experts_[static_cast<size_t>(expert)];
-  Matrix y = ex.integral_offsets
-                 ? weight_only_gemm(x, ex.weight)
-                 : matmul_nt_rows(x, ex.weight.rows, [&](int64_t r, std::span<double> out) {
-                     ex.dequantized_row(r, out);
-                   });
+  Matrix y =
+      ex.integral_offsets
+          ? weight_only_gemm(x, ex.weight)
+          : matmul_nt_rows(x, ex.weight.rows, [&](int64_t r, int64_t c0, std::span<double> out) {
+              ex.dequantized_row(r, c0, out);
+            });
   for (int64_t t = 0; t < y.rows; ++t)
     for (int64_t n = 0; n < y.cols; ++n)
       y(t, n) += ex.bias[static_cast<size_t>(n)];
@@ -203,7 +207,7 @@ Matrix W8A16LinearMethod::do_dequantized_weight(int64_t expert) const {
   const Expert& ex = experts_[static_cast<size_t>(expert)];
   Matrix w(ex.weight.rows, ex.weight.cols);
   for (int64_t r = 0; r < w.rows; ++r)
-    ex.dequantized_row(r, w.row(r));
+    ex.dequantized_row(r, 0, w.row(r));
   return w;
 }
 

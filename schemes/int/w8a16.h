@@ -80,8 +80,9 @@ class W8A16LinearMethod final : public LinearMethod {
     Matrix offsets;  // [N, K/G], file convention (q - offset), shifted as q
     bool integral_offsets = true;
     std::vector<double> bias;
-    // (q - offset)·s of row r, in fp64 (the non-integral-offset path decodes rows this way).
-    void dequantized_row(int64_t r, std::span<double> out) const;
+    // (q - offset)·s of row r, columns [c0, c0 + out.size()), in fp64 (the non-integral-offset
+    // path decodes rows this way).
+    void dequantized_row(int64_t r, int64_t c0, std::span<double> out) const;
   };
   int64_t group_ = 0;
   std::vector<Expert> experts_;

@@ -81,6 +81,27 @@ void QuantizedMatrix::row_codes(int64_t r, std::span<int64_t> out) const {
     out[static_cast<size_t>(c)] -= z[c / block_cols];
 }
 
+void QuantizedMatrix::row_codes_as_doubles(int64_t r, int64_t c0, std::span<double> out) const {
+  const auto n = static_cast<int64_t>(out.size());
+  if (r < 0 || r >= rows || c0 < 0 || c0 + n > cols)
+    throw Error("QuantizedMatrix", "row " + std::to_string(r) + " columns [" + std::to_string(c0) +
+                                       ", " + std::to_string(c0 + n) + ") of a " +
+                                       std::to_string(rows) + "x" + std::to_string(cols) +
+                                       " matrix");
+  if (compacted()) {
+    packed.decode_as_doubles(r * cols + c0, out);
+  } else {
+    for (int64_t c = 0; c < n; ++c)
+      out[static_cast<size_t>(c)] =
+          static_cast<double>(codes[static_cast<size_t>(r * cols + c0 + c)]);
+  }
+  if (zero_points.empty()) return;
+  // q - z is exact in doubles: both are integers below 2^53 (code_bound is checked by the GEMMs).
+  const int64_t* z = zero_points.data() + (r / block_rows) * scales.cols;
+  for (int64_t c = 0; c < n; ++c)
+    out[static_cast<size_t>(c)] -= static_cast<double>(z[(c0 + c) / block_cols]);
+}
+
 std::vector<int64_t> QuantizedMatrix::code_vector() const {
   std::vector<int64_t> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
@@ -136,15 +157,10 @@ int64_t longest_segment(const std::vector<int64_t>& cuts) {
   return m;
 }
 
-// Each weight row's codes as doubles (exact below 2^53), one row at a time from the compact form.
-std::function<void(int64_t, std::span<double>)> code_rows(const QuantizedMatrix& w) {
-  return [&w](int64_t n, std::span<double> out) {
-    thread_local std::vector<int64_t> codes;
-    codes.resize(static_cast<size_t>(w.cols));
-    w.row_codes(n, codes);
-    for (size_t k = 0; k < out.size(); ++k)
-      out[k] = static_cast<double>(codes[k]);
-  };
+// The weight's codes as doubles (exact below 2^53), a row's column block at a time from the
+// compact form.
+WeightRows code_rows(const QuantizedMatrix& w) {
+  return [&w](int64_t n, int64_t k0, std::span<double> out) { w.row_codes_as_doubles(n, k0, out); };
 }
 
 // sw(n, s) for every segment, from the segments' first columns.

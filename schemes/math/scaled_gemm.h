@@ -62,6 +62,8 @@ struct QuantizedMatrix {
   void stored_row(int64_t r, std::span<int64_t> out) const;
   // The codes (zero points subtracted) of row r into out [cols].
   void row_codes(int64_t r, std::span<int64_t> out) const;
+  // code(r, c) for c in [c0, c0 + out.size()), as doubles (exact below 2^53): the products' form.
+  void row_codes_as_doubles(int64_t r, int64_t c0, std::span<double> out) const;
   // Every code, row-major, zero points subtracted.
   std::vector<int64_t> code_vector() const;
   // Moves `codes` into `packed` (after validate()); a no-op when already compact.

@@ -1,6 +1,7 @@
 #include "schemes/method/code_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -151,6 +152,7 @@ CodeStore CodeStore::pack(std::span<const int64_t> codes) {
   if (!table.empty() && table.size() <= 16) {
     s.kind_ = Kind::kTable4;
     s.table_ = table;
+    s.dtable_.assign(table.begin(), table.end());
     pack4(
         [&](int64_t c) { return std::lower_bound(table.begin(), table.end(), c) - table.begin(); });
     return s;
@@ -164,6 +166,7 @@ CodeStore CodeStore::pack(std::span<const int64_t> codes) {
   if (!table.empty()) {
     s.kind_ = Kind::kTable8;
     s.table_ = table;
+    s.dtable_.assign(table.begin(), table.end());
     pack8(
         [&](int64_t c) { return std::lower_bound(table.begin(), table.end(), c) - table.begin(); });
     return s;
@@ -227,6 +230,60 @@ void CodeStore::decode(int64_t begin, std::span<int64_t> out) const {
     case Kind::kInt64:
       for (int64_t j = 0; j < n; ++j)
         out[sz(j)] = load_fixed<int64_t>(data_, begin + j);
+      return;
+  }
+}
+
+void CodeStore::decode_as_doubles(int64_t begin, std::span<double> out) const {
+  const auto n = static_cast<int64_t>(out.size());
+  if (begin < 0 || begin + n > size_)
+    throw Error("CodeStore", "range [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
+                                 ") outside [0, " + std::to_string(size_) + ")");
+  if (!(std::fabs(static_cast<double>(lo_)) < 0x1p53 &&
+        std::fabs(static_cast<double>(hi_)) < 0x1p53))
+    throw Error("CodeStore", "codes in [" + std::to_string(lo_) + ", " + std::to_string(hi_) +
+                                 "] have no exact double value");
+  const uint8_t* d = data_.data();
+  const auto base = static_cast<double>(base_);
+  // Two codes per byte, low nibble first; an odd start or end takes its one nibble alone.
+  const auto nibbles = [&](const auto& value) {
+    int64_t j = 0, i = begin;
+    if (i % 2 != 0 && j < n) out[sz(j++)] = value(d[sz(i++ / 2)] >> 4);
+    for (; j + 2 <= n; j += 2, i += 2) {
+      const uint8_t b = d[sz(i / 2)];
+      out[sz(j)] = value(b & 0xF);
+      out[sz(j + 1)] = value(b >> 4);
+    }
+    if (j < n) out[sz(j)] = value(d[sz(i / 2)] & 0xF);
+  };
+  switch (kind_) {
+    case Kind::kEmpty:
+      return;
+    case Kind::kOffset4:
+      nibbles([&](unsigned u) { return base + static_cast<double>(u); });
+      return;
+    case Kind::kTable4:
+      nibbles([&](unsigned u) { return dtable_[u]; });
+      return;
+    case Kind::kOffset8:
+      for (int64_t j = 0; j < n; ++j)
+        out[sz(j)] = base + static_cast<double>(d[sz(begin + j)]);
+      return;
+    case Kind::kTable8:
+      for (int64_t j = 0; j < n; ++j)
+        out[sz(j)] = dtable_[d[sz(begin + j)]];
+      return;
+    case Kind::kInt16:
+      for (int64_t j = 0; j < n; ++j)
+        out[sz(j)] = static_cast<double>(load_fixed<int16_t>(data_, begin + j));
+      return;
+    case Kind::kInt32:
+      for (int64_t j = 0; j < n; ++j)
+        out[sz(j)] = static_cast<double>(load_fixed<int32_t>(data_, begin + j));
+      return;
+    case Kind::kInt64:
+      for (int64_t j = 0; j < n; ++j)
+        out[sz(j)] = static_cast<double>(load_fixed<int64_t>(data_, begin + j));
       return;
   }
 }

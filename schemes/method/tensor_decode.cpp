@@ -8,6 +8,7 @@
 #include "core/codecs/float_format.h"
 #include "core/codecs/ue8m0.h"
 #include "core/error.h"
+#include "schemes/math/simd_kernels.h"
 
 namespace qparity::reference {
 
@@ -88,15 +89,7 @@ void decode_to_double(DType dtype, std::span<const uint8_t> bytes, uint64_t firs
   // unquantized linear, at every call): a bf16 code is the top half of an fp32, and fp32 widens
   // to fp64 exactly, so the values are decode()'s, NaN aside (any NaN stays a NaN).
   if (dtype == DType::kBF16) {
-    const uint8_t* p = bytes.data() + 2 * first;
-    for (uint64_t i = 0; i < out.size(); ++i) {
-      uint16_t c;
-      std::memcpy(&c, p + 2 * i, 2);
-      const uint32_t f32 = static_cast<uint32_t>(c) << 16;
-      float f;
-      std::memcpy(&f, &f32, 4);
-      out[i] = static_cast<double>(f);
-    }
+    kernels::widen_bf16()(bytes.data() + 2 * first, out.data(), static_cast<int64_t>(out.size()));
     return;
   }
   if (dtype == DType::kF32) {

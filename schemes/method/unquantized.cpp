@@ -70,10 +70,11 @@ Matrix UnquantizedLinearMethod::do_apply(const Matrix& x, int64_t expert) const 
     const HostTensor& t = *parts[static_cast<size_t>(p)];
     const int64_t off = s.partition_offset(p);
     const int64_t np = s.partitions[static_cast<size_t>(p)];
-    // The rows decoded one at a time into matmul_nt_rows' panels (threads over rows, each output
-    // one ascending-k sum), then the bias.
-    const Matrix yp = matmul_nt_rows(x, np, [&](int64_t n, std::span<double> row) {
-      decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k), row, "weight row");
+    // The rows decoded a column block at a time into matmul_nt_rows' panels (threads over rows,
+    // each output one ascending-k sum), then the bias.
+    const std::string where = s.prefix + ": weight row";
+    const Matrix yp = matmul_nt_rows(x, np, [&](int64_t n, int64_t k0, std::span<double> row) {
+      decode_to_double(t.dtype, t.bytes, static_cast<uint64_t>(n * k + k0), row, where);
       round_to_run_dtype(t.dtype, row);
     });
     for (int64_t i = 0; i < x.rows; ++i)

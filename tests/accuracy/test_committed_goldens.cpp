@@ -5,6 +5,7 @@
 // caught. QPARITY_REGENERATE_GOLDENS=1 rewrites them instead (after a deliberate change).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -73,7 +74,9 @@ TEST(CommittedGoldens, CurrentReferenceReproducesThem) {
     double worst = 0;
     for (const auto& p : r.points)
       worst = std::max(worst, p.stats.rel_l2);
-    RecordProperty(golden_path(c).filename().string() + ".worst_rel_l2", std::to_string(worst));
+    char worst_text[32];
+    std::snprintf(worst_text, sizeof worst_text, "%.3e", worst);
+    RecordProperty(golden_path(c).filename().string() + ".worst_rel_l2", worst_text);
   }
   fs::remove_all(root);
 }

@@ -174,24 +174,31 @@ TEST(ScaledGemm, SegmentsFollowBothScaleGrids) {
   EXPECT_THAT(error_of([] { lattice_code(0.3, 0.5); }), HasSubstr("not on the lattice"));
 }
 
-// The register-blocked product keeps each output the scalar loop's ascending-k sum with a rounding
-// after every product and every addition: bit for bit, for every tile shape (tokens 1..9 cover
-// the 4-token tiles and the remainder; rows 1..7 the 4-row panels and a partial one), on values
-// spread over many exponents so that any reordering or fused multiply-add would show.
-TEST(Matmul, RegisterBlockedSumsEqualTheScalarLoopBitForBit) {
+// Every kernel this CPU can run, the CPU's own choice last.
+std::vector<DotKernel> runnable_kernels() {
+  std::vector<DotKernel> kernels = {DotKernel::kPortable};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    kernels.push_back(DotKernel::kAvx2);
+  if (__builtin_cpu_supports("avx512f")) kernels.push_back(DotKernel::kAvx512);
+  kernels.push_back(DotKernel::kAuto);
+  return kernels;
+}
+
+// The register-blocked product keeps each output the scalar loop's ascending-k chain of fused
+// multiply-adds (the bits policy, matmul.h): bit for bit, for every kernel and tile shape (tokens
+// 1..13 cover the 4-, 6- and 8-token tiles and every remainder; rows 1..49 the 4-, 8- and 24-row
+// panels and partial ones; k across the 128- and 256-wide column blocks), on values spread over
+// many exponents so that any reordering, or a product rounded before its addition, would show.
+TEST(Matmul, RegisterBlockedSumsEqualTheFusedScalarLoopBitForBit) {
   std::mt19937_64 rng(test::test_seed());
   std::uniform_real_distribution<double> mant(-1.0, 1.0);
   std::uniform_int_distribution<int> expo(-30, 30);
   const auto value = [&] { return std::ldexp(mant(rng), expo(rng)); };
-  // Both vector widths (the CPU's own choice last); tiles of 4 and 6 tokens with remainders;
-  // panels of 4 and 8 rows with partial panels; k across the 256-wide blocks.
-  std::vector<DotKernel> kernels = {DotKernel::kSse2};
-  if (__builtin_cpu_supports("avx2")) kernels.push_back(DotKernel::kAvx2);
-  kernels.push_back(DotKernel::kAuto);
-  for (const DotKernel kernel : kernels)
-    for (const int64_t tokens : {1, 3, 4, 5, 6, 7, 13})
-      for (const int64_t rows : {1, 4, 7, 8, 9, 17})
-        for (const int64_t k : {1, 17, 256, 257, 600}) {
+  int64_t unfused_differs = 0;
+  for (const DotKernel kernel : runnable_kernels())
+    for (const int64_t tokens : {1, 3, 4, 5, 6, 7, 8, 9, 13})
+      for (const int64_t rows : {1, 4, 7, 8, 9, 17, 24, 25, 49})
+        for (const int64_t k : {0, 1, 17, 128, 129, 256, 257, 600}) {
           set_dot_kernel(kernel);
           Matrix x(tokens, k), w(rows, k);
           for (double& v : x.data)
@@ -201,17 +208,30 @@ TEST(Matmul, RegisterBlockedSumsEqualTheScalarLoopBitForBit) {
           const Matrix y = matmul_nt(x, w);
           for (int64_t t = 0; t < tokens; ++t)
             for (int64_t n = 0; n < rows; ++n) {
-              volatile double acc = 0.0;  // one rounding per step, in this order
+              volatile double acc = 0.0, unfused = 0.0;  // one rounding per step, in this order
               for (int64_t j = 0; j < k; ++j) {
+                acc = std::fma(x(t, j), w(n, j), acc);
                 volatile double p = x(t, j) * w(n, j);
-                acc = acc + p;
+                unfused = unfused + p;
               }
               ASSERT_EQ(y(t, n), acc) << tokens << "x" << rows << "x" << k << " at " << t << ","
-                                      << n << ", kernel " << static_cast<int>(dot_kernel());
+                                      << n << ", kernel " << dot_kernel_name(dot_kernel());
+              unfused_differs += unfused != acc;
             }
         }
-  if (!__builtin_cpu_supports("avx2"))
-    std::cout << "note: this CPU has no AVX2; the SSE2 kernel alone was checked\n";
+  set_dot_kernel(DotKernel::kAuto);
+  // The check can fail: on these values the unfused loop's bits differ from the fused ones.
+  EXPECT_GT(unfused_differs, 1000);
+  if (!__builtin_cpu_supports("avx512f"))
+    std::cout << "note: this CPU has no AVX-512; its kernel was not checked\n";
+}
+
+TEST(Matmul, KernelNamesParseAndAnUnknownOneIsRefused) {
+  for (const DotKernel k :
+       {DotKernel::kAuto, DotKernel::kPortable, DotKernel::kAvx2, DotKernel::kAvx512})
+    EXPECT_EQ(parse_dot_kernel(dot_kernel_name(k)), k);
+  EXPECT_THAT(error_of([] { parse_dot_kernel("sse2"); }),
+              HasSubstr("valid: auto, portable, avx2, avx512"));
 }
 
 // The quantized GEMMs run the fp64 panel kernel over codes as doubles (matmul_nt_rows_segmented):
@@ -224,8 +244,6 @@ TEST(ScaledGemm, PanelKernelGivesTheDocumentedLoopsBitForBit) {
   const uint64_t seed = test::test_seed();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> sc(0.01, 2.0);
-  std::vector<DotKernel> kernels = {DotKernel::kSse2};
-  if (__builtin_cpu_supports("avx2")) kernels.push_back(DotKernel::kAvx2);
   struct Case {
     int64_t t, n, k, xg, wg, wrows;
     int64_t lo, hi;  // code range
@@ -237,7 +255,7 @@ TEST(ScaledGemm, PanelKernelGivesTheDocumentedLoopsBitForBit) {
                         {1, 9, 257, 1, 257, 1, -229376, 229376, 0x1p-9, false},
                         {7, 8, 384, 128, 128, 128, -229376, 229376, 0x1p-9, false},
                         {3, 5, 64, 64, 32, 1, -(int64_t{1} << 40), int64_t{1} << 40, 1.0, false}};
-  for (const DotKernel kernel : kernels)
+  for (const DotKernel kernel : runnable_kernels())
     for (const Case& c : cases) {
       set_dot_kernel(kernel);
       std::uniform_int_distribution<int64_t> code(c.lo, c.hi);
@@ -285,10 +303,8 @@ TEST(ScaledGemm, PanelKernelGivesTheDocumentedLoopsBitForBit) {
           volatile double accw = 0.0;
           for (size_t s = 0; s + 1 < wcuts.size(); ++s) {
             volatile double dot = 0.0;
-            for (int64_t j = wcuts[s]; j < wcuts[s + 1]; ++j) {
-              volatile double p = xd(t, j) * static_cast<double>(w.code(n, j));
-              dot = dot + p;
-            }
+            for (int64_t j = wcuts[s]; j < wcuts[s + 1]; ++j)
+              dot = std::fma(xd(t, j), static_cast<double>(w.code(n, j)), dot);
             volatile double term = dot * c.lattice;
             term = term * w.scale(n, wcuts[s]);
             accw = accw + term;
@@ -372,6 +388,29 @@ TEST(CodeStore, EveryKindRoundTripsExactly) {
     std::vector<int64_t> mid(v.size() > 3 ? v.size() - 3 : 0);
     s.decode(1, mid);
     EXPECT_TRUE(std::equal(mid.begin(), mid.end(), v.begin() + 1));
+    // As doubles, from every start and length parity (odd and even nibble ends), where exact.
+    const bool exact = std::all_of(v.begin(), v.end(), [](int64_t code) {
+      return std::fabs(static_cast<double>(code)) < 0x1p53;
+    });
+    if (!exact) {
+      std::vector<double> one(1);
+      EXPECT_THAT(error_of([&] { s.decode_as_doubles(0, one); }), HasSubstr("no exact double"));
+      continue;
+    }
+    for (const int64_t begin : {0, 1, 2, 3})
+      for (const int64_t len : {0, 1, 2, 3, 6, 7}) {
+        if (begin + len > static_cast<int64_t>(v.size())) continue;
+        std::vector<double> d(static_cast<size_t>(len));
+        s.decode_as_doubles(begin, d);
+        for (int64_t i = 0; i < len; ++i)
+          ASSERT_EQ(d[static_cast<size_t>(i)],
+                    static_cast<double>(v[static_cast<size_t>(begin + i)]))
+              << code_store_kind_name(c.kind) << " from " << begin << " length " << len;
+      }
+    std::vector<double> all(v.size());
+    s.decode_as_doubles(0, all);
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(all[i], static_cast<double>(v[i])) << code_store_kind_name(c.kind);
   }
   const CodeStore s = CodeStore::pack(int8);
   EXPECT_EQ(s.bytes(), int8.size());  // one byte per int8 code
