@@ -8,6 +8,7 @@
 #include "core/codecs/int_packing.h"
 #include "core/error.h"
 #include "schemes/math/mx_scale.h"
+#include "schemes/method/parallel.h"
 
 namespace qparity::reference {
 
@@ -260,17 +261,21 @@ TensorMap quantize_nvfp4(const QuantizeRequest& req) {
   const int64_t groups = w.cols / kNvfp4GroupSize;
   std::vector<double> scales(static_cast<size_t>(w.rows * groups));
   std::vector<uint8_t> nibbles(w.data.size());
-  for (int64_t n = 0; n < w.rows; ++n)
-    for (int64_t g = 0; g < groups; ++g) {
-      const auto block =
-          w.row(n).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
-      const double s = nvfp4_block_scale(absmax(block), gs, r);
-      scales[static_cast<size_t>(n * groups + g)] = s;
-      for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
-        const size_t i = static_cast<size_t>(n * w.cols + g * kNvfp4GroupSize + k);
-        nibbles[i] = codec::double_to_e2m1(nvfp4_quantize_element(w.data[i], s, gs, r));
+  // In parallel over rows: a block's scale and codes depend on its own values and the global
+  // scale alone, so nothing depends on the thread count.
+  parallel_chunks(w.rows, 16 * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t g = 0; g < groups; ++g) {
+        const auto block =
+            w.row(n).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
+        const double s = nvfp4_block_scale(absmax(block), gs, r);
+        scales[static_cast<size_t>(n * groups + g)] = s;
+        for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
+          const size_t i = static_cast<size_t>(n * w.cols + g * kNvfp4GroupSize + k);
+          nibbles[i] = codec::double_to_e2m1(nvfp4_quantize_element(w.data[i], s, gs, r));
+        }
       }
-    }
+  });
   TensorMap out = nvfp4_code_tensors(nibbles, scales, w.rows, w.cols, "weight_packed", req.where);
   const double gsv[1] = {gs};
   out["weight_global_scale"] =
@@ -313,22 +318,27 @@ TensorMap quantize_nvfp4_modelopt(const QuantizeRequest& req) {
   const int64_t groups = w.cols / kNvfp4GroupSize;
   std::vector<double> scales(static_cast<size_t>(w.rows * groups));
   std::vector<uint8_t> nibbles(w.data.size());
-  for (int64_t n = 0; n < w.rows; ++n)
-    for (int64_t g = 0; g < groups; ++g) {
-      const auto block =
-          w.row(n).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
-      // block_amax / (6 * ws2) in fp32; 0 -> 1.0; clamp [2^-9, 448] (>= 0.45); RNE to e4m3.
-      double sf = div_in(f, in(f, absmax(block)), six_ws2);
-      if (sf == 0) sf = 1.0;
-      sf = std::clamp(sf, 0x1p-9, 448.0);
-      const double sb = e4m3_of_quotient(sf, 1.0, 1.0);
-      scales[static_cast<size_t>(n * groups + g)] = sb;
-      const double denom = mul_in(f, sb, ws2);
-      for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
-        const size_t i = static_cast<size_t>(n * w.cols + g * kNvfp4GroupSize + k);
-        nibbles[i] = codec::double_to_e2m1(e2m1_of_scaled_exact(div_in(f, w.data[i], denom), 1, 1));
+  // In parallel over rows: a block's scale and codes depend on its own values and the global
+  // scale alone, so nothing depends on the thread count.
+  parallel_chunks(w.rows, 16 * w.rows * w.cols, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t g = 0; g < groups; ++g) {
+        const auto block =
+            w.row(n).subspan(static_cast<size_t>(g * kNvfp4GroupSize), kNvfp4GroupSize);
+        // block_amax / (6 * ws2) in fp32; 0 -> 1.0; clamp [2^-9, 448] (>= 0.45); RNE to e4m3.
+        double sf = div_in(f, in(f, absmax(block)), six_ws2);
+        if (sf == 0) sf = 1.0;
+        sf = std::clamp(sf, 0x1p-9, 448.0);
+        const double sb = e4m3_of_quotient(sf, 1.0, 1.0);
+        scales[static_cast<size_t>(n * groups + g)] = sb;
+        const double denom = mul_in(f, sb, ws2);
+        for (int64_t k = 0; k < kNvfp4GroupSize; ++k) {
+          const size_t i = static_cast<size_t>(n * w.cols + g * kNvfp4GroupSize + k);
+          nibbles[i] =
+              codec::double_to_e2m1(e2m1_of_scaled_exact(div_in(f, w.data[i], denom), 1, 1));
+        }
       }
-    }
+  });
   TensorMap out = nvfp4_code_tensors(nibbles, scales, w.rows, w.cols, "weight", req.where);
   const double v[1] = {ws2};
   out["weight_scale_2"] =

@@ -28,27 +28,43 @@ Fp8Weight tile_quantize(const Matrix& x, int64_t br, int64_t bc, const Fp8ScaleR
   Fp8Weight out;
   out.values = Matrix(x.rows, x.cols);
   out.scales = Matrix(ceil_div(x.rows, br), ceil_div(x.cols, bc));
-  for (int64_t bi = 0; bi < out.scales.rows; ++bi) {
-    const int64_t r0 = bi * br, r1 = std::min(x.rows, r0 + br);
-    for (int64_t bj = 0; bj < out.scales.cols; ++bj) {
-      const int64_t c0 = bj * bc, c1 = std::min(x.cols, c0 + bc);
-      double amax = 0.0;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c)
+  // Each row's amax per tile column, in parallel over rows; a tile's amax is the largest of its
+  // rows' (a max is exact in any order), its scale then decided once; then every element, in
+  // parallel over rows. Each value depends on its element and its tile's scale alone, so the
+  // bits do not depend on the thread count.
+  Matrix row_amax(x.rows, out.scales.cols);
+  parallel_chunks(x.rows, x.rows * x.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t bj = 0; bj < out.scales.cols; ++bj) {
+        double amax = 0.0;
+        for (int64_t c = bj * bc; c < std::min(x.cols, bj * bc + bc); ++c)
           amax = std::max(amax, std::fabs(in(rule.arith, x(r, c))));
-      const double s = scale_of(amax);
-      out.scales(bi, bj) = s;
-      // The exact quotient: 448*x/amax while s is amax/448 itself (no floor, eps or UE8M0
-      // changed it), else x/s.
-      const bool exact = rule.exact_quotient && s > 0;
-      const bool by_amax = amax_quotient && amax > 0 && s == amax / kFp8Max;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c)
+        row_amax(r, bj) = amax;
+      }
+  });
+  Matrix tile_amax(out.scales.rows, out.scales.cols);
+  for (int64_t bi = 0; bi < out.scales.rows; ++bi)
+    for (int64_t bj = 0; bj < out.scales.cols; ++bj) {
+      double amax = 0.0;
+      for (int64_t r = bi * br; r < std::min(x.rows, bi * br + br); ++r)
+        amax = std::max(amax, row_amax(r, bj));
+      tile_amax(bi, bj) = amax;
+      out.scales(bi, bj) = scale_of(amax);
+    }
+  parallel_chunks(x.rows, 4 * x.rows * x.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t bj = 0; bj < out.scales.cols; ++bj) {
+        const double s = out.scales(r / br, bj), amax = tile_amax(r / br, bj);
+        // The exact quotient: 448*x/amax while s is amax/448 itself (no floor, eps or UE8M0
+        // changed it), else x/s.
+        const bool exact = rule.exact_quotient && s > 0;
+        const bool by_amax = amax_quotient && amax > 0 && s == amax / kFp8Max;
+        for (int64_t c = bj * bc; c < std::min(x.cols, bj * bc + bc); ++c)
           out.values(r, c) = !exact    ? fp8_value(x(r, c), s, rule)
                              : by_amax ? e4m3_of_quotient(x(r, c), kFp8Max, amax)
                                        : e4m3_of_quotient(x(r, c), 1.0, s);
-    }
-  }
+      }
+  });
   return out;
 }
 

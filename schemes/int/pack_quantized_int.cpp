@@ -10,6 +10,7 @@
 #include "schemes/int/awq_layout.h"
 #include "schemes/int/gptq_layout.h"
 #include "schemes/int/w8a8_int8_dynamic.h"
+#include "schemes/method/parallel.h"
 
 namespace qparity::reference {
 
@@ -583,25 +584,46 @@ TensorMap quantize_pack_quantized(const QuantizeRequest& req, codec::CtPackLayou
     if (a.strategy == QuantStrategy::kTensor) return 0;
     return sz(r * sets_per_row + w.group[sz(c)]);
   };
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < k; ++c) {
-      const size_t s = set_of(r, c);
-      mn[s] = std::min(mn[s], req.weight(r, c));
-      mx[s] = std::max(mx[s], req.weight(r, c));
+  // In parallel over rows: each row's extremes per set (a tensor's set reduced over the rows after:
+  // min and max are exact in any order), then each set's parameters, then every code from its
+  // element and its set's parameters alone, so nothing depends on the thread count.
+  const int64_t row_sets = a.strategy == QuantStrategy::kTensor ? 1 : sets_per_row;
+  std::vector<double> row_mn(sz(n * row_sets), 0.0), row_mx(row_mn.size(), 0.0);
+  parallel_chunks(n, n * k, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const size_t s = sz(r * row_sets) + (row_sets == 1 ? 0 : sz(w.group[sz(c)]));
+        row_mn[s] = std::min(row_mn[s], req.weight(r, c));
+        row_mx[s] = std::max(row_mx[s], req.weight(r, c));
+      }
+  });
+  if (a.strategy == QuantStrategy::kTensor) {
+    for (int64_t r = 0; r < n; ++r) {
+      mn[0] = std::min(mn[0], row_mn[sz(r)]);
+      mx[0] = std::max(mx[0], row_mx[sz(r)]);
     }
-  std::vector<IntQParams> qp(mn.size());
-  for (size_t s = 0; s < mn.size(); ++s)
-    qp[s] = int_qparams(mn[s], mx[s], bits, a.symmetric, rules, req.model_dtype);
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t c = 0; c < k; ++c)
-      w.q[sz(r * k + c)] =
-          int_quantize(req.weight(r, c), qp[set_of(r, c)], bits, rules, req.model_dtype);
-    for (int64_t g = 0; g < w.groups; ++g) {
-      const IntQParams& p = qp[a.strategy == QuantStrategy::kTensor ? 0 : sz(r * w.groups + g)];
-      w.scales(r, g) = p.scale;
-      w.zero[sz(r * w.groups + g)] = p.zero_point;
-    }
+  } else {
+    mn = std::move(row_mn);
+    mx = std::move(row_mx);
   }
+  std::vector<IntQParams> qp(mn.size());
+  const auto sets = static_cast<int64_t>(mn.size());
+  parallel_chunks(sets, 64 * sets, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      qp[sz(s)] = int_qparams(mn[sz(s)], mx[sz(s)], bits, a.symmetric, rules, req.model_dtype);
+  });
+  parallel_chunks(n, 8 * n * k, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < k; ++c)
+        w.q[sz(r * k + c)] =
+            int_quantize(req.weight(r, c), qp[set_of(r, c)], bits, rules, req.model_dtype);
+      for (int64_t g = 0; g < w.groups; ++g) {
+        const IntQParams& p = qp[a.strategy == QuantStrategy::kTensor ? 0 : sz(r * w.groups + g)];
+        w.scales(r, g) = p.scale;
+        w.zero[sz(r * w.groups + g)] = p.zero_point;
+      }
+    }
+  });
 
   TensorMap out;
   if (unpacked)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/codecs/float_format.h"
@@ -69,11 +71,23 @@ double in(Arith a, double x) {
       return static_cast<double>(static_cast<float>(x));  // RNE on IEEE hosts
     case Arith::kBf16:
       // torch computes half ops in fp32 and rounds the fp32 result: two roundings.
-      return codec::round_to(codec::kBF16, static_cast<float>(x), codec::Overflow::kNonSaturating);
+      return bf16_of_float(static_cast<float>(x));
     case Arith::kFp16:
       return codec::round_to(codec::kFP16, static_cast<float>(x), codec::Overflow::kNonSaturating);
   }
   return x;
+}
+
+double bf16_of_float(float f) {
+  if (std::isnan(f)) return std::copysign(std::numeric_limits<double>::quiet_NaN(), f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  // Add just under half an ulp of bf16, plus the kept lowest bit (ties to even), and cut: a carry
+  // moves the exponent up as rounding should, and past the largest finite value to infinity.
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return static_cast<double>(r);
 }
 
 double div_in(Arith p, double a, double b) {

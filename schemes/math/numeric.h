@@ -33,6 +33,9 @@ Arith arith_of(DType model_dtype, const std::string& where = "");
 
 // x rounded to the precision of `a` (RNE; overflow gives +-inf as IEEE does).
 double in(Arith a, double x);
+// The bf16 of a float, round to nearest even (what codec::round_to(kBF16, f) gives: overflow to
+// infinity, the sign of a NaN kept): by its bits, the hot step of every "in bf16" operation.
+double bf16_of_float(float f);
 // a op b computed in `p` (operands first rounded to p).
 double div_in(Arith p, double a, double b);
 double mul_in(Arith p, double a, double b);

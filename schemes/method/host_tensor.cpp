@@ -1,11 +1,13 @@
 #include "schemes/method/host_tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/codecs/float_format.h"
 #include "core/codecs/ue8m0.h"
 #include "core/error.h"
+#include "schemes/method/parallel.h"
 #include "schemes/method/tensor_decode.h"
 
 namespace qparity::reference {
@@ -108,54 +110,61 @@ HostTensor encode(DType dtype, std::vector<int64_t> shape, std::span<const doubl
     }
     return encode_ints(dtype, t.shape, ints, where);
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = values[i];
-    switch (dtype) {
-      case DType::kF64:
-        put<double>(t.bytes, i, v);
-        break;
-      case DType::kF32: {
-        if (std::isnan(v)) throw Error(elem(where, i), "NaN cannot be stored");
-        const float f = static_cast<float>(v);
-        if (std::isinf(f) && std::isfinite(v))
-          throw Error(elem(where, i), std::to_string(v) + " overflows F32");
-        if (mode == Encoding::kExact && static_cast<double>(f) != v)
-          throw Error(elem(where, i), std::to_string(v) + " is not exactly representable in F32");
-        put<float>(t.bytes, i, f);
-        break;
+  // In parallel chunks of element pairs (two F4 codes share a byte, so a chunk never splits
+  // one); every element is encoded alone, so the bytes do not depend on the thread count, and an
+  // error is the lowest failing element's (parallel_chunks rethrows the lowest chunk's).
+  const int64_t pairs = (n + 1) / 2;
+  parallel_chunks(pairs, 64 * pairs, [&](int64_t p0, int64_t p1) {
+    for (size_t i = static_cast<size_t>(2 * p0); i < static_cast<size_t>(std::min(n, 2 * p1));
+         ++i) {
+      const double v = values[i];
+      switch (dtype) {
+        case DType::kF64:
+          put<double>(t.bytes, i, v);
+          break;
+        case DType::kF32: {
+          if (std::isnan(v)) throw Error(elem(where, i), "NaN cannot be stored");
+          const float f = static_cast<float>(v);
+          if (std::isinf(f) && std::isfinite(v))
+            throw Error(elem(where, i), std::to_string(v) + " overflows F32");
+          if (mode == Encoding::kExact && static_cast<double>(f) != v)
+            throw Error(elem(where, i), std::to_string(v) + " is not exactly representable in F32");
+          put<float>(t.bytes, i, f);
+          break;
+        }
+        case DType::kBF16:
+          put<uint16_t>(t.bytes, i,
+                        static_cast<uint16_t>(float_code(codec::kBF16, v, mode, where, i)));
+          break;
+        case DType::kF16:
+          put<uint16_t>(t.bytes, i,
+                        static_cast<uint16_t>(float_code(codec::kFP16, v, mode, where, i)));
+          break;
+        case DType::kF8E4M3:
+          t.bytes[i] = static_cast<uint8_t>(float_code(codec::kE4M3FN, v, mode, where, i));
+          break;
+        case DType::kF8E5M2:
+          t.bytes[i] = static_cast<uint8_t>(float_code(codec::kE5M2, v, mode, where, i));
+          break;
+        case DType::kF4: {
+          const uint32_t c = float_code(codec::kE2M1, v, mode, where, i);
+          t.bytes[i / 2] = static_cast<uint8_t>(t.bytes[i / 2] | (c << ((i % 2) * 4)));
+          break;
+        }
+        case DType::kF8E8M0: {
+          const uint8_t c = codec::double_to_ue8m0(v, codec::Ue8m0Rounding::kTowardZero,
+                                                   codec::Overflow::kNonSaturating);
+          if (c == codec::kUe8m0Nan || codec::ue8m0_to_double(c) != v)
+            throw Error(elem(where, i),
+                        std::to_string(v) + " is not a power of two in [2^-127, 2^127] (F8_E8M0)");
+          t.bytes[i] = c;
+          break;
+        }
+        default:
+          throw Error(where, "cannot encode values as " + std::string(dtype_name(dtype)));
       }
-      case DType::kBF16:
-        put<uint16_t>(t.bytes, i,
-                      static_cast<uint16_t>(float_code(codec::kBF16, v, mode, where, i)));
-        break;
-      case DType::kF16:
-        put<uint16_t>(t.bytes, i,
-                      static_cast<uint16_t>(float_code(codec::kFP16, v, mode, where, i)));
-        break;
-      case DType::kF8E4M3:
-        t.bytes[i] = static_cast<uint8_t>(float_code(codec::kE4M3FN, v, mode, where, i));
-        break;
-      case DType::kF8E5M2:
-        t.bytes[i] = static_cast<uint8_t>(float_code(codec::kE5M2, v, mode, where, i));
-        break;
-      case DType::kF4: {
-        const uint32_t c = float_code(codec::kE2M1, v, mode, where, i);
-        t.bytes[i / 2] = static_cast<uint8_t>(t.bytes[i / 2] | (c << ((i % 2) * 4)));
-        break;
-      }
-      case DType::kF8E8M0: {
-        const uint8_t c = codec::double_to_ue8m0(v, codec::Ue8m0Rounding::kTowardZero,
-                                                 codec::Overflow::kNonSaturating);
-        if (c == codec::kUe8m0Nan || codec::ue8m0_to_double(c) != v)
-          throw Error(elem(where, i),
-                      std::to_string(v) + " is not a power of two in [2^-127, 2^127] (F8_E8M0)");
-        t.bytes[i] = c;
-        break;
-      }
-      default:
-        throw Error(where, "cannot encode values as " + std::string(dtype_name(dtype)));
     }
-  }
+  });
   return t;
 }
 

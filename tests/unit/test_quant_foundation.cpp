@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -172,6 +173,39 @@ TEST(ScaledGemm, SegmentsFollowBothScaleGrids) {
       {}, {}};
   EXPECT_EQ(scaled_gemm(a, b)(0, 0), -448.0 * 448.0 * 6 * 0.5);
   EXPECT_THAT(error_of([] { lattice_code(0.3, 0.5); }), HasSubstr("not on the lattice"));
+}
+
+// The bit-trick bf16 rounding is the codec's, bit for bit: on every bf16 value's float and the
+// floats around each of its rounding boundaries (exact ties, one float ulp either side, the
+// largest float below the next code), both signs, the infinities and NaN, plus 2^20 random floats.
+TEST(Numeric, Bf16OfFloatIsTheCodecsRounding) {
+  const auto same = [](float f) {
+    const double want =
+        codec::round_to(codec::kBF16, static_cast<double>(f), codec::Overflow::kNonSaturating);
+    const double got = bf16_of_float(f);
+    if (std::isnan(want)) return std::isnan(got) && std::signbit(got) == std::signbit(want);
+    return std::memcmp(&want, &got, sizeof got) == 0;
+  };
+  const auto of_bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  };
+  int64_t checked = 0;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (const uint32_t lo : {0x0u, 0x1u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const float f = of_bits((hi << 16) | lo);
+      ASSERT_TRUE(same(f)) << std::hex << ((hi << 16) | lo);
+      ++checked;
+    }
+  std::mt19937 rng(static_cast<uint32_t>(test::test_seed()));
+  for (int i = 0; i < (1 << 20); ++i) {
+    const uint32_t b = static_cast<uint32_t>(rng());
+    ASSERT_TRUE(same(of_bits(b))) << std::hex << b;
+  }
+  EXPECT_EQ(checked, 6 * 65536);
+  EXPECT_EQ(in(Arith::kBf16, 1.0 + 0x1p-8), 1.0);               // a tie goes to even
+  EXPECT_EQ(in(Arith::kBf16, 1.0 + 3 * 0x1p-8), 1.0 + 0x1p-6);  // and up from odd
 }
 
 // Every kernel this CPU can run, the CPU's own choice last.

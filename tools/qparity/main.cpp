@@ -11,8 +11,10 @@
 #include "core/error.h"
 #include "core/temp_cleanup.h"
 #include "tools/qparity/commands.h"
+#include "tools/qparity/huge_page_malloc.h"
 
 int main(int argc, char** argv) {
+  qparity::cli::reexec_with_huge_page_malloc(argv);
   CLI::App app{
       "qparity - numerical truth for quantized LLM inference.\n"
       "An exact fp64 reference for quantization formats, layer-by-layer comparison of engines\n"
