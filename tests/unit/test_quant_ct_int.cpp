@@ -16,6 +16,7 @@
 #include "schemes/int/pack_quantized_int.h"
 #include "schemes/int/w8a8_int8_dynamic.h"
 #include "schemes/method/method_factory.h"
+#include "schemes/method/parallel.h"
 #include "test_seed.h"
 
 namespace qparity::reference {
@@ -1003,6 +1004,34 @@ TEST(Mxint4, TwoExpertGateUpStack) {
     w2->load_all(quantize_mxint4(request(realistic_matrix(rng, 64, 32), Dialect::kSglang)), 0, e);
   w2->process_weights_after_loading();
   EXPECT_EQ(w2->runtime_tensors().at("w2_weight_packed").shape, (std::vector<int64_t>{2, 64, 4}));
+}
+
+// The quantizers run their tiles, groups, blocks and tensor encoding in parallel over rows: the
+// tensors they write must be byte for byte the same on 1 and on 4 threads, for every family whose
+// loops are split (fp8 per block, channel and tensor; packed int groups, symmetric and not; int8
+// per channel; NVFP4 with its tensor-wide global scale), on a matrix large enough to be cut.
+TEST(Quantizers, TheBytesDoNotDependOnTheThreadCount) {
+  std::mt19937_64 rng(test::test_seed());
+  const Matrix w = realistic_matrix(rng, 384, 512);
+  const int saved = reference_threads();
+  for (const char* id : {"fp8-block", "fp8-channel", "fp8-tensor", "ct-w4a16-g128",
+                         "ct-w4a16-g128-asym", "w8a8-int8-dyn", "nvfp4"}) {
+    SCOPED_TRACE(id);
+    const SchemeId scheme = parse_scheme_id(id);
+    QuantizeRequest req = request(w, Dialect::kVllm);
+    req.activations = ActivationStats{-3.0, 4.0, {}};  // what the static-activation points need
+    set_reference_threads(1);
+    const TensorMap one = quantize_linear(scheme, req);
+    set_reference_threads(4);
+    const TensorMap four = quantize_linear(scheme, req);
+    ASSERT_EQ(one.size(), four.size());
+    for (const auto& [name, t] : one) {
+      ASSERT_TRUE(four.count(name)) << name;
+      EXPECT_EQ(t.bytes, four.at(name).bytes) << name;
+      EXPECT_EQ(t.shape, four.at(name).shape) << name;
+    }
+  }
+  set_reference_threads(saved);
 }
 
 }  // namespace
