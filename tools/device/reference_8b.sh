@@ -12,7 +12,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 W=${W:-/tmp/ref8b}
 stages=${*:-bench golden}
 lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Core|^Socket|^NUMA node|^L3" | sed 's/  */ /g'
-grep -o -m1 -E 'avx512f|avx2' /proc/cpuinfo | head -1 | sed 's/^/best vector unit: /'
+if grep -qw avx512f /proc/cpuinfo; then echo "vector units: AVX-512"; elif grep -qw avx2 /proc/cpuinfo; then
+  echo "vector units: AVX2"; else echo "vector units: neither AVX2 nor AVX-512"; fi
 for s in $stages; do
   case "$s" in
   bench)
